@@ -1,0 +1,132 @@
+"""JSON serialisation byte-compatible with JavaScript's ``JSON.stringify``.
+
+Receivers commonly verify X-Signature by re-stringifying the parsed body in Node. Signing
+the exact bytes we send only helps them if those bytes are what ``JSON.stringify`` would
+produce: compact separators, raw UTF-8, and JavaScript's number formatting.
+
+Python's C encoder already matches for strings and for most numbers, so the fast path
+rewrites only the values that differ (integral floats, ints beyond 2**53, tiny floats)
+and lets ``json.dumps`` do the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from decimal import Decimal
+from typing import Any
+
+_MAX_SAFE = 2**53
+_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class _Raw:
+    """A number already rendered in JavaScript's form (only for tiny floats)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def js_number(value: float) -> str:
+    """Render a finite float the way JavaScript's Number#toString does."""
+    if value == 0:
+        return "0"  # covers -0.0, which JSON.stringify writes as 0
+    if value.is_integer() and abs(value) < 1e21:
+        return str(int(value))
+    # repr gives the shortest round-tripping digits; only the layout differs from JS.
+    _, digit_tuple, exponent = Decimal(repr(abs(value))).as_tuple()
+    assert isinstance(exponent, int)
+    digits = "".join(map(str, digit_tuple)).rstrip("0")
+    k = len(digits)
+    n = len(digit_tuple) + exponent  # the decimal point sits after n digits
+    sign = "-" if value < 0 else ""
+    if k <= n <= 21:
+        return sign + digits + "0" * (n - k)
+    if 0 < n <= 21:
+        return sign + digits[:n] + "." + digits[n:]
+    if -6 < n <= 0:
+        return sign + "0." + "0" * (-n) + digits
+    mantissa = digits[0] + ("." + digits[1:] if k > 1 else "")
+    return f"{sign}{mantissa}e{'+' if n - 1 >= 0 else '-'}{abs(n - 1)}"
+
+
+def _needs_slow(value: float) -> bool:
+    return value != 0 and abs(value) < 1e-4 and not value.is_integer()
+
+
+def _normalise(value: Any) -> tuple[Any, bool]:
+    """Return (value with JS-incompatible numbers rewritten, whether a _Raw was needed)."""
+    if isinstance(value, dict):
+        slow = False
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out[key], item_slow = _normalise(item)
+            slow = slow or item_slow
+        return out, slow
+    if isinstance(value, list | tuple):
+        slow = False
+        items = []
+        for item in value:
+            norm, item_slow = _normalise(item)
+            items.append(norm)
+            slow = slow or item_slow
+        return items, slow
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value, False
+    if isinstance(value, int):
+        if -_MAX_SAFE < value < _MAX_SAFE:
+            return value, False
+        return _normalise(float(value))
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None, False  # JSON.stringify writes NaN and Infinity as null
+        if value.is_integer() and abs(value) < 1e21:
+            return int(value), False
+        if _needs_slow(value):
+            return _Raw(js_number(value)), True
+        return value, False
+    raise TypeError(f"cannot serialise {type(value).__name__}")
+
+
+def _encode_slow(value: Any) -> str:
+    if isinstance(value, _Raw):
+        return value.text
+    if isinstance(value, dict):
+        return (
+            "{"
+            + ",".join(
+                _encoder.encode(key) + ":" + _encode_slow(item) for key, item in value.items()
+            )
+            + "}"
+        )
+    if isinstance(value, list):
+        return "[" + ",".join(_encode_slow(item) for item in value) + "]"
+    return _encoder.encode(value)
+
+
+def _escape_surrogate(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def dumps(value: Any) -> bytes:
+    """Serialise `value` to the UTF-8 bytes ``JSON.stringify`` would produce."""
+    normalised, slow = _normalise(value)
+    text = _encode_slow(normalised) if slow else _encoder.encode(normalised)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        # Lone surrogates (from "\ud800" escapes in the input): JS writes them escaped.
+        return _LONE_SURROGATE.sub(_escape_surrogate, text).encode("utf-8")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def loads(data: bytes | str) -> Any:
+    """Parse strict JSON: NaN and Infinity are rejected, as JavaScript's JSON.parse does."""
+    return json.loads(data, parse_constant=_reject_constant)
