@@ -1,0 +1,72 @@
+"""Which peer addresses a delivery may connect to (pure: the SSRF rule).
+
+Webhook URLs come from configuration, but DNS answers do not: a public name can resolve to
+127.0.0.1 or a cloud metadata address at any time. The dispatcher checks the address each
+socket actually connects to, so the rule holds against DNS rebinding too.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Sequence
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+_CGNAT = ipaddress.ip_network("100.64.0.0/10")
+_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+_SIX_TO_FOUR = ipaddress.ip_network("2002::/16")
+
+
+def embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address stands for (mapped, 6to4, NAT64, Teredo), if any."""
+    if isinstance(address, ipaddress.IPv4Address):
+        return None
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address in _SIX_TO_FOUR:
+        return address.sixtofour
+    if address.teredo is not None:
+        return address.teredo[1]
+    for network in _NAT64:
+        if address in network:
+            return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    if int(address) >> 32 == 0 and int(address) > 1:
+        return ipaddress.IPv4Address(int(address))  # deprecated IPv4-compatible ::a.b.c.d
+    return None
+
+
+def _blocked_reason(address: IPAddress) -> str | None:
+    if address.is_loopback:
+        return "loopback"
+    if address.is_link_local:
+        return "link-local"
+    if address.is_multicast:
+        return "multicast"
+    if address.is_unspecified:
+        return "unspecified"
+    if isinstance(address, ipaddress.IPv4Address) and address in _CGNAT:
+        return "carrier-grade NAT"
+    if address.is_private:
+        return "private"
+    if address.is_reserved or not address.is_global:
+        return "reserved"
+    return None
+
+
+def parse_networks(cidrs: Sequence[str]) -> tuple[IPNetwork, ...]:
+    return tuple(ipaddress.ip_network(c, strict=False) for c in cidrs)
+
+
+def check(address: str, allowed: Sequence[IPNetwork]) -> str | None:
+    """None when `address` may be connected to, else why not ("private 10.0.0.5")."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])  # drop an IPv6 zone id
+    # An IPv6 form that carries an IPv4 address reaches that IPv4 host: judge the host.
+    target: IPAddress = embedded_ipv4(ip) or ip
+    if any(target in net for net in allowed if target.version == net.version):
+        return None
+    reason = _blocked_reason(target)
+    if reason is None:
+        return None
+    shown = f"{target} (as {ip})" if target != ip else str(target)
+    return f"{reason} address {shown}"

@@ -1,0 +1,87 @@
+"""The outbound webhook request: body, headers and signature (pure: no I/O)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from efd import jsonjs
+from efd.messages import Message, format_timestamp
+
+SIGNATURE_HEADER = "X-Signature"
+# Headers efd owns; a hook's static headers may not override them.
+RESERVED_HEADERS = frozenset({"content-type", "user-agent", "x-signature"})
+
+
+def body_for(message: Message) -> dict[str, Any]:
+    """The JSON body of spec 2.2 for one message, before serialisation."""
+    body: dict[str, Any] = {"version": 1, "type": message.type}
+    fields = message.fields
+    if message.type == "alias":
+        # The spec's alias body names these two keys with spaces; the camelCase pair follows.
+        body["Previous ID"] = fields["previousId"]
+        body["User ID"] = message.user_id
+        body["previousId"] = fields["previousId"]
+    body["userId"] = message.user_id
+    if message.anonymous_id is not None:
+        body["anonymousId"] = message.anonymous_id
+    body.update((k, v) for k, v in fields.items() if k != "previousId")
+    if message.type == "screen":
+        body["context"] = message.context or {}
+    elif message.context is not None:
+        body["context"] = message.context
+    body["messageId"] = message.message_id
+    body["timestamp"] = format_timestamp(message.timestamp)
+    return body
+
+
+def delete_body(user_id: str, timestamp: datetime) -> dict[str, Any]:
+    """A delete notification carries exactly type, userId and timestamp."""
+    return {"type": "delete", "userId": user_id, "timestamp": format_timestamp(timestamp)}
+
+
+def encode(body: Mapping[str, Any]) -> bytes:
+    """The exact bytes sent and signed (JSON.stringify-compatible)."""
+    return jsonjs.dumps(dict(body))
+
+
+def sign(secret: str, body: bytes) -> str:
+    """Hex HMAC-SHA1 of the exact body bytes, keyed by the shared secret."""
+    return hmac.new(secret.encode("utf-8"), body, hashlib.sha1).hexdigest()
+
+
+def verify(secret: str, body: bytes, signature: str) -> bool:
+    return hmac.compare_digest(sign(secret, body), signature.strip().lower())
+
+
+def request_headers(
+    *, user_agent: str, secret: str | None, body: bytes, static: Mapping[str, str]
+) -> dict[str, str]:
+    headers = dict(static)
+    headers["User-Agent"] = user_agent
+    headers["Content-Type"] = "application/json"
+    if secret:
+        headers[SIGNATURE_HEADER] = sign(secret, body)
+    return headers
+
+
+def redact_url(url: str) -> str:
+    """The URL with credentials and query values hidden, for logs and the attempts table."""
+    parts = urlsplit(url)
+    netloc = parts.hostname or ""
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    if ":" in (parts.hostname or ""):
+        netloc = f"[{parts.hostname}]" + (f":{parts.port}" if parts.port is not None else "")
+    if parts.username or parts.password:
+        netloc = "***@" + netloc
+    query = "&".join(
+        f"{pair.split('=', 1)[0]}=***" if "=" in pair else pair
+        for pair in parts.query.split("&")
+        if pair
+    )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
