@@ -1,0 +1,274 @@
+"""Configuration: a TOML file, overridden by EFD_* environment variables.
+
+Every problem is reported with the key it concerns, all at once, so an operator fixes a
+config in one pass. Unknown keys are errors, at every depth.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from efd.webhooks import RESERVED_HEADERS
+
+MAX_HOOKS = 5
+Seconds = Annotated[float, Field(gt=0)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerConfig(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8088, ge=0, le=65535)
+    # Bearer token for the admin endpoints (/regulations); unset turns them off.
+    admin_token: SecretStr | None = None
+
+
+class StorageConfig(_Strict):
+    url: str = "sqlite:///var/lib/efd/efd.db"
+    retention_days: float = Field(default=7, gt=0)
+    # FULL: an acknowledged message survives power loss, not just a process crash.
+    sqlite_synchronous: Literal["FULL", "NORMAL"] = "FULL"
+    pool_size: int = Field(default=5, ge=1)
+
+    @field_validator("url")
+    @classmethod
+    def _known_backend(cls, url: str) -> str:
+        scheme = url.split(":", 1)[0].split("+", 1)[0]
+        if scheme not in ("sqlite", "postgresql", "postgres"):
+            raise ValueError("must be a sqlite:/// or postgresql:// URL")
+        return url
+
+
+class DeliveryConfig(_Strict):
+    timeout_seconds: Seconds = 5
+    retry_initial_seconds: Seconds = 5
+    retry_max_seconds: Seconds = 1800
+    retry_window_seconds: Seconds = 14400
+    user_agent: str = Field(default="efd/1.0", min_length=1)
+    allowed_networks: list[str] = Field(default_factory=list)
+    # Extra CA certificates (PEM) to trust, for receivers behind an internal CA.
+    ca_file: str | None = None
+    max_in_flight: int = Field(default=1024, ge=1)
+    max_per_hook: int = Field(default=64, ge=1)
+    # How long a claimed delivery is reserved; must outlast a round of attempts.
+    lease_seconds: Seconds = 60
+    response_head_bytes: int = Field(default=512, ge=0, le=65536)
+
+    @field_validator("allowed_networks")
+    @classmethod
+    def _cidrs(cls, values: list[str]) -> list[str]:
+        bad = []
+        for value in values:
+            try:
+                ipaddress.ip_network(value, strict=False)
+            except ValueError:
+                bad.append(value)
+        if bad:
+            raise ValueError(f"not a CIDR network: {', '.join(bad)}")
+        return values
+
+    @field_validator("ca_file")
+    @classmethod
+    def _readable(cls, value: str | None) -> str | None:
+        if value is not None and not os.access(value, os.R_OK):
+            raise ValueError(f"cannot read {value}")
+        return value
+
+
+class HookConfig(_Strict):
+    url: str
+    headers: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("url")
+    @classmethod
+    def _full_http_url(cls, url: str) -> str:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be a full http:// or https:// URL")
+        try:
+            _ = parts.port
+        except ValueError:
+            raise ValueError("has an invalid port") from None
+        return url
+
+    @field_validator("headers")
+    @classmethod
+    def _not_reserved(cls, headers: dict[str, str]) -> dict[str, str]:
+        reserved = sorted(k for k in headers if k.lower() in RESERVED_HEADERS)
+        if reserved:
+            raise ValueError(f"may not set {', '.join(reserved)}: efd sets it")
+        return headers
+
+
+class DestinationConfig(_Strict):
+    name: str = Field(min_length=1)
+    type: Literal["webhooks"] = "webhooks"
+    shared_secret: SecretStr | None = None
+    hooks: list[HookConfig] = Field(min_length=1, max_length=MAX_HOOKS)
+
+
+class SourceConfig(_Strict):
+    name: str = Field(min_length=1)
+    write_key: SecretStr
+    destinations: list[str] = Field(default_factory=list)
+
+    @field_validator("write_key")
+    @classmethod
+    def _non_empty(cls, key: SecretStr) -> SecretStr:
+        if not key.get_secret_value():
+            raise ValueError("may not be empty")
+        return key
+
+
+class LoggingConfig(_Strict):
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    format: Literal["text", "json"] = "text"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="EFD_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+    )
+
+    server: ServerConfig = ServerConfig()
+    storage: StorageConfig = StorageConfig()
+    delivery: DeliveryConfig = DeliveryConfig()
+    logging: LoggingConfig = LoggingConfig()
+    sources: list[SourceConfig] = Field(default_factory=list)
+    destinations: list[DestinationConfig] = Field(default_factory=list)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Earlier sources win: init (tests), then the environment, then the TOML file.
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        toml_path = settings_cls.model_config.get("toml_file")
+        if toml_path is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_path))
+        return tuple(sources)
+
+    def destination(self, name: str) -> DestinationConfig:
+        for destination in self.destinations:
+            if destination.name == name:
+                return destination
+        raise KeyError(name)
+
+
+class ConfigError(Exception):
+    """The configuration is invalid; `problems` lists each as "key: what is wrong"."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+def _key(loc: tuple[int | str, ...]) -> str:
+    key = ""
+    for part in loc:
+        key += f"[{part}]" if isinstance(part, int) else (f".{part}" if key else str(part))
+    return key
+
+
+def _cross_checks(settings: Settings) -> list[str]:
+    """Rules that span entries: unique names and keys, references that resolve."""
+    problems = []
+    seen_names: dict[str, int] = {}
+    seen_keys: dict[str, int] = {}
+    for i, source in enumerate(settings.sources):
+        if source.name in seen_names:
+            problems.append(
+                f"sources[{i}].name: duplicate source name {source.name!r} "
+                f"(also sources[{seen_names[source.name]}])"
+            )
+        seen_names.setdefault(source.name, i)
+        key = source.write_key.get_secret_value()
+        if key in seen_keys:
+            problems.append(
+                f"sources[{i}].write_key: the same write key as sources[{seen_keys[key]}]"
+            )
+        seen_keys.setdefault(key, i)
+    destination_names: dict[str, int] = {}
+    for i, destination in enumerate(settings.destinations):
+        if destination.name in destination_names:
+            problems.append(
+                f"destinations[{i}].name: duplicate destination name {destination.name!r} "
+                f"(also destinations[{destination_names[destination.name]}])"
+            )
+        destination_names.setdefault(destination.name, i)
+    for i, source in enumerate(settings.sources):
+        for j, name in enumerate(source.destinations):
+            if name not in destination_names:
+                problems.append(f"sources[{i}].destinations[{j}]: no destination named {name!r}")
+    delivery = settings.delivery
+    if delivery.retry_max_seconds < delivery.retry_initial_seconds:
+        problems.append(
+            "delivery.retry_max_seconds: must be at least delivery.retry_initial_seconds"
+        )
+    if delivery.lease_seconds <= delivery.timeout_seconds + 5:
+        problems.append(
+            "delivery.lease_seconds: must exceed delivery.timeout_seconds by more than 5 s"
+        )
+    return problems
+
+
+def load(path: str | os.PathLike[str] | None, **overrides: Any) -> Settings:
+    """Read and validate the configuration, or raise ConfigError naming every bad key."""
+    toml_path: Path | None = None
+    if path is not None:
+        toml_path = Path(path)
+        if not toml_path.is_file():
+            raise ConfigError([f"{toml_path}: no such configuration file"])
+        try:
+            with toml_path.open("rb") as handle:
+                tomllib.load(handle)
+        except tomllib.TOMLDecodeError as error:
+            raise ConfigError([f"{toml_path}: not valid TOML: {error}"]) from None
+
+    class _FileSettings(Settings):
+        model_config = SettingsConfigDict(toml_file=toml_path)
+
+    try:
+        settings: Settings = _FileSettings(**overrides)
+    except ValidationError as error:
+        problems = []
+        for item in error.errors():
+            message = item["msg"].removeprefix("Value error, ")
+            if item["type"] == "extra_forbidden":
+                message = "unknown key"
+            problems.append(f"{_key(item['loc'])}: {message}")
+        raise ConfigError(problems) from None
+    problems = _cross_checks(settings)
+    if problems:
+        raise ConfigError(problems)
+    return settings
