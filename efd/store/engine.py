@@ -1,0 +1,67 @@
+"""Engines: SQLite with the pragmas durability needs, or PostgreSQL through psycopg."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+
+
+def normalise_url(url: str) -> URL:
+    """Accept the URL forms operators write; pick the psycopg driver for PostgreSQL."""
+    parsed = make_url(url)
+    if parsed.drivername in ("postgres", "postgresql"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def is_sqlite(url: URL) -> bool:
+    return url.get_backend_name() == "sqlite"
+
+
+def sqlite_path(url: URL) -> Path | None:
+    if not is_sqlite(url) or not url.database or url.database == ":memory:":
+        return None
+    return Path(url.database)
+
+
+def safe_url(url: str) -> str:
+    """The URL with any password masked, fit for logs."""
+    return normalise_url(url).render_as_string(hide_password=True)
+
+
+def make_engine(url: str, *, writer: bool, synchronous: str = "FULL", pool_size: int = 5) -> Engine:
+    """An engine. On SQLite, a `writer` engine opens every transaction with BEGIN IMMEDIATE.
+
+    A deferred SQLite transaction that reads and then writes fails with "database is
+    locked" when another connection wrote in between, whatever busy_timeout says; taking the
+    write lock up front makes writers queue instead.
+    """
+    parsed = normalise_url(url)
+    if not is_sqlite(parsed):
+        return create_engine(
+            parsed, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True
+        )
+    path = sqlite_path(parsed)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(parsed, pool_size=1 if writer else pool_size, max_overflow=0)
+
+    @event.listens_for(engine, "connect")
+    def _pragmas(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy's "begin" event, not the driver, open transactions.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA synchronous={synchronous}")
+        cursor.execute("PRAGMA busy_timeout=10000")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if writer else "BEGIN")
+
+    return engine

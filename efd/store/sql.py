@@ -1,0 +1,413 @@
+"""Every SQL statement efd runs, in one place. Synchronous; callers run it in threads.
+
+Writes go through one writer engine (on SQLite, one connection with BEGIN IMMEDIATE: the
+single writer); reads use a separate engine so /healthz and /metrics never queue behind
+a large commit.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from sqlalchemy import (
+    Connection,
+    Engine,
+    bindparam,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    text,
+    update,
+)
+
+from efd.store.engine import is_sqlite, make_engine, normalise_url
+from efd.store.schema import DELIVERED, PENDING, attempts, deliveries, messages
+
+DEDUPE_WINDOW_SECONDS = 24 * 3600
+_CHUNK = 500  # bound IN lists well below SQLite's variable limit
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    source: str
+    message_id: str
+    type: str
+    user_id: str | None
+    anonymous_id: str | None
+    event: str | None
+    timestamp: float
+    received_at: float
+    body: str
+    destinations: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    delivery_id: int
+    lease_token: int
+    destination: str
+    attempts: int
+    first_attempt_at: float | None
+    failed_hooks: frozenset[str]
+    message_id: str
+    body: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The state a delivery moves to after a round, fenced by the claim's token."""
+
+    delivery_id: int
+    lease_token: int
+    status: str
+    attempts: int
+    first_attempt_at: float
+    next_attempt_at: float | None
+    finished_at: float | None
+    failed_hooks: frozenset[str]
+    last_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRow:
+    delivery_id: int
+    hook_url: str
+    attempted_at: float
+    duration_ms: float
+    outcome: str
+    status_code: int | None
+    error_class: str | None
+    error: str | None
+    response_head: str | None
+
+
+T = TypeVar("T")
+
+
+def _chunks(items: Sequence[T], size: int = _CHUNK) -> Iterable[Sequence[T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+class Store:
+    def __init__(self, url: str, *, sqlite_synchronous: str = "FULL", pool_size: int = 5) -> None:
+        self.url = url
+        self.sqlite = is_sqlite(normalise_url(url))
+        self.writer: Engine = make_engine(
+            url, writer=True, synchronous=sqlite_synchronous, pool_size=pool_size
+        )
+        self.reader: Engine = (
+            make_engine(url, writer=False, synchronous=sqlite_synchronous, pool_size=2)
+            if self.sqlite
+            else self.writer
+        )
+
+    def dispose(self) -> None:
+        self.writer.dispose()
+        if self.reader is not self.writer:
+            self.reader.dispose()
+
+    # -- ingestion -----------------------------------------------------------------------
+
+    def insert_messages(self, rows: Sequence[NewMessage], now: float) -> list[bool]:
+        """Store messages and their deliveries in one transaction.
+
+        Returns, per row, whether it was stored: a messageId the same source already sent
+        within 24 hours (or earlier in `rows`) is acknowledged but not stored again.
+        """
+        with self.writer.begin() as conn:
+            seen = self._recent_message_ids(conn, rows, now - DEDUPE_WINDOW_SECONDS)
+            fresh: list[NewMessage] = []
+            stored: list[bool] = []
+            for row in rows:
+                key = (row.source, row.message_id)
+                if key in seen:
+                    stored.append(False)
+                    continue
+                seen.add(key)
+                fresh.append(row)
+                stored.append(True)
+            if not fresh:
+                return stored
+            ids = conn.execute(
+                insert(messages).returning(messages.c.id, sort_by_parameter_order=True),
+                [
+                    {
+                        "source": r.source,
+                        "message_id": r.message_id,
+                        "type": r.type,
+                        "user_id": r.user_id,
+                        "anonymous_id": r.anonymous_id,
+                        "event": r.event,
+                        "timestamp": r.timestamp,
+                        "received_at": r.received_at,
+                        "body": r.body,
+                    }
+                    for r in fresh
+                ],
+            ).scalars()
+            delivery_rows = [
+                {
+                    "message_pk": pk,
+                    "destination": name,
+                    "status": PENDING,
+                    "created_at": now,
+                    "next_attempt_at": now,
+                }
+                for pk, r in zip(ids, fresh, strict=True)
+                for name in r.destinations
+            ]
+            if delivery_rows:
+                conn.execute(insert(deliveries), delivery_rows)
+            return stored
+
+    def _recent_message_ids(
+        self, conn: Connection, rows: Sequence[NewMessage], since: float
+    ) -> set[tuple[str, str]]:
+        by_source: dict[str, list[str]] = defaultdict(list)
+        for row in rows:
+            by_source[row.source].append(row.message_id)
+        seen: set[tuple[str, str]] = set()
+        for source, ids in by_source.items():
+            for chunk in _chunks(sorted(set(ids))):
+                found = conn.execute(
+                    select(messages.c.message_id).where(
+                        messages.c.source == source,
+                        messages.c.message_id.in_(chunk),
+                        messages.c.received_at > since,
+                    )
+                ).scalars()
+                seen.update((source, message_id) for message_id in found)
+        return seen
+
+    # -- delivery ------------------------------------------------------------------------
+
+    def claim(
+        self, destination: str, limit: int, *, owner: str, now: float, lease_until: float
+    ) -> list[Claimed]:
+        """Lease up to `limit` due deliveries of one destination, oldest first.
+
+        The lease moves next_attempt_at to `lease_until` and bumps the fencing token;
+        FOR UPDATE SKIP LOCKED (PostgreSQL) keeps concurrent claimers off each other's rows.
+        """
+        due = (
+            select(deliveries.c.id)
+            .where(
+                deliveries.c.destination == destination,
+                deliveries.c.status == PENDING,
+                deliveries.c.next_attempt_at <= now,
+            )
+            .order_by(deliveries.c.next_attempt_at)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+        with self.writer.begin() as conn:
+            claimed = conn.execute(
+                update(deliveries)
+                .where(deliveries.c.id.in_(due.scalar_subquery()))
+                .values(
+                    lease_owner=owner,
+                    next_attempt_at=lease_until,
+                    lease_token=deliveries.c.lease_token + 1,
+                )
+                .returning(
+                    deliveries.c.id,
+                    deliveries.c.lease_token,
+                    deliveries.c.message_pk,
+                    deliveries.c.attempts,
+                    deliveries.c.first_attempt_at,
+                    deliveries.c.failed_hooks,
+                )
+            ).all()
+            if not claimed:
+                return []
+            bodies: dict[int, tuple[str, str | None]] = {}
+            pks = [row.message_pk for row in claimed]
+            for chunk in _chunks(pks):
+                for pk, message_id, body in conn.execute(
+                    select(messages.c.id, messages.c.message_id, messages.c.body).where(
+                        messages.c.id.in_(chunk)
+                    )
+                ):
+                    bodies[pk] = (message_id, body)
+        result = [
+            Claimed(
+                delivery_id=row.id,
+                lease_token=row.lease_token,
+                destination=destination,
+                attempts=row.attempts,
+                first_attempt_at=row.first_attempt_at,
+                failed_hooks=frozenset(json.loads(row.failed_hooks))
+                if row.failed_hooks
+                else frozenset(),
+                message_id=bodies[row.message_pk][0],
+                body=bodies[row.message_pk][1],
+            )
+            for row in claimed
+        ]
+        result.sort(key=lambda c: c.delivery_id)
+        return result
+
+    def record(self, outcomes: Sequence[Outcome], attempt_rows: Sequence[AttemptRow]) -> int:
+        """Write attempt rows and new delivery states; return how many states were stale.
+
+        An outcome whose token no longer matches (the lease expired and another worker
+        claimed the delivery) changes nothing; its attempts are still logged, since the
+        requests did happen.
+        """
+        with self.writer.begin() as conn:
+            if attempt_rows:
+                conn.execute(
+                    insert(attempts),
+                    [
+                        {
+                            "delivery_id": a.delivery_id,
+                            "hook_url": a.hook_url,
+                            "attempted_at": a.attempted_at,
+                            "duration_ms": a.duration_ms,
+                            "outcome": a.outcome,
+                            "status_code": a.status_code,
+                            "error_class": a.error_class,
+                            "error": a.error,
+                            "response_head": a.response_head,
+                        }
+                        for a in attempt_rows
+                    ],
+                )
+            applied = 0
+            if outcomes:
+                statement = (
+                    update(deliveries)
+                    .where(
+                        deliveries.c.id == bindparam("b_id"),
+                        deliveries.c.lease_token == bindparam("b_token"),
+                        deliveries.c.status == PENDING,
+                    )
+                    .values(
+                        status=bindparam("b_status"),
+                        attempts=bindparam("b_attempts"),
+                        first_attempt_at=bindparam("b_first"),
+                        next_attempt_at=bindparam("b_next"),
+                        finished_at=bindparam("b_finished"),
+                        failed_hooks=bindparam("b_failed"),
+                        last_error=bindparam("b_error"),
+                        lease_owner=None,
+                    )
+                )
+                result = conn.execute(
+                    statement,
+                    [
+                        {
+                            "b_id": o.delivery_id,
+                            "b_token": o.lease_token,
+                            "b_status": o.status,
+                            "b_attempts": o.attempts,
+                            "b_first": o.first_attempt_at,
+                            "b_next": o.next_attempt_at,
+                            "b_finished": o.finished_at,
+                            "b_failed": json.dumps(sorted(o.failed_hooks))
+                            if o.failed_hooks
+                            else None,
+                            "b_error": o.last_error,
+                        }
+                        for o in outcomes
+                    ],
+                )
+                applied = result.rowcount
+        return len(outcomes) - applied
+
+    def release(self, leases: Sequence[tuple[int, int]], now: float) -> None:
+        """Give back claimed deliveries that were never sent (shutdown): due again now."""
+        if not leases:
+            return
+        with self.writer.begin() as conn:
+            conn.execute(
+                update(deliveries)
+                .where(
+                    deliveries.c.id == bindparam("b_id"),
+                    deliveries.c.lease_token == bindparam("b_token"),
+                    deliveries.c.status == PENDING,
+                )
+                .values(next_attempt_at=now, lease_owner=None),
+                [{"b_id": d, "b_token": t} for d, t in leases],
+            )
+
+    def release_all_leases(self, now: float) -> int:
+        """Make every leased delivery due now. Only safe when no other process is running
+        (SQLite, where efd holds an exclusive lock on the database file)."""
+        with self.writer.begin() as conn:
+            result = conn.execute(
+                update(deliveries)
+                .where(deliveries.c.status == PENDING, deliveries.c.lease_owner.is_not(None))
+                .values(next_attempt_at=now, lease_owner=None)
+            )
+            return result.rowcount
+
+    def next_due(self, destination: str) -> float | None:
+        with self.reader.connect() as conn:
+            value = conn.execute(
+                select(func.min(deliveries.c.next_attempt_at)).where(
+                    deliveries.c.destination == destination, deliveries.c.status == PENDING
+                )
+            ).scalar()
+            return float(value) if value is not None else None
+
+    # -- observation and housekeeping --------------------------------------------------------
+
+    def ping(self) -> None:
+        with self.reader.connect() as conn:
+            conn.execute(text("SELECT 1"))
+
+    def backlog(self) -> dict[str, int]:
+        """Pending deliveries per destination (including those in flight)."""
+        with self.reader.connect() as conn:
+            rows = conn.execute(
+                select(deliveries.c.destination, func.count())
+                .where(deliveries.c.status == PENDING)
+                .group_by(deliveries.c.destination)
+            ).all()
+        return {destination: count for destination, count in rows}
+
+    def purge_finished(self, before: float, limit: int) -> int:
+        """Delete up to `limit` messages all of whose deliveries finished before `before`,
+        and those that never had a delivery, with their deliveries and attempts."""
+        unfinished = (
+            select(deliveries.c.id)
+            .where(
+                deliveries.c.message_pk == messages.c.id,
+                or_(deliveries.c.status == PENDING, deliveries.c.finished_at >= before),
+            )
+            .exists()
+        )
+        with self.writer.begin() as conn:
+            ids = (
+                conn.execute(
+                    select(messages.c.id)
+                    .where(messages.c.received_at < before, ~unfinished)
+                    .order_by(messages.c.id)
+                    .limit(limit)
+                )
+                .scalars()
+                .all()
+            )
+            if not ids:
+                return 0
+            delivery_ids = select(deliveries.c.id).where(deliveries.c.message_pk.in_(ids))
+            conn.execute(delete(attempts).where(attempts.c.delivery_id.in_(delivery_ids)))
+            conn.execute(delete(deliveries).where(deliveries.c.message_pk.in_(ids)))
+            conn.execute(delete(messages).where(messages.c.id.in_(ids)))
+            return len(ids)
+
+    def delivered_count(self) -> int:
+        with self.reader.connect() as conn:
+            return int(
+                conn.execute(
+                    select(func.count()).where(deliveries.c.status == DELIVERED)
+                ).scalar_one()
+            )
