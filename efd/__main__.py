@@ -1,0 +1,5 @@
+import sys
+
+from efd.cli import main
+
+sys.exit(main())

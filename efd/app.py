@@ -1,0 +1,238 @@
+"""Wiring: one process holds the ingestion API, the dispatcher and housekeeping."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import signal
+import socket
+import time
+import uuid
+from pathlib import Path
+from typing import IO, Any
+
+from aiohttp import web
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from sqlalchemy.exc import SQLAlchemyError
+
+from efd.batching import GroupCommit
+from efd.config import Settings
+from efd.dispatcher import Dispatcher
+from efd.ingest import Ingest, json_response
+from efd.metrics import Metrics
+from efd.sender import Sender
+from efd.store import NewMessage, Store
+from efd.store import migrate as migrations
+from efd.store.engine import normalise_url, safe_url, sqlite_path
+from efd.store.runner import AsyncStore
+
+log = logging.getLogger(__name__)
+
+_RETENTION_BATCH = 1000
+_SHUTDOWN_MARGIN = 2.0
+
+
+class StartupError(Exception):
+    """efd cannot start; the message says why and what to do."""
+
+
+class _SqliteLock:
+    """One efd process per SQLite file: leases there are released at start-up, which is
+    only safe when no other process can be delivering from the same file."""
+
+    def __init__(self, database: Path) -> None:
+        self.path = database.with_name(database.name + ".lock")
+        self._handle: IO[str] | None = None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        handle = self.path.open("a+")
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise StartupError(
+                f"another efd process is using {self.path.with_suffix('')}; "
+                "SQLite serves one process (use PostgreSQL to run several)"
+            ) from None
+        self._handle = handle
+
+    def release(self) -> None:
+        if self._handle is not None:
+            fcntl.flock(self._handle.fileno(), fcntl.LOCK_UN)
+            self._handle.close()
+            self._handle = None
+
+
+class Daemon:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.metrics = Metrics()
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.port: int | None = None
+        self._lock: _SqliteLock | None = None
+        self._db: AsyncStore | None = None
+        self._runner: web.AppRunner | None = None
+        self._writer: GroupCommit[NewMessage, bool] | None = None
+        self._dispatcher: Dispatcher | None = None
+        self._sender: Sender | None = None
+        self._scheduler: AsyncIOScheduler | None = None
+
+    @property
+    def db(self) -> AsyncStore:
+        assert self._db is not None
+        return self._db
+
+    async def start(self) -> None:
+        settings = self.settings
+        url = settings.storage.url
+        database = sqlite_path(normalise_url(url))
+        if database is not None:
+            self._lock = _SqliteLock(database)
+            self._lock.acquire()
+        log.info("store: %s", safe_url(url))
+        await asyncio.to_thread(migrations.upgrade, url)
+        store = Store(
+            url,
+            sqlite_synchronous=settings.storage.sqlite_synchronous,
+            pool_size=settings.storage.pool_size,
+        )
+        self._db = AsyncStore(store)
+        if store.sqlite:
+            released = await self.db.write(store.release_all_leases, time.time())
+            if released:
+                log.info("resuming %d deliveries that were in flight at the last stop", released)
+
+        delivery = settings.delivery
+        self._sender = Sender(
+            timeout=delivery.timeout_seconds,
+            allowed_networks=delivery.allowed_networks,
+            ca_file=delivery.ca_file,
+            response_head_bytes=delivery.response_head_bytes,
+        )
+        await self._sender.start()
+        self._dispatcher = Dispatcher(
+            db=self.db,
+            sender=self._sender,
+            settings=settings,
+            metrics=self.metrics,
+            owner=self.owner,
+        )
+        self._writer = GroupCommit(self._store_messages, max_items=5000, name="efd-ingest-writer")
+        self._writer.start()
+        self._dispatcher.start()
+
+        self._scheduler = AsyncIOScheduler()
+        self._scheduler.add_job(self._refresh_backlog, "interval", seconds=15, id="backlog")
+        self._scheduler.add_job(
+            self._retention, "interval", minutes=10, id="retention", misfire_grace_time=60
+        )
+        self._scheduler.start()
+
+        app = web.Application(client_max_size=1024**2)
+        ingest = Ingest(
+            settings,
+            writer=self._writer,
+            metrics=self.metrics,
+            on_stored=self._dispatcher.notify,
+        )
+        app.add_routes(ingest.routes())
+        app.add_routes([web.get("/healthz", self._healthz), web.get("/metrics", self._metrics)])
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=10)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, settings.server.host, settings.server.port)
+        await site.start()
+        server = site._server  # the bound port, for port 0
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1] if sockets else settings.server.port
+        log.info(
+            "efd listening on http://%s:%s (%d sources, %d destinations)",
+            settings.server.host,
+            self.port,
+            len(settings.sources),
+            len(settings.destinations),
+        )
+
+    async def stop(self) -> None:
+        """Stop accepting, finish what was accepted, give deliveries a bounded grace."""
+        log.info("shutting down")
+        if self._runner is not None:
+            await self._runner.cleanup()  # stops listening, lets running requests finish
+        if self._writer is not None:
+            await self._writer.close()
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=False)
+        if self._dispatcher is not None:
+            grace = self.settings.delivery.timeout_seconds + _SHUTDOWN_MARGIN
+            await self._dispatcher.stop(grace)
+        if self._sender is not None:
+            await self._sender.close()
+        if self._db is not None:
+            await asyncio.to_thread(self._db.close)
+        if self._lock is not None:
+            self._lock.release()
+        log.info("stopped")
+
+    # -- pieces ---------------------------------------------------------------------------
+
+    async def _store_messages(self, rows: list[NewMessage]) -> list[bool]:
+        return await self.db.write(self.db.store.insert_messages, rows, time.time())
+
+    async def _healthz(self, _request: web.Request) -> web.Response:
+        try:
+            async with asyncio.timeout(2):
+                await self.db.read(self.db.store.ping)
+        except (SQLAlchemyError, TimeoutError) as error:
+            return json_response({"status": "unavailable", "store": str(error)[:200]}, 503)
+        return json_response({"status": "ok"})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        token = self.settings.server.admin_token
+        if token is not None:
+            expected = f"Bearer {token.get_secret_value()}"
+            if request.headers.get("Authorization", "") != expected:
+                return json_response(
+                    {"success": False, "code": "unauthorized", "message": "bearer token needed"},
+                    401,
+                )
+        with contextlib.suppress(SQLAlchemyError, TimeoutError):
+            async with asyncio.timeout(5):
+                await self._refresh_backlog()
+        return web.Response(text=self.metrics.render(), content_type="text/plain")
+
+    async def _refresh_backlog(self) -> None:
+        backlog = await self.db.read(self.db.store.backlog)
+        self.metrics.backlog = {d.name: backlog.get(d.name, 0) for d in self.settings.destinations}
+
+    async def _retention(self) -> None:
+        before = time.time() - self.settings.storage.retention_days * 86400
+        total = 0
+        # Small batches, each its own transaction, so ingestion never waits long.
+        while purged := await self.db.write(self.db.store.purge_finished, before, _RETENTION_BATCH):
+            total += purged
+            await asyncio.sleep(0.05)
+        if total:
+            log.info(
+                "retention: purged %d messages older than %s days",
+                total,
+                self.settings.storage.retention_days,
+            )
+
+
+async def run(settings: Settings, *, ready: Any = None) -> None:
+    """Serve until SIGTERM or SIGINT."""
+    daemon = Daemon(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await daemon.start()
+        if ready is not None:
+            ready(daemon)
+        await stop.wait()
+    finally:
+        await daemon.stop()

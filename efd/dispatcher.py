@@ -1,0 +1,330 @@
+"""The delivery scheduler: claim due deliveries, POST them, record what happened.
+
+A plain asyncio loop, not APScheduler: it wakes on new work (ingestion, or NOTIFY from
+other processes), on the next due time, on a freed slot, or on stop. Claims are batched per
+destination and sized to the free capacity of its hook URLs, so a slow receiver holds
+only its own slots and never starves the others. Outcomes are written in batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from efd import retry, webhooks
+from efd.batching import GroupCommit
+from efd.config import DestinationConfig, Settings
+from efd.metrics import Metrics
+from efd.retry import AttemptResult, RetryPolicy, Verdict
+from efd.sender import Sender
+from efd.store import AttemptRow, Claimed, Outcome
+from efd.store.runner import AsyncStore
+
+log = logging.getLogger(__name__)
+
+_CLAIM_BATCH = 500
+_IDLE_POLL = 1.0  # seconds; the longest a due retry can wait unnoticed
+_COALESCE = 0.002  # seconds to let wake-ups pile up into one claim
+
+
+@dataclass(frozen=True, slots=True)
+class _Route:
+    name: str
+    hooks: tuple[tuple[str, dict[str, str]], ...]  # (url, static headers)
+    secret: str | None
+
+    @classmethod
+    def of(cls, destination: DestinationConfig) -> _Route:
+        secret = destination.shared_secret.get_secret_value() if destination.shared_secret else None
+        return cls(
+            name=destination.name,
+            hooks=tuple((hook.url, dict(hook.headers)) for hook in destination.hooks),
+            secret=secret or None,
+        )
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        *,
+        db: AsyncStore,
+        sender: Sender,
+        settings: Settings,
+        metrics: Metrics,
+        owner: str,
+        rng: random.Random | None = None,
+    ) -> None:
+        delivery = settings.delivery
+        self._db = db
+        self._sender = sender
+        self._metrics = metrics
+        self._owner = owner
+        self._rng = rng or random.Random()
+        self._routes = {d.name: _Route.of(d) for d in settings.destinations}
+        self._user_agent = delivery.user_agent
+        self._lease = delivery.lease_seconds
+        self._max_in_flight = delivery.max_in_flight
+        self._max_per_hook = delivery.max_per_hook
+        self._policy = RetryPolicy(
+            initial=delivery.retry_initial_seconds,
+            maximum=delivery.retry_max_seconds,
+            window=delivery.retry_window_seconds,
+        )
+        self._in_flight = 0
+        self._in_flight_by_url: Counter[str] = Counter()
+        self._leases: dict[int, int] = {}  # delivery id -> token, until recorded
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._loop_task: asyncio.Task[None] | None = None
+        self._recorder: GroupCommit[tuple[Outcome, list[AttemptRow]], None] = GroupCommit(
+            self._record, max_items=2000, name="efd-outcome-recorder"
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._recorder.start()
+        self._loop_task = asyncio.create_task(self._run(), name="efd-dispatcher")
+
+    def notify(self) -> None:
+        """New work may be due: claim now rather than at the next poll."""
+        self._wake.set()
+
+    async def stop(self, grace: float) -> None:
+        """Stop claiming, give in-flight rounds `grace` seconds, record, release the rest."""
+        self._stopping = True
+        self._wake.set()
+        if self._loop_task is not None:
+            await self._loop_task
+        if self._tasks:
+            log.info("waiting up to %.1f s for %d deliveries in flight", grace, len(self._tasks))
+            _, pending = await asyncio.wait(set(self._tasks), timeout=grace)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending)
+        await self._recorder.close()
+        if self._leases:
+            # Cut short before their outcome was known: due again at the next start.
+            log.warning("releasing %d deliveries cut short by shutdown", len(self._leases))
+            with contextlib.suppress(SQLAlchemyError):
+                await self._db.write(
+                    self._db.store.release, list(self._leases.items()), time.time()
+                )
+
+    # -- the loop --------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        backoff = 0.5
+        while not self._stopping:
+            self._wake.clear()
+            try:
+                busy = await self._claim_round()
+                wait = 0.0 if busy else await self._idle_wait()
+                backoff = 0.5
+            except SQLAlchemyError as error:
+                log.error(
+                    "dispatcher cannot reach the database: %s; retrying in %.1f s", error, backoff
+                )
+                wait = backoff
+                backoff = min(backoff * 2, 10.0)
+            if wait > 0 and not self._stopping:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(wait):
+                        await self._wake.wait()
+                await asyncio.sleep(_COALESCE)
+            else:
+                await asyncio.sleep(0)
+
+    def _capacity(self, route: _Route) -> int:
+        free = self._max_in_flight - self._in_flight
+        for url, _ in route.hooks:
+            free = min(free, self._max_per_hook - self._in_flight_by_url[url])
+        return max(0, free)
+
+    async def _claim_round(self) -> bool:
+        """Claim and start what is due; True when a destination may have more due now."""
+        more = False
+        for route in self._routes.values():
+            limit = min(self._capacity(route), _CLAIM_BATCH)
+            if limit == 0 or self._stopping:
+                continue
+            now = time.time()
+            claimed = await self._db.write(
+                self._db.store.claim,
+                route.name,
+                limit,
+                owner=self._owner,
+                now=now,
+                lease_until=now + self._lease,
+            )
+            for item in claimed:
+                self._start(route, item)
+            if len(claimed) == limit and self._capacity(route) > 0:
+                more = True
+        return more
+
+    async def _idle_wait(self) -> float:
+        now = time.time()
+        wait = _IDLE_POLL
+        for route in self._routes.values():
+            if self._capacity(route) == 0:
+                continue  # a finishing delivery wakes us
+            due = await self._db.read(self._db.store.next_due, route.name)
+            if due is not None:
+                wait = min(wait, max(0.0, due - now))
+        return wait
+
+    def _start(self, route: _Route, item: Claimed) -> None:
+        urls = [url for url, _ in route.hooks if url not in item.failed_hooks]
+        self._in_flight += 1
+        self._in_flight_by_url.update(urls)
+        self._leases[item.delivery_id] = item.lease_token
+        task = asyncio.create_task(self._deliver(route, item, urls))
+        self._tasks.add(task)
+
+        def _done(finished: asyncio.Task[None]) -> None:
+            self._tasks.discard(finished)
+            self._in_flight -= 1
+            self._in_flight_by_url.subtract(urls)
+            self._wake.set()
+
+        task.add_done_callback(_done)
+
+    # -- one round -------------------------------------------------------------------------
+
+    async def _deliver(self, route: _Route, item: Claimed, urls: list[str]) -> None:
+        if item.body is None:
+            results: list[AttemptResult] = []
+            note = "message payload was purged by a deletion request"
+        else:
+            body = item.body.encode("utf-8")
+            headers = webhooks.request_headers(
+                user_agent=self._user_agent, secret=route.secret, body=body, static={}
+            )
+            hooks = [(url, static) for url, static in route.hooks if url in urls]
+            results = list(
+                await asyncio.gather(
+                    *(self._sender.post(url, body, {**static, **headers}) for url, static in hooks)
+                )
+            )
+            note = None
+        now = time.time()
+        first = item.first_attempt_at or min((r.started_at for r in results), default=now)
+        decision = retry.decide(
+            results,
+            hooks=[url for url, _ in route.hooks],
+            failed_hooks=item.failed_hooks,
+            attempt=item.attempts + 1,
+            first_attempt_at=first,
+            now=now,
+            policy=self._policy,
+            rng=self._rng,
+        )
+        self._report(route.name, item, results, decision, note)
+        outcome = Outcome(
+            delivery_id=item.delivery_id,
+            lease_token=item.lease_token,
+            status=decision.status,
+            attempts=item.attempts + (1 if results else 0),
+            first_attempt_at=first,
+            next_attempt_at=decision.next_attempt_at,
+            finished_at=None if decision.status == "pending" else now,
+            failed_hooks=decision.failed_hooks,
+            last_error=note or decision.last_error,
+        )
+        rows = [
+            AttemptRow(
+                delivery_id=item.delivery_id,
+                hook_url=webhooks.redact_url(r.hook_url),
+                attempted_at=r.started_at,
+                duration_ms=round(r.duration * 1000, 3),
+                outcome=r.verdict.value,
+                status_code=r.status_code,
+                error_class=r.error_class,
+                error=r.error,
+                response_head=r.response_head,
+            )
+            for r in results
+        ]
+        await self._recorder.submit([(outcome, rows)])
+        self._leases.pop(item.delivery_id, None)
+
+    def _report(
+        self,
+        destination: str,
+        item: Claimed,
+        results: list[AttemptResult],
+        decision: retry.Decision,
+        note: str | None,
+    ) -> None:
+        metrics = self._metrics
+        for result in results:
+            metrics.observe_attempt(destination, result.verdict.value, result.duration)
+            if result.verdict is not Verdict.SUCCESS:
+                log.warning(
+                    "message %s to %s: attempt %d at %s failed (%s): %s",
+                    item.message_id,
+                    destination,
+                    item.attempts + 1,
+                    webhooks.redact_url(result.hook_url),
+                    result.error_class or f"HTTP {result.status_code}",
+                    result.error or (result.response_head or "")[:120],
+                )
+        if decision.status == "delivered":
+            metrics.delivered[destination] += 1
+            log.debug("message %s delivered to %s", item.message_id, destination)
+        elif decision.status == "pending":
+            metrics.retried[destination] += 1
+            assert decision.next_attempt_at is not None
+            log.info(
+                "message %s to %s: retry in %.1f s",
+                item.message_id,
+                destination,
+                decision.next_attempt_at - time.time(),
+            )
+        elif decision.status == "failed":
+            metrics.failed[destination] += 1
+            log.error(
+                "message %s to %s failed for good: %s",
+                item.message_id,
+                destination,
+                note or decision.last_error,
+            )
+        else:
+            metrics.expired[destination] += 1
+            log.error(
+                "message %s to %s expired: retry window closed after %d attempts: %s",
+                item.message_id,
+                destination,
+                item.attempts + 1,
+                decision.last_error,
+            )
+
+    async def _record(self, items: list[tuple[Outcome, list[AttemptRow]]]) -> list[None]:
+        outcomes = [outcome for outcome, _ in items]
+        rows = [row for _, attempt_rows in items for row in attempt_rows]
+        delay = 0.5
+        while True:
+            try:
+                stale = await self._db.write(self._db.store.record, outcomes, rows)
+                break
+            except SQLAlchemyError as error:
+                # Keep the outcomes: losing them would resend delivered messages.
+                log.error(
+                    "cannot record %d outcomes: %s; retrying in %.1f s", len(items), error, delay
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+        if stale:
+            self._metrics.stale_outcomes += stale
+            log.warning("%d outcomes arrived after their lease moved on; not applied", stale)
+        return [None] * len(items)

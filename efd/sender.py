@@ -1,0 +1,172 @@
+"""The HTTP client that POSTs webhooks: exact timeouts, verified TLS, the address guard."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import ssl
+import time
+from collections.abc import Mapping, Sequence
+
+import aiohttp
+from aiohappyeyeballs import AddrInfoType
+
+from efd import netguard
+from efd.retry import AttemptResult, Verdict, classify_error, classify_status, parse_retry_after
+
+log = logging.getLogger(__name__)
+
+_GUARD_TAG = "efd address guard"
+# Read at most this much of a response: enough to see it is complete, never a memory risk.
+_MAX_RESPONSE_BYTES = 1 << 20
+
+
+class BlockedAddress(OSError):
+    """Raised inside the connector when the resolved peer address is not allowed."""
+
+
+def _is_blocked(error: BaseException) -> bool:
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, BlockedAddress) or _GUARD_TAG in str(current):
+            return True
+        current = getattr(current, "os_error", None) or current.__cause__
+    return False
+
+
+def _blocked_message(error: BaseException) -> str:
+    text = str(error)
+    start = text.find(_GUARD_TAG)
+    return text[start:] if start >= 0 else text
+
+
+class Sender:
+    """One aiohttp session for all hooks. Concurrency is gated by the dispatcher before a
+    request starts, so the pool never makes a request wait and the timeout is the
+    receiver's time alone."""
+
+    def __init__(
+        self,
+        *,
+        timeout: float,
+        allowed_networks: Sequence[str],
+        ca_file: str | None = None,
+        response_head_bytes: int = 512,
+    ) -> None:
+        self.timeout = timeout
+        self._allowed = netguard.parse_networks(allowed_networks)
+        self._head_bytes = response_head_bytes
+        self._ssl = ssl.create_default_context()
+        if ca_file:
+            self._ssl.load_verify_locations(cafile=ca_file)
+        self._session: aiohttp.ClientSession | None = None
+
+    def _guarded_socket(self, addr_info: AddrInfoType) -> socket.socket:
+        family, type_, proto, _, address = addr_info
+        reason = netguard.check(str(address[0]), self._allowed)
+        if reason is not None:
+            raise BlockedAddress(f"{_GUARD_TAG}: {reason} is not allowed")
+        return socket.socket(family=family, type=type_, proto=proto)
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(
+            limit=0,
+            ssl=self._ssl,
+            socket_factory=self._guarded_socket,
+            ttl_dns_cache=30,
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(total=None, connect=None, sock_read=None),
+            trust_env=False,  # never route webhooks through an ambient proxy
+            auto_decompress=False,
+            skip_auto_headers=("Accept-Encoding",),
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> AttemptResult:
+        """POST once; never raises for anything the receiver or network does."""
+        assert self._session is not None, "Sender.start() was not awaited"
+        started_at = time.time()
+        clock = time.monotonic()
+        status: int | None = None
+        head: bytes | None = None
+        retry_after_header: str | None = None
+        try:
+            # asyncio.timeout is exact; aiohttp's own timeouts round up past 5 s.
+            async with asyncio.timeout(self.timeout):
+                async with self._session.post(
+                    url, data=body, headers=dict(headers), allow_redirects=False
+                ) as response:
+                    status = response.status
+                    retry_after_header = response.headers.get("Retry-After")
+                    head = await response.content.read(self._head_bytes)
+                    # A complete answer means the whole body arrived within the timeout.
+                    remaining = _MAX_RESPONSE_BYTES
+                    while remaining > 0 and (chunk := await response.content.read(65536)):
+                        remaining -= len(chunk)
+        except TimeoutError:
+            return self._error(
+                url, started_at, clock, "timeout", f"no complete answer in {self.timeout:g} s"
+            )
+        except aiohttp.ClientConnectorCertificateError as error:
+            return self._error(
+                url, started_at, clock, "tls", f"certificate rejected: {error.certificate_error}"
+            )
+        except aiohttp.ClientConnectorDNSError as error:
+            return self._error(url, started_at, clock, "dns", str(error.os_error))
+        except aiohttp.ClientConnectorError as error:
+            if _is_blocked(error):
+                return self._error(url, started_at, clock, "blocked", _blocked_message(error))
+            if isinstance(error, aiohttp.ClientSSLError):
+                return self._error(
+                    url, started_at, clock, "connect", f"TLS handshake failed: {error}"
+                )
+            return self._error(url, started_at, clock, "connect", str(error.os_error or error))
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientConnectionResetError) as error:
+            return self._error(url, started_at, clock, "reset", str(error) or type(error).__name__)
+        except aiohttp.InvalidURL as error:
+            return self._error(url, started_at, clock, "invalid_url", str(error))
+        except (aiohttp.ClientPayloadError, aiohttp.ClientResponseError) as error:
+            return self._error(url, started_at, clock, "protocol", str(error))
+        except aiohttp.ClientError as error:
+            return self._error(
+                url, started_at, clock, "connect", str(error) or type(error).__name__
+            )
+        except OSError as error:
+            if _is_blocked(error):
+                return self._error(url, started_at, clock, "blocked", _blocked_message(error))
+            return self._error(url, started_at, clock, "connect", str(error))
+        duration = time.monotonic() - clock
+        verdict = classify_status(status)
+        retry_after = None
+        if verdict is Verdict.RETRY:
+            retry_after = parse_retry_after(retry_after_header, time.time())
+        return AttemptResult(
+            hook_url=url,
+            started_at=started_at,
+            duration=duration,
+            verdict=verdict,
+            status_code=status,
+            response_head=(head or b"").decode("utf-8", "replace"),
+            retry_after=retry_after,
+        )
+
+    def _error(
+        self, url: str, started_at: float, clock: float, error_class: str, message: str
+    ) -> AttemptResult:
+        return AttemptResult(
+            hook_url=url,
+            started_at=started_at,
+            duration=time.monotonic() - clock,
+            verdict=classify_error(error_class),
+            error_class=error_class,
+            error=message[:500],
+        )
