@@ -141,7 +141,10 @@ class Daemon:
         )
         app.add_routes(ingest.routes())
         app.add_routes([web.get("/healthz", self._healthz), web.get("/metrics", self._metrics)])
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=10)
+        # efd inflates gzip bodies itself, with a bound: aiohttp would inflate without one.
+        self._runner = web.AppRunner(
+            app, access_log=None, shutdown_timeout=10, auto_decompress=False
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, settings.server.host, settings.server.port)
         await site.start()

@@ -26,21 +26,17 @@ class BlockedAddress(OSError):
     """Raised inside the connector when the resolved peer address is not allowed."""
 
 
-def _is_blocked(error: BaseException) -> bool:
+def _blocked_reason(error: BaseException) -> str | None:
+    """The address guard's message, if the guard is why this connection failed."""
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if isinstance(current, BlockedAddress) or _GUARD_TAG in str(current):
-            return True
+        text = str(current)
+        if isinstance(current, BlockedAddress) or _GUARD_TAG in text:
+            return text[text.find(_GUARD_TAG) :] if _GUARD_TAG in text else text
         current = getattr(current, "os_error", None) or current.__cause__
-    return False
-
-
-def _blocked_message(error: BaseException) -> str:
-    text = str(error)
-    start = text.find(_GUARD_TAG)
-    return text[start:] if start >= 0 else text
+    return None
 
 
 class Sender:
@@ -123,8 +119,8 @@ class Sender:
         except aiohttp.ClientConnectorDNSError as error:
             return self._error(url, started_at, clock, "dns", str(error.os_error))
         except aiohttp.ClientConnectorError as error:
-            if _is_blocked(error):
-                return self._error(url, started_at, clock, "blocked", _blocked_message(error))
+            if blocked := _blocked_reason(error):
+                return self._error(url, started_at, clock, "blocked", blocked)
             if isinstance(error, aiohttp.ClientSSLError):
                 return self._error(
                     url, started_at, clock, "connect", f"TLS handshake failed: {error}"
@@ -141,8 +137,8 @@ class Sender:
                 url, started_at, clock, "connect", str(error) or type(error).__name__
             )
         except OSError as error:
-            if _is_blocked(error):
-                return self._error(url, started_at, clock, "blocked", _blocked_message(error))
+            if blocked := _blocked_reason(error):
+                return self._error(url, started_at, clock, "blocked", blocked)
             return self._error(url, started_at, clock, "connect", str(error))
         duration = time.monotonic() - clock
         verdict = classify_status(status)
