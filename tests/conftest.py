@@ -1,0 +1,357 @@
+"""Shared fixtures: real databases, real receivers on 127.0.0.1, real daemons.
+
+Every test that touches storage runs once on a SQLite file and once on a fresh PostgreSQL
+database (created from a migrated template). Set EFD_TEST_DB=sqlite to skip PostgreSQL
+locally; the README's test command sets EFD_REQUIRE_PG=1 so CI cannot skip it silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import psycopg
+import pytest
+from aiohttp import web
+from sqlalchemy import create_engine, text
+
+from efd import config
+from efd.app import Daemon
+from efd.store import migrate
+
+PG_ADMIN_URL = os.environ.get("EFD_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+WRITE_KEY = "wk_test"
+SECRET = "test-secret"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# -- databases --------------------------------------------------------------------------
+
+
+def _backends() -> list[str]:
+    return [b.strip() for b in os.environ.get("EFD_TEST_DB", "sqlite,postgresql").split(",")]
+
+
+def _pg_available() -> bool:
+    try:
+        with psycopg.connect(PG_ADMIN_URL, connect_timeout=3):
+            return True
+    except psycopg.Error:
+        return False
+
+
+@pytest.fixture(scope="session")
+def pg_template() -> Iterator[str]:
+    """A migrated template database; each test copies it (fast, isolated)."""
+    if not _pg_available():
+        if os.environ.get("EFD_REQUIRE_PG") == "1":
+            pytest.fail(f"PostgreSQL is required but not reachable at {PG_ADMIN_URL}")
+        pytest.skip(f"PostgreSQL not reachable at {PG_ADMIN_URL}")
+    name = f"efd_template_{os.getpid()}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = _pg_url(name)
+    migrate.upgrade(url)
+    yield name
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _pg_url(database: str) -> str:
+    base = PG_ADMIN_URL.rsplit("/", 1)[0]
+    return f"{base}/{database}"
+
+
+@pytest.fixture(params=_backends())
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'efd.db'}"
+        return
+    template = request.getfixturevalue("pg_template")
+    name = f"efd_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    yield _pg_url(name)
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def sql(url: str, statement: str, **params: Any) -> list[Any]:
+    """Run one query the way an operator would, and return its rows."""
+    from efd.store.engine import normalise_url
+
+    engine = create_engine(normalise_url(url))
+    try:
+        with engine.begin() as conn:
+            result = conn.execute(text(statement), params)
+            return list(result.all()) if result.returns_rows else []
+    finally:
+        engine.dispose()
+
+
+# -- receivers --------------------------------------------------------------------------
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    at: float
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+Behaviour = Callable[[web.Request, int], Awaitable[web.StreamResponse]]
+
+
+async def ok(_request: web.Request, _n: int) -> web.StreamResponse:
+    return web.json_response({"ok": True})
+
+
+@dataclass
+class Receiver:
+    """A real HTTP server on 127.0.0.1. `behaviour(request, n)` answers the n-th request."""
+
+    behaviour: Behaviour = ok
+    received: list[Received] = field(default_factory=list)
+    url: str = ""
+    _runner: web.AppRunner | None = None
+    _event: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def start(self, ssl_context: Any = None, port: int = 0) -> Receiver:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            body = await request.read()
+            self.received.append(Received(request.path, dict(request.headers), body, time.time()))
+            self._event.set()
+            return await self.behaviour(request, len(self.received))
+
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", handle)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", port, ssl_context=ssl_context)
+        await site.start()
+        bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        scheme = "https" if ssl_context else "http"
+        host = "localhost" if ssl_context else "127.0.0.1"
+        self.url = f"{scheme}://{host}:{bound}/hook"
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def wait_for(self, count: int, timeout: float = 10.0) -> list[Received]:
+        deadline = time.monotonic() + timeout
+        while len(self.received) < count:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(
+                    f"expected {count} requests at {self.url}, got {len(self.received)}"
+                )
+            self._event.clear()
+            try:
+                async with asyncio.timeout(min(remaining, 0.2)):
+                    await self._event.wait()
+            except TimeoutError:
+                pass
+        return self.received
+
+
+@pytest.fixture
+async def receiver_factory() -> AsyncIterator[Callable[..., Awaitable[Receiver]]]:
+    started: list[Receiver] = []
+
+    async def make(behaviour: Behaviour = ok, **kwargs: Any) -> Receiver:
+        receiver = await Receiver(behaviour).start(**kwargs)
+        started.append(receiver)
+        return receiver
+
+    yield make
+    for receiver in started:
+        await receiver.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# -- daemons ----------------------------------------------------------------------------
+
+
+def settings_dict(db_url: str, hooks: list[str] | None = None, **sections: Any) -> dict[str, Any]:
+    """A configuration: one source `web` -> one destination `hooks` with the given URLs."""
+    delivery = {
+        "timeout_seconds": 5,
+        "retry_initial_seconds": 0.05,
+        "retry_max_seconds": 0.2,
+        "retry_window_seconds": 30,
+        "allowed_networks": ["127.0.0.0/8"],
+    }
+    delivery.update(sections.pop("delivery", {}))
+    result: dict[str, Any] = {
+        "server": {"host": "127.0.0.1", "port": 0},
+        "storage": {"url": db_url},
+        "delivery": delivery,
+        "sources": [{"name": "web", "write_key": WRITE_KEY, "destinations": ["hooks"]}],
+        "destinations": [
+            {
+                "name": "hooks",
+                "type": "webhooks",
+                "shared_secret": SECRET,
+                "hooks": [{"url": url} for url in (hooks or ["http://127.0.0.1:9/unused"])],
+            }
+        ],
+    }
+    result.update(sections)
+    return result
+
+
+@pytest.fixture
+async def daemon_factory() -> AsyncIterator[Callable[..., Awaitable[Daemon]]]:
+    started: list[Daemon] = []
+
+    async def make(settings: dict[str, Any]) -> Daemon:
+        daemon = Daemon(config.load(None, **settings))
+        started.append(daemon)
+        await daemon.start()
+        return daemon
+
+    yield make
+    for daemon in started:
+        await daemon.stop()
+
+
+def basic(write_key: str = WRITE_KEY) -> dict[str, str]:
+    token = base64.b64encode(f"{write_key}:".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
+
+
+async def post(
+    port: int, path: str, payload: Any, headers: dict[str, str] | None = None
+) -> tuple[int, Any]:
+    data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"http://127.0.0.1:{port}{path}",
+            data=data,
+            headers={"Content-Type": "application/json", **basic(), **(headers or {})},
+        ) as response,
+    ):
+        return response.status, await response.json(content_type=None)
+
+
+async def eventually(
+    check: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05
+) -> Any:
+    """Poll `check` until it returns a truthy value; fail with the last value otherwise."""
+    deadline = time.monotonic() + timeout
+    value = None
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        await asyncio.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout} s (last value: {value!r})")
+
+
+# -- processes --------------------------------------------------------------------------
+
+
+class DaemonProcess:
+    """`python -m efd serve` in a real process, for kill -9 and SIGTERM tests."""
+
+    def __init__(self, config_path: Path, port: int, log_path: Path) -> None:
+        self.config_path = config_path
+        self.port = port
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 20.0) -> DaemonProcess:
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "efd", "serve", "--config", str(self.config_path)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"daemon exited early:\n{self.log()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return self
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError(f"daemon did not start:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(10)
+
+    def terminate(self, timeout: float = 30.0) -> int:
+        assert self.proc is not None
+        self.proc.terminate()
+        return self.proc.wait(timeout)
+
+    def ensure_stopped(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+def write_toml(path: Path, settings: dict[str, Any]) -> Path:
+    """Render the settings dict as TOML (enough of TOML for our configs)."""
+
+    def value(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, int | float):
+            return repr(v)
+        if isinstance(v, str):
+            return json.dumps(v)
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f"{json.dumps(k)} = {value(x)}" for k, x in v.items()) + " }"
+        raise TypeError(v)
+
+    lines: list[str] = []
+    for section in ("server", "storage", "delivery", "logging"):
+        if section in settings:
+            lines.append(f"[{section}]")
+            lines += [f"{k} = {value(v)}" for k, v in settings[section].items()]
+    for source in settings.get("sources", []):
+        lines.append("[[sources]]")
+        lines += [f"{k} = {value(v)}" for k, v in source.items()]
+    for destination in settings.get("destinations", []):
+        lines.append("[[destinations]]")
+        lines += [f"{k} = {value(v)}" for k, v in destination.items() if k != "hooks"]
+        for hook in destination["hooks"]:
+            lines.append("[[destinations.hooks]]")
+            lines += [f"{k} = {value(v)}" for k, v in hook.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path

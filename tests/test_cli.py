@@ -1,0 +1,89 @@
+"""The command line, run as a newcomer or an operator would run it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from efd import webhooks
+from tests.conftest import ROOT, free_port, settings_dict, sql, write_toml
+
+
+def efd(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "efd", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        check=False,
+    )
+
+
+def test_example_config_is_valid():
+    result = efd("check-config", "--config", "config.example.toml")
+    assert result.returncode == 0, result.stderr
+    assert "OK" in result.stdout
+
+
+def test_migrate_creates_the_schema(db_url, tmp_path: Path):
+    path = write_toml(tmp_path / "efd.toml", settings_dict(db_url))
+    result = efd("migrate", "--config", str(path))
+    assert result.returncode == 0, result.stderr
+    assert "database at revision" in result.stdout
+    assert sql(db_url, "SELECT count(*) FROM deliveries") == [(0,)]
+
+
+def test_serve_refuses_an_invalid_config_and_names_each_key(tmp_path: Path):
+    path = tmp_path / "bad.toml"
+    path.write_text(
+        '[server]\nport = "eighty"\nhots = "x"\n[delivery]\ntimeout_seconds = -1\n'
+        '[[destinations]]\nname = "d"\nhooks = []\n'
+    )
+    result = efd("serve", "--config", str(path))
+    assert result.returncode == 2
+    for key in ("server.port", "server.hots", "delivery.timeout_seconds", "destinations[0].hooks"):
+        assert key in result.stderr
+
+
+def _post(url: str, body: bytes, headers: dict[str, str]) -> int:
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return int(response.status)
+
+
+def test_listen_prints_webhooks_and_verifies_signatures(tmp_path: Path):
+    port = free_port()
+    log = tmp_path / "listen.out"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "efd", "listen", "--port", str(port), "--secret", "k"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
+    try:
+        url = f"http://127.0.0.1:{port}/webhook"
+        body = json.dumps({"type": "track", "event": "Hello"}).encode()
+        for _ in range(100):
+            try:
+                _post(url, body, {"X-Signature": webhooks.sign("k", body)})
+                break
+            except OSError:
+                time.sleep(0.1)
+        assert _post(url, body, {"X-Signature": "0" * 40}) == 200
+        assert _post(url, body, {}) == 200
+        time.sleep(0.3)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    text = log.read_text()
+    assert text.count("POST /webhook") == 3
+    assert "(valid)" in text
+    assert "(INVALID)" in text
+    assert "(MISSING)" in text
+    assert '"event": "Hello"' in text

@@ -1,0 +1,152 @@
+"""The store on real SQLite files and real PostgreSQL databases."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from efd.store import AttemptRow, NewMessage, Outcome, Store, migrate
+from tests.conftest import sql
+
+
+@pytest.fixture
+def store(db_url):  # type: ignore[no-untyped-def]
+    migrate.upgrade(db_url)
+    s = Store(db_url)
+    yield s
+    s.dispose()
+
+
+def message(mid: str, source: str = "web", destinations: tuple[str, ...] = ("d",)) -> NewMessage:
+    now = time.time()
+    return NewMessage(
+        source=source,
+        message_id=mid,
+        type="track",
+        user_id="u",
+        anonymous_id=None,
+        event="E",
+        timestamp=now,
+        received_at=now,
+        body='{"type":"track"}',
+        destinations=destinations,
+    )
+
+
+def test_insert_stores_messages_and_one_delivery_per_destination(store, db_url):
+    assert store.insert_messages(
+        [message("a", destinations=("d", "e")), message("b")], time.time()
+    ) == [True, True]
+    assert sql(db_url, "SELECT count(*) FROM messages") == [(2,)]
+    assert sql(db_url, "SELECT destination FROM deliveries ORDER BY id") == [("d",), ("e",), ("d",)]
+
+
+def test_dedupe_within_24_hours_per_source(store, db_url):
+    now = time.time()
+    assert store.insert_messages([message("a"), message("a")], now) == [True, False]
+    assert store.insert_messages([message("a")], now) == [False]
+    assert store.insert_messages([message("a", source="other")], now) == [True]
+    # Older than the window: accepted again.
+    sql(db_url, "UPDATE messages SET received_at = :t", t=now - 25 * 3600)
+    assert store.insert_messages([message("a")], now) == [True]
+
+
+def test_claim_leases_and_hides_rows_until_the_lease_lapses(store):
+    now = time.time()
+    store.insert_messages([message(f"m{i}") for i in range(5)], now)
+    first = store.claim("d", 3, owner="A", now=now, lease_until=now + 60)
+    assert len(first) == 3
+    assert all(c.lease_token == 1 for c in first)
+    second = store.claim("d", 10, owner="B", now=now, lease_until=now + 60)
+    assert len(second) == 2
+    assert not {c.delivery_id for c in first} & {c.delivery_id for c in second}
+    assert store.claim("d", 10, owner="C", now=now + 1, lease_until=now + 61) == []
+    # The lease lapses: the rows are due again, and the token moves on.
+    again = store.claim("d", 10, owner="C", now=now + 61, lease_until=now + 121)
+    assert len(again) == 5
+    assert all(c.lease_token == 2 for c in again)
+
+
+def test_fencing_token_rejects_a_stale_outcome(store, db_url):
+    now = time.time()
+    store.insert_messages([message("m")], now)
+    [stale] = store.claim("d", 1, owner="A", now=now, lease_until=now + 1)
+    [fresh] = store.claim("d", 1, owner="B", now=now + 2, lease_until=now + 62)
+
+    def outcome(claim, status):  # type: ignore[no-untyped-def]
+        return Outcome(
+            delivery_id=claim.delivery_id,
+            lease_token=claim.lease_token,
+            status=status,
+            attempts=1,
+            first_attempt_at=now,
+            next_attempt_at=None,
+            finished_at=now,
+            failed_hooks=frozenset(),
+            last_error=None,
+        )
+
+    row = AttemptRow(stale.delivery_id, "http://h", now, 1.0, "fail", 400, None, None, None)
+    assert store.record([outcome(stale, "failed")], [row]) == 1  # ignored
+    assert sql(db_url, "SELECT status, lease_owner FROM deliveries") == [("pending", "B")]
+    assert sql(db_url, "SELECT count(*) FROM attempts") == [(1,)]  # the attempt happened
+    assert store.record([outcome(fresh, "delivered")], []) == 0
+    assert sql(db_url, "SELECT status, lease_owner FROM deliveries") == [("delivered", None)]
+
+
+def test_concurrent_claimers_never_share_a_delivery(store, db_url):
+    now = time.time()
+    store.insert_messages([message(f"m{i}") for i in range(400)], now)
+    claims: list[list[int]] = []
+    lock = threading.Lock()
+
+    def worker(name: str) -> None:
+        own = Store(db_url)
+        try:
+            while batch := own.claim("d", 7, owner=name, now=now, lease_until=now + 60):
+                with lock:
+                    claims.append([c.delivery_id for c in batch])
+        finally:
+            own.dispose()
+
+    threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    ids = [i for batch in claims for i in batch]
+    assert len(ids) == 400
+    assert len(set(ids)) == 400
+
+
+def test_release_all_leases_makes_them_due_now(store, db_url):
+    now = time.time()
+    store.insert_messages([message("m")], now)
+    store.claim("d", 1, owner="A", now=now, lease_until=now + 600)
+    assert store.release_all_leases(now + 1) == 1
+    assert sql(db_url, "SELECT lease_owner, next_attempt_at FROM deliveries") == [(None, now + 1)]
+
+
+def test_purge_removes_only_finished_old_messages(store, db_url):
+    now = time.time()
+    store.insert_messages(
+        [message("done"), message("pending"), message("no-route", destinations=())], now
+    )
+    sql(db_url, "UPDATE messages SET received_at = :t", t=now - 10 * 86400)
+    sql(
+        db_url,
+        "UPDATE deliveries SET status = 'delivered', finished_at = :t WHERE message_pk = "
+        "(SELECT id FROM messages WHERE message_id = 'done')",
+        t=now - 9 * 86400,
+    )
+    assert store.purge_finished(now - 7 * 86400, 1000) == 2
+    assert sql(db_url, "SELECT message_id FROM messages") == [("pending",)]
+    assert sql(db_url, "SELECT count(*) FROM deliveries") == [(1,)]
+
+
+def test_migrations_are_idempotent_and_at_head(db_url):
+    migrate.upgrade(db_url)
+    migrate.upgrade(db_url)
+    assert migrate.current_revision(db_url) == migrate.head_revision()
