@@ -1,0 +1,850 @@
+"""Tokenizer and parser for efd's subset of Segment's audience query language.
+
+The reference is docs/audience-language.md. Text is parsed into an immutable AST; nothing in the
+text is ever executed. `parse_condition` and `parse_expression` also check the result type:
+an audience condition must be true/false, a computed trait must be an aggregate.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Final, NoReturn, TypeAlias
+from typing import Literal as Lit
+
+__all__ = [
+    "Aggregate",
+    "And",
+    "BoolNode",
+    "Compare",
+    "Condition",
+    "EventQuery",
+    "Expression",
+    "Literal",
+    "Match",
+    "Node",
+    "Not",
+    "Or",
+    "ParseError",
+    "Presence",
+    "PropertyRef",
+    "Requirements",
+    "TraitRef",
+    "ValueNode",
+    "Window",
+    "parse_condition",
+    "parse_expression",
+    "requirements",
+]
+
+Scalar: TypeAlias = str | int | float | bool | None
+
+# Guards the recursive-descent parser against pathological nesting (RecursionError).
+MAX_DEPTH: Final = 64
+
+
+class ParseError(ValueError):
+    """A syntax or type error, with a 1-based position in the source text."""
+
+    def __init__(self, message: str, line: int, column: int) -> None:
+        super().__init__(f"line {line}, column {column}: {message}")
+        self.message = message
+        self.line = line
+        self.column = column
+
+
+# ---------------------------------------------------------------------------------------------
+# AST. `pos` (line, column) is excluded from equality so tests and caches compare structure only.
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Node:
+    pos: tuple[int, int] = field(default=(1, 1), compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Literal(_Node):
+    value: Scalar
+
+
+@dataclass(frozen=True)
+class TraitRef(_Node):
+    name: str
+
+
+@dataclass(frozen=True)
+class PropertyRef(_Node):
+    """property('x'): only valid inside where(), reads the event's property."""
+
+    name: str
+
+
+UNIT_SECONDS: Final[dict[str, int]] = {"days": 86400, "hours": 3600, "minutes": 60}
+
+
+@dataclass(frozen=True)
+class Window(_Node):
+    amount: int
+    unit: Lit["days", "hours", "minutes"]
+
+    @property
+    def seconds(self) -> float:
+        return float(self.amount * UNIT_SECONDS[self.unit])
+
+
+@dataclass(frozen=True)
+class EventQuery(_Node):
+    """event('Name') with its filters; not a value until an aggregate is applied."""
+
+    event: str
+    where: BoolNode | None = None
+    within: Window | None = None
+
+
+AggregateFunc: TypeAlias = Lit[
+    "count", "sum", "avg", "min", "max", "first", "last", "mode", "unique", "unique_count"
+]
+
+
+@dataclass(frozen=True)
+class Aggregate(_Node):
+    """An event query reduced to one value. `prop` is None only for count."""
+
+    query: EventQuery
+    func: AggregateFunc
+    prop: str | None = None
+    min_frequency: int | None = None  # mode('p', N) only
+
+
+CompareOp: TypeAlias = Lit["=", "!=", "<", "<=", ">", ">=", "contains"]
+MatchOp: TypeAlias = Lit["contains", "one_of", "starts_with", "ends_with", "omits"]
+
+
+@dataclass(frozen=True)
+class Compare(_Node):
+    left: ValueNode
+    op: CompareOp
+    right: ValueNode
+
+
+@dataclass(frozen=True)
+class Match(_Node):
+    """Method comparators with a list of candidates, e.g. trait('x').one_of('a', 'b')."""
+
+    operand: ValueNode
+    op: MatchOp
+    values: tuple[ValueNode, ...]
+
+
+@dataclass(frozen=True)
+class Presence(_Node):
+    """.exists() (present=True) or .absent() (present=False)."""
+
+    operand: ValueNode
+    present: bool
+
+
+@dataclass(frozen=True)
+class And(_Node):
+    items: tuple[BoolNode, ...]
+
+
+@dataclass(frozen=True)
+class Or(_Node):
+    items: tuple[BoolNode, ...]
+
+
+@dataclass(frozen=True)
+class Not(_Node):
+    item: BoolNode
+
+
+ValueNode: TypeAlias = Literal | TraitRef | PropertyRef | Aggregate
+BoolNode: TypeAlias = Compare | Match | Presence | And | Or | Not
+Node: TypeAlias = ValueNode | BoolNode | EventQuery
+
+_VALUE_TYPES: Final = (Literal, TraitRef, PropertyRef, Aggregate)
+_BOOL_TYPES: Final = (Compare, Match, Presence, And, Or, Not)
+
+
+# ---------------------------------------------------------------------------------------------
+# What storage must load to evaluate an expression.
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """Event names, trait names and the longest lookback an expression needs.
+
+    lookback_seconds is None when some event query has no within() (all history is needed),
+    and 0.0 when no event is referenced at all.
+    """
+
+    event_names: frozenset[str]
+    trait_names: frozenset[str]
+    lookback_seconds: float | None
+
+    def union(self, other: Requirements) -> Requirements:
+        lookback = (
+            None
+            if self.lookback_seconds is None or other.lookback_seconds is None
+            else max(self.lookback_seconds, other.lookback_seconds)
+        )
+        return Requirements(
+            self.event_names | other.event_names, self.trait_names | other.trait_names, lookback
+        )
+
+
+def requirements(node: Node) -> Requirements:
+    events: set[str] = set()
+    traits: set[str] = set()
+    lookbacks: list[float | None] = []
+
+    def walk(n: Node) -> None:
+        if isinstance(n, TraitRef):
+            traits.add(n.name)
+        elif isinstance(n, Aggregate):
+            walk(n.query)
+        elif isinstance(n, EventQuery):
+            events.add(n.event)
+            lookbacks.append(None if n.within is None else n.within.seconds)
+            if n.where is not None:
+                walk(n.where)
+        elif isinstance(n, Compare):
+            walk(n.left)
+            walk(n.right)
+        elif isinstance(n, Match):
+            walk(n.operand)
+            for v in n.values:
+                walk(v)
+        elif isinstance(n, Presence):
+            walk(n.operand)
+        elif isinstance(n, And | Or):
+            for item in n.items:
+                walk(item)
+        elif isinstance(n, Not):
+            walk(n.item)
+
+    walk(node)
+    if any(lb is None for lb in lookbacks):
+        lookback: float | None = None
+    else:
+        lookback = max((lb for lb in lookbacks if lb is not None), default=0.0)
+    return Requirements(frozenset(events), frozenset(traits), lookback)
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A parsed audience condition (yields true/false)."""
+
+    source: str
+    root: BoolNode
+
+    def requirements(self) -> Requirements:
+        return requirements(self.root)
+
+
+@dataclass(frozen=True)
+class Expression:
+    """A parsed computed-trait expression (yields a value)."""
+
+    source: str
+    root: Aggregate
+
+    def requirements(self) -> Requirements:
+        return requirements(self.root)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokenizer
+
+
+@dataclass(frozen=True, slots=True)
+class _Token:
+    kind: Lit["str", "num", "name", "op", "end"]
+    value: str | int | float  # names are lower-cased: keywords and functions ignore case
+    text: str  # the source spelling, for messages
+    line: int
+    column: int
+
+
+_NUMBER: Final = re.compile(r"[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ESCAPES: Final = {"\\": "\\", "'": "'", '"': '"', "n": "\n", "r": "\r", "t": "\t"}
+_TWO_CHAR_OPS: Final = ("==", "!=", "<=", ">=")
+_ONE_CHAR_OPS: Final = "()<>=.,-:"  # ':' only to reject within(parent: ...) clearly
+
+
+def _tokenize(text: str) -> tuple[list[_Token], ParseError | None]:
+    """Tokens up to the end or to the first lexical error, which is returned, not raised,
+    so that the parser reports whichever error comes first in the text."""
+    tokens: list[_Token] = []
+    try:
+        _scan(text, tokens)
+    except ParseError as err:
+        tokens.append(_Token("end", "", "", err.line, err.column))
+        return tokens, err
+    return tokens, None
+
+
+def _scan(text: str, tokens: list[_Token]) -> None:
+    i, n = 0, len(text)
+    line, line_start = 1, 0
+    while i < n:
+        c = text[i]
+        if c == "\n":
+            line += 1
+            i += 1
+            line_start = i
+            continue
+        if c.isspace():
+            i += 1
+            continue
+        col = i - line_start + 1
+        if c in "'\"":
+            start = i
+            value, i = _read_string(text, i, line, line_start)
+            tokens.append(_Token("str", value, text[start:i], line, col))
+            continue
+        m = _NUMBER.match(text, i)
+        if m:
+            raw = m.group()
+            num: int | float = int(raw) if m.group(1) is None and m.group(2) is None else float(raw)
+            if isinstance(num, float) and not math.isfinite(num):
+                raise ParseError(f"number {raw} is out of range", line, col)
+            tokens.append(_Token("num", num, raw, line, col))
+            i = m.end()
+            continue
+        m = _NAME.match(text, i)
+        if m:
+            tokens.append(_Token("name", m.group().lower(), m.group(), line, col))
+            i = m.end()
+            continue
+        two = text[i : i + 2]
+        if two in _TWO_CHAR_OPS:
+            tokens.append(_Token("op", two, two, line, col))
+            i += 2
+            continue
+        if c in _ONE_CHAR_OPS:
+            tokens.append(_Token("op", c, c, line, col))
+            i += 1
+            continue
+        if c in "&|":
+            word = "and" if c == "&" else "or"
+            raise ParseError(f"unexpected character '{c}'; write '{word}'", line, col)
+        if c == "!":
+            raise ParseError("unexpected character '!'; write 'not' or '!='", line, col)
+        raise ParseError(f"unexpected character {c!r}", line, col)
+    tokens.append(_Token("end", "", "", line, n - line_start + 1))
+
+
+def _read_string(text: str, start: int, line: int, line_start: int) -> tuple[str, int]:
+    """Read a quoted string starting at text[start]; return (value, index after the quote)."""
+    quote = text[start]
+    out: list[str] = []
+    j = start + 1
+    while True:
+        # A raw newline means the closing quote is missing: report the opening quote.
+        if j >= len(text) or text[j] == "\n":
+            raise ParseError("unterminated string", line, start - line_start + 1)
+        ch = text[j]
+        if ch == quote:
+            return "".join(out), j + 1
+        if ch != "\\":
+            out.append(ch)
+            j += 1
+            continue
+        esc = text[j + 1] if j + 1 < len(text) else ""
+        col = j - line_start + 1
+        if esc in _ESCAPES and esc:
+            out.append(_ESCAPES[esc])
+            j += 2
+        elif esc == "u":
+            digits = text[j + 2 : j + 6]
+            if len(digits) != 4 or not all(d in "0123456789abcdefABCDEF" for d in digits):
+                raise ParseError("\\u must be followed by 4 hex digits", line, col)
+            code = int(digits, 16)
+            if 0xD800 <= code <= 0xDFFF:
+                raise ParseError("\\u escapes of surrogates are not allowed", line, col)
+            out.append(chr(code))
+            j += 6
+        elif esc in ("", "\n"):
+            raise ParseError("unterminated string", line, start - line_start + 1)
+        else:
+            raise ParseError(f"unknown escape '\\{esc}' in string", line, col)
+
+
+# ---------------------------------------------------------------------------------------------
+# Parser: recursive descent. Precedence, loosest first: or, and, not, comparison, method chain.
+
+_COMPARE_OPS: Final[dict[str, CompareOp]] = {
+    "=": "=",
+    "==": "=",
+    "!=": "!=",
+    "<": "<",
+    "<=": "<=",
+    ">": ">",
+    ">=": ">=",
+}
+_METHOD_COMPARE: Final[dict[str, CompareOp]] = {
+    "equals": "=",
+    "differs": "!=",
+    "greater_than": ">",
+    "at_least": ">=",
+    "less_than": "<",
+    "at_most": "<=",
+}
+_METHOD_MATCH: Final[dict[str, MatchOp]] = {
+    "contains": "contains",
+    "one_of": "one_of",
+    "starts_with": "starts_with",
+    "ends_with": "ends_with",
+    "omits": "omits",
+}
+_PROP_AGGREGATES: Final[dict[str, AggregateFunc]] = {
+    "sum": "sum",
+    "avg": "avg",
+    "min": "min",
+    "max": "max",
+    "first": "first",
+    "last": "last",
+    "mode": "mode",
+    "unique": "unique",
+}
+_UNITS: Final[dict[str, Lit["days", "hours", "minutes"]]] = {
+    "day": "days",
+    "days": "days",
+    "hour": "hours",
+    "hours": "hours",
+    "minute": "minutes",
+    "minutes": "minutes",
+}
+_KEYWORDS: Final = frozenset({"and", "or", "not", "contains"})
+_QUERY_METHODS: Final = "where, within, count, sum, avg, min, max, first, last, mode or unique"
+_VALUE_METHODS: Final = (
+    "equals, differs, greater_than, at_least, less_than, at_most, contains, one_of, "
+    "starts_with, ends_with, omits, exists or absent"
+)
+_ALL_METHODS: Final = frozenset(
+    {"where", "within", "count", "exists", "absent", *_PROP_AGGREGATES, *_METHOD_COMPARE}
+    | set(_METHOD_MATCH)
+)
+_NEED_CONDITION: Final = (
+    "expected a condition (true or false), found a value; compare it, e.g. trait('plan') = 'pro'"
+)
+
+
+def _compare(left: ValueNode, op: CompareOp, right: ValueNode) -> BoolNode:
+    """Build a comparison; `= null` and `!= null` are presence tests (.absent() / .exists())."""
+    if op in ("=", "!="):
+        for this, other in ((left, right), (right, left)):
+            if isinstance(other, Literal) and other.value is None:
+                return Presence(this, op == "!=", pos=left.pos)
+    return Compare(left, op, right, pos=left.pos)
+
+
+def _describe(tok: _Token) -> str:
+    if tok.kind == "end":
+        return "end of input"
+    if tok.kind == "str":
+        return f"string {tok.value!r}"
+    if tok.kind == "num":
+        return f"number {tok.text}"
+    if tok.kind == "name":
+        return f"'{tok.text}'"
+    return f"'{tok.value}'"
+
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self.tokens, self.lex_error = _tokenize(text)
+        self.i = 0
+        self.depth = 0
+        self.in_where = False
+
+    # -- token helpers
+
+    def peek(self) -> _Token:
+        tok = self.tokens[self.i]
+        if tok.kind == "end" and self.lex_error is not None:
+            raise self.lex_error
+        return tok
+
+    def advance(self) -> _Token:
+        tok = self.tokens[self.i]
+        if tok.kind != "end":
+            self.i += 1
+        return tok
+
+    def fail(self, message: str, tok: _Token | None = None) -> NoReturn:
+        tok = tok or self.peek()
+        raise ParseError(message, tok.line, tok.column)
+
+    def fail_at(self, message: str, node: Node) -> NoReturn:
+        raise ParseError(message, node.pos[0], node.pos[1])
+
+    def is_op(self, op: str) -> bool:
+        tok = self.peek()
+        return tok.kind == "op" and tok.value == op
+
+    def is_word(self, word: str) -> bool:
+        tok = self.peek()
+        return tok.kind == "name" and tok.value == word
+
+    def expect_op(self, op: str, message: str) -> _Token:
+        if not self.is_op(op):
+            self.fail(f"{message}, found {_describe(self.peek())}{self.hint()}")
+        return self.advance()
+
+    def hint(self) -> str:
+        # `trait('x') exists` is a natural mistake: methods need a dot and parentheses.
+        tok = self.peek()
+        if tok.kind == "name" and tok.value in _ALL_METHODS and tok.value != "contains":
+            return f" (methods are called with a dot: .{tok.value}(...))"
+        return ""
+
+    def nest(self, tok: _Token) -> None:
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            self.fail(f"expression is nested more than {MAX_DEPTH} levels deep", tok)
+
+    # -- type helpers
+
+    def as_bool(self, node: Node) -> BoolNode:
+        if isinstance(node, EventQuery):
+            # A bare event query in a condition means "happened at least once".
+            count = Aggregate(node, "count", pos=node.pos)
+            return Compare(count, ">=", Literal(1, pos=node.pos), pos=node.pos)
+        if isinstance(node, _BOOL_TYPES):
+            return node
+        self.fail_at(_NEED_CONDITION, node)
+
+    def as_value(self, node: Node) -> ValueNode:
+        if isinstance(node, EventQuery):
+            self.fail_at(
+                "an event query must end with an aggregate before it can be compared, "
+                "e.g. event('Signed Up').count() >= 1",
+                node,
+            )
+        if isinstance(node, _VALUE_TYPES):
+            return node
+        self.fail_at("expected a value, found a condition; conditions cannot be compared", node)
+
+    # -- grammar
+
+    def parse_all(self) -> Node:
+        if self.peek().kind == "end":
+            self.fail("empty expression")
+        node = self.parse_or()
+        if self.peek().kind != "end":
+            self.fail(
+                f"expected 'and', 'or' or the end of the expression, "
+                f"found {_describe(self.peek())}{self.hint()}"
+            )
+        return node
+
+    def parse_or(self) -> Node:
+        first = self.parse_and()
+        if not self.is_word("or"):
+            return first
+        items = [self.as_bool(first)]
+        while self.is_word("or"):
+            self.advance()
+            items.append(self.as_bool(self.parse_and()))
+        return Or(tuple(items), pos=first.pos)
+
+    def parse_and(self) -> Node:
+        first = self.parse_not()
+        if not self.is_word("and"):
+            return first
+        items = [self.as_bool(first)]
+        while self.is_word("and"):
+            self.advance()
+            items.append(self.as_bool(self.parse_not()))
+        return And(tuple(items), pos=first.pos)
+
+    def parse_not(self) -> Node:
+        if not self.is_word("not"):
+            return self.parse_comparison()
+        tok = self.advance()
+        self.nest(tok)
+        inner = self.as_bool(self.parse_not())
+        self.depth -= 1
+        return Not(inner, pos=(tok.line, tok.column))
+
+    def comparison_op(self) -> CompareOp | None:
+        tok = self.peek()
+        if tok.kind == "op" and isinstance(tok.value, str) and tok.value in _COMPARE_OPS:
+            return _COMPARE_OPS[tok.value]
+        if tok.kind == "name" and tok.value == "contains":
+            return "contains"
+        return None
+
+    def parse_comparison(self) -> Node:
+        left = self.parse_chain()
+        op = self.comparison_op()
+        if op is None:
+            return left
+        self.advance()
+        if self.peek().kind == "end":
+            self.fail(f"expected a value after '{op}', found end of input")
+        right = self.parse_chain()
+        node = _compare(self.as_value(left), op, self.as_value(right))
+        if self.comparison_op() is not None:
+            self.fail("comparisons cannot be chained; combine them with 'and'")
+        return node
+
+    def parse_chain(self) -> Node:
+        node = self.parse_primary()
+        while self.is_op("."):
+            self.advance()
+            name = self.peek()
+            if name.kind != "name":
+                self.fail(f"expected a method name after '.', found {_describe(name)}")
+            self.advance()
+            self.expect_op("(", f"expected '(' after '{name.text}'")
+            node = self.parse_method(node, name)
+        return node
+
+    def parse_primary(self) -> Node:
+        tok = self.peek()
+        if tok.kind == "op" and tok.value == "(":
+            self.advance()
+            self.nest(tok)
+            inner = self.parse_or()
+            where = f"line {tok.line}, column {tok.column}"
+            self.expect_op(")", f"expected ')' to close the '(' at {where}")
+            self.depth -= 1
+            return inner
+        if tok.kind in ("str", "num"):
+            self.advance()
+            return Literal(tok.value, pos=(tok.line, tok.column))
+        if tok.kind == "op" and tok.value == "-":
+            self.advance()
+            num = self.peek()
+            if num.kind != "num" or isinstance(num.value, str):
+                self.fail(f"expected a number after '-', found {_describe(num)}")
+            self.advance()
+            return Literal(-num.value, pos=(tok.line, tok.column))
+        if tok.kind == "name":
+            return self.parse_name(tok)
+        if tok.kind == "end":
+            self.fail("unexpected end of input; expected a value or a condition")
+        self.fail(f"expected a value or a condition, found {_describe(tok)}")
+
+    def parse_name(self, tok: _Token) -> Node:
+        pos = (tok.line, tok.column)
+        word = tok.value
+        constants: dict[str | int | float, Scalar] = {"true": True, "false": False, "null": None}
+        if word in constants:
+            self.advance()
+            return Literal(constants[word], pos=pos)
+        if word in _KEYWORDS:
+            self.fail(f"expected a value or a condition, found '{tok.text}'")
+        if word not in ("event", "trait", "property"):
+            self.advance()
+            if self.is_op("("):
+                self.fail(
+                    f"unknown function '{tok.text}'; expected event(), trait() or property()", tok
+                )
+            self.fail(
+                f"unexpected name '{tok.text}'; strings must be quoted, e.g. '{tok.text}'", tok
+            )
+        if word == "event" and self.in_where:
+            self.fail("event() cannot be used inside where()")
+        if word == "property" and not self.in_where:
+            self.fail("property() is only allowed inside where()")
+        self.advance()
+        self.expect_op("(", f"expected '(' after '{tok.text}'")
+        name = self.read_name(str(word))
+        if word == "event":
+            return EventQuery(name, pos=pos)
+        if word == "trait":
+            return TraitRef(name, pos=pos)
+        return PropertyRef(name, pos=pos)
+
+    def read_name(self, what: str) -> str:
+        """Read `'name')` after `event(`, `trait(` or `property(`."""
+        tok = self.peek()
+        if tok.kind != "str":
+            example = {"event": "'Order Completed'", "trait": "'plan'", "property": "'revenue'"}
+            self.fail(
+                f"expected a quoted {what} name, e.g. {what}({example[what]}), "
+                f"found {_describe(tok)}"
+            )
+        if tok.value == "":
+            self.fail(f"{what} name cannot be empty")
+        self.advance()
+        self.expect_op(")", f"expected ')' after {what} name")
+        return str(tok.value)
+
+    # -- methods
+
+    def parse_method(self, node: Node, name_tok: _Token) -> Node:
+        """Apply `.name(` ... `)`; the opening parenthesis is already consumed."""
+        name = str(name_tok.value)
+        if isinstance(node, EventQuery):
+            return self.query_method(node, name, name_tok)
+        if isinstance(node, Aggregate) and node.func == "unique" and name == "count":
+            self.no_arguments("count")
+            return Aggregate(node.query, "unique_count", node.prop, pos=node.pos)
+        if isinstance(node, _VALUE_TYPES):
+            return self.value_method(node, name, name_tok)
+        self.fail(f"cannot call .{name_tok.text}() on a condition", name_tok)
+
+    def query_method(self, query: EventQuery, name: str, name_tok: _Token) -> Node:
+        if name == "where":
+            outer, self.in_where = self.in_where, True
+            cond = self.as_bool(self.parse_or())
+            self.in_where = outer
+            self.expect_op(")", "expected ')' to close where(")
+            where = cond if query.where is None else And((query.where, cond), pos=query.where.pos)
+            return EventQuery(query.event, where, query.within, pos=query.pos)
+        if name == "within":
+            if query.within is not None:
+                self.fail("within() is given twice for this event query", name_tok)
+            return EventQuery(query.event, query.where, self.read_window(), pos=query.pos)
+        if name == "count":
+            self.no_arguments("count")
+            return Aggregate(query, "count", pos=query.pos)
+        if name in _PROP_AGGREGATES:
+            func = _PROP_AGGREGATES[name]
+            prop = self.read_property_arg(name)
+            min_frequency = None
+            if func == "mode" and self.is_op(","):
+                self.advance()
+                min_frequency = self.read_positive_int("mode() minimum frequency")
+            self.expect_op(")", "expected ')' after property name")
+            return Aggregate(query, func, prop, min_frequency, pos=query.pos)
+        self.fail(
+            f"unknown method '{name_tok.text}' for an event query; expected {_QUERY_METHODS}",
+            name_tok,
+        )
+
+    def value_method(self, operand: ValueNode, name: str, name_tok: _Token) -> Node:
+        pos = operand.pos
+        if name in _METHOD_COMPARE:
+            arg = self.read_value_arg(name)
+            self.expect_op(")", f"{name}() takes one value; expected ')'")
+            return _compare(operand, _METHOD_COMPARE[name], arg)
+        if name in _METHOD_MATCH:
+            args = [self.read_value_arg(name)]
+            while self.is_op(","):
+                self.advance()
+                args.append(self.read_value_arg(name))
+            self.expect_op(")", "expected ',' or ')' after the value")
+            return Match(operand, _METHOD_MATCH[name], tuple(args), pos=pos)
+        if name in ("exists", "absent"):
+            self.no_arguments(name)
+            return Presence(operand, name == "exists", pos=pos)
+        if isinstance(operand, Aggregate) and name in ("where", "within"):
+            self.fail(f"{name}() must come before the aggregate ({operand.func}())", name_tok)
+        self.fail(
+            f"unknown method '{name_tok.text}' for a value; expected {_VALUE_METHODS}", name_tok
+        )
+
+    def no_arguments(self, name: str) -> None:
+        if not self.is_op(")"):
+            self.fail(f"{name}() takes no arguments")
+        self.advance()
+
+    def read_value_arg(self, method: str) -> ValueNode:
+        tok = self.peek()
+        if self.is_op(")"):
+            self.fail(f"{method}() needs a value, e.g. {method}('pro')")
+        self.nest(tok)  # arguments can hold method chains that nest again
+        value = self.as_value(self.parse_chain())
+        self.depth -= 1
+        return value
+
+    def read_property_arg(self, method: str) -> str:
+        """sum('revenue') or, as in Segment's reference, sum(property('revenue'))."""
+        tok = self.peek()
+        if tok.kind == "name" and tok.value == "property":
+            self.advance()
+            self.expect_op("(", "expected '(' after 'property'")
+            return self.read_name_in_call()
+        if tok.kind != "str":
+            self.fail(
+                f"{method}() needs a quoted property name, e.g. {method}('revenue'), "
+                f"found {_describe(tok)}"
+            )
+        if tok.value == "":
+            self.fail("property name cannot be empty")
+        self.advance()
+        return str(tok.value)
+
+    def read_name_in_call(self) -> str:
+        tok = self.peek()
+        if tok.kind != "str" or tok.value == "":
+            self.fail(f"expected a quoted property name, found {_describe(tok)}")
+        self.advance()
+        self.expect_op(")", "expected ')' after property name")
+        return str(tok.value)
+
+    def read_positive_int(self, what: str) -> int:
+        tok = self.peek()
+        if tok.kind != "num" or not isinstance(tok.value, int) or tok.value < 1:
+            self.fail(f"{what} must be a whole number of at least 1, found {_describe(tok)}")
+        self.advance()
+        return tok.value
+
+    def read_window(self) -> Window:
+        start = self.peek()
+        if start.kind == "name" and start.value == "parent":
+            self.fail("within(parent: ...) (funnel audiences) is not supported")
+        amount = self.read_positive_int("within() duration")
+        unit_tok = self.peek()
+        if unit_tok.kind != "name":
+            self.fail(
+                f"expected a time unit (days, hours or minutes) after {amount}, "
+                f"found {_describe(unit_tok)}"
+            )
+        unit = _UNITS.get(str(unit_tok.value))
+        if unit is None:
+            self.fail(f"unknown time unit '{unit_tok.text}'; expected days, hours or minutes")
+        self.advance()
+        self.expect_op(")", "expected ')' after the within() duration")
+        return Window(amount, unit, pos=(start.line, start.column))
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry points
+
+
+def parse_condition(text: str) -> Condition:
+    """Parse an audience condition; it must yield true/false."""
+    parser = _Parser(text)
+    node = parser.parse_all()
+    if isinstance(node, _VALUE_TYPES):
+        parser.fail_at(
+            "an audience condition must be true or false, but this yields a value; "
+            "compare it, e.g. event('Order Completed').count() >= 1",
+            node,
+        )
+    return Condition(text, parser.as_bool(node))
+
+
+def parse_expression(text: str) -> Expression:
+    """Parse a computed-trait expression; it must be an event query with an aggregate."""
+    parser = _Parser(text)
+    node = parser.parse_all()
+    if isinstance(node, Aggregate):
+        return Expression(text, node)
+    if isinstance(node, EventQuery):
+        parser.fail_at(
+            "a computed trait needs an aggregate, e.g. .count() or .sum('revenue'), "
+            "after the event query",
+            node,
+        )
+    if isinstance(node, _BOOL_TYPES):
+        parser.fail_at(
+            "a computed trait must yield a value, but this is a condition (true or false); "
+            "use an aggregate such as event('Order Completed').sum('revenue')",
+            node,
+        )
+    parser.fail_at(
+        "a computed trait must be an event query with an aggregate, "
+        "e.g. event('Order Completed').sum('revenue')",
+        node,
+    )
