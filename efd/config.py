@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -104,6 +105,8 @@ class HookConfig(_Strict):
     @field_validator("url")
     @classmethod
     def _full_http_url(cls, url: str) -> str:
+        if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url):
+            raise ValueError("must be a full http:// or https:// URL (no spaces)")
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("must be a full http:// or https:// URL")
@@ -200,58 +203,96 @@ def _key(loc: tuple[int | str, ...]) -> str:
     return key
 
 
-def _cross_checks(settings: Settings) -> list[str]:
-    """Rules that span entries: unique names and keys, references that resolve."""
+def _entries(data: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    value = data.get(key)
+    if not isinstance(value, list):
+        return []
+    return [entry if isinstance(entry, Mapping) else {} for entry in value]
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _cross_checks(data: Mapping[str, Any]) -> list[str]:
+    """Rules that span entries: unique names and keys, references that resolve.
+
+    Works on plain data, so it runs on the raw file too when the schema check failed:
+    every problem is reported in one pass.
+    """
     problems = []
     seen_names: dict[str, int] = {}
     seen_keys: dict[str, int] = {}
-    for i, source in enumerate(settings.sources):
-        if source.name in seen_names:
-            problems.append(
-                f"sources[{i}].name: duplicate source name {source.name!r} "
-                f"(also sources[{seen_names[source.name]}])"
-            )
-        seen_names.setdefault(source.name, i)
-        key = source.write_key.get_secret_value()
-        if key in seen_keys:
-            problems.append(
-                f"sources[{i}].write_key: the same write key as sources[{seen_keys[key]}]"
-            )
-        seen_keys.setdefault(key, i)
+    sources = _entries(data, "sources")
+    for i, source in enumerate(sources):
+        name, key = source.get("name"), source.get("write_key")
+        if isinstance(name, str):
+            if name in seen_names:
+                problems.append(
+                    f"sources[{i}].name: duplicate source name {name!r} "
+                    f"(also sources[{seen_names[name]}])"
+                )
+            seen_names.setdefault(name, i)
+        if isinstance(key, str) and key:
+            if key in seen_keys:
+                problems.append(
+                    f"sources[{i}].write_key: the same write key as sources[{seen_keys[key]}]"
+                )
+            seen_keys.setdefault(key, i)
     destination_names: dict[str, int] = {}
-    for i, destination in enumerate(settings.destinations):
-        if destination.name in destination_names:
+    for i, destination in enumerate(_entries(data, "destinations")):
+        name = destination.get("name")
+        if not isinstance(name, str):
+            continue
+        if name in destination_names:
             problems.append(
-                f"destinations[{i}].name: duplicate destination name {destination.name!r} "
-                f"(also destinations[{destination_names[destination.name]}])"
+                f"destinations[{i}].name: duplicate destination name {name!r} "
+                f"(also destinations[{destination_names[name]}])"
             )
-        destination_names.setdefault(destination.name, i)
-    for i, source in enumerate(settings.sources):
-        for j, name in enumerate(source.destinations):
-            if name not in destination_names:
+        destination_names.setdefault(name, i)
+    for i, source in enumerate(sources):
+        names = source.get("destinations")
+        for j, name in enumerate(names if isinstance(names, list) else []):
+            if isinstance(name, str) and name not in destination_names:
                 problems.append(f"sources[{i}].destinations[{j}]: no destination named {name!r}")
-    delivery = settings.delivery
-    if delivery.retry_max_seconds < delivery.retry_initial_seconds:
+    delivery = data.get("delivery")
+    delivery = delivery if isinstance(delivery, Mapping) else {}
+    defaults = DeliveryConfig()
+
+    def value(key: str) -> float | None:
+        return _number(delivery.get(key, getattr(defaults, key)))
+
+    initial, maximum = value("retry_initial_seconds"), value("retry_max_seconds")
+    if initial is not None and maximum is not None and maximum < initial:
         problems.append(
             "delivery.retry_max_seconds: must be at least delivery.retry_initial_seconds"
         )
-    if delivery.lease_seconds <= delivery.timeout_seconds + 5:
+    timeout, lease = value("timeout_seconds"), value("lease_seconds")
+    if timeout is not None and lease is not None and lease <= timeout + 5:
         problems.append(
             "delivery.lease_seconds: must exceed delivery.timeout_seconds by more than 5 s"
         )
     return problems
 
 
+def _plain(settings: Settings) -> dict[str, Any]:
+    data = settings.model_dump()
+    for source, model in zip(data["sources"], settings.sources, strict=True):
+        source["write_key"] = model.write_key.get_secret_value()
+    return data
+
+
 def load(path: str | os.PathLike[str] | None, **overrides: Any) -> Settings:
     """Read and validate the configuration, or raise ConfigError naming every bad key."""
     toml_path: Path | None = None
+    raw: dict[str, Any] = {}
     if path is not None:
         toml_path = Path(path)
         if not toml_path.is_file():
             raise ConfigError([f"{toml_path}: no such configuration file"])
         try:
             with toml_path.open("rb") as handle:
-                tomllib.load(handle)
+                raw = tomllib.load(handle)
         except tomllib.TOMLDecodeError as error:
             raise ConfigError([f"{toml_path}: not valid TOML: {error}"]) from None
 
@@ -267,8 +308,12 @@ def load(path: str | os.PathLike[str] | None, **overrides: Any) -> Settings:
             if item["type"] == "extra_forbidden":
                 message = "unknown key"
             problems.append(f"{_key(item['loc'])}: {message}")
+        reported = {problem.split(": ", 1)[0] for problem in problems}
+        problems += [
+            problem for problem in _cross_checks(raw) if problem.split(": ", 1)[0] not in reported
+        ]
         raise ConfigError(problems) from None
-    problems = _cross_checks(settings)
+    problems = _cross_checks(_plain(settings))
     if problems:
         raise ConfigError(problems)
     return settings

@@ -35,7 +35,7 @@ def js_number(value: float) -> str:
     """Render a finite float the way JavaScript's Number#toString does."""
     if value == 0:
         return "0"  # covers -0.0, which JSON.stringify writes as 0
-    if value.is_integer() and abs(value) < 1e21:
+    if value.is_integer() and abs(value) < _MAX_SAFE:
         return str(int(value))
     # repr gives the shortest round-tripping digits; only the layout differs from JS.
     _, digit_tuple, exponent = Decimal(repr(abs(value))).as_tuple()
@@ -55,7 +55,31 @@ def js_number(value: float) -> str:
 
 
 def _needs_slow(value: float) -> bool:
-    return value != 0 and abs(value) < 1e-4 and not value.is_integer()
+    # Python's layout differs from JavaScript's for tiny numbers and for integral doubles
+    # past 2**53, whose exact digits are longer than JavaScript's shortest form.
+    return (value != 0 and abs(value) < 1e-4) or _MAX_SAFE <= abs(value) < 1e21
+
+
+_ARRAY_INDEX = re.compile("0|[1-9][0-9]{0,9}")
+
+
+def _is_array_index(key: Any) -> bool:
+    # The digit test first: almost no key starts with one, and the regex is the slow part.
+    return (
+        isinstance(key, str)
+        and key[:1].isdigit()
+        and _ARRAY_INDEX.fullmatch(key) is not None
+        and int(key) < 2**32 - 1
+    )
+
+
+def _js_key_order(value: dict[Any, Any]) -> list[Any]:
+    """JavaScript objects list array-index keys first, ascending, then the rest in order."""
+    keys = list(value)
+    indices = [key for key in keys if _is_array_index(key)]
+    if not indices:
+        return keys
+    return sorted(indices, key=int) + [key for key in keys if not _is_array_index(key)]
 
 
 def _normalise(value: Any) -> tuple[Any, bool]:
@@ -63,8 +87,8 @@ def _normalise(value: Any) -> tuple[Any, bool]:
     if isinstance(value, dict):
         slow = False
         out: dict[str, Any] = {}
-        for key, item in value.items():
-            out[key], item_slow = _normalise(item)
+        for key in _js_key_order(value):
+            out[key], item_slow = _normalise(value[key])
             slow = slow or item_slow
         return out, slow
     if isinstance(value, list | tuple):
@@ -80,11 +104,14 @@ def _normalise(value: Any) -> tuple[Any, bool]:
     if isinstance(value, int):
         if -_MAX_SAFE < value < _MAX_SAFE:
             return value, False
-        return _normalise(float(value))
+        try:
+            return _normalise(float(value))
+        except OverflowError:
+            return None, False  # JSON.parse makes it Infinity, written as null
     if isinstance(value, float):
         if not math.isfinite(value):
             return None, False  # JSON.stringify writes NaN and Infinity as null
-        if value.is_integer() and abs(value) < 1e21:
+        if value.is_integer() and abs(value) < _MAX_SAFE:
             return int(value), False
         if _needs_slow(value):
             return _Raw(js_number(value)), True

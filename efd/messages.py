@@ -7,11 +7,14 @@ A request is all or nothing: the first invalid message rejects the whole request
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+
+from efd import jsonjs
 
 MAX_MESSAGE_BYTES = 32 * 1024
 MAX_REQUEST_BYTES = 500 * 1024
@@ -77,13 +80,16 @@ def parse_timestamp(value: Any, field: str) -> datetime:
         ) from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)  # no offset given: Segment reads it as UTC
-    return parsed.astimezone(UTC)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        raise Rejection("invalid_field", f"{field} is out of range", field=field) from None
 
 
 def format_timestamp(value: datetime) -> str:
     """ISO 8601 UTC with milliseconds and Z, as the webhook bodies carry."""
-    value = value.astimezone(UTC)
-    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+    naive = value.astimezone(UTC).replace(tzinfo=None)
+    return naive.isoformat(timespec="milliseconds") + "Z"
 
 
 def _identity(raw: Mapping[str, Any], key: str) -> str | None:
@@ -92,7 +98,11 @@ def _identity(raw: Mapping[str, Any], key: str) -> str | None:
         return None
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise Rejection("invalid_field", f"{key} must be a string", field=key)
-    return value if isinstance(value, str) else json.dumps(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise Rejection("invalid_field", f"{key} must be a string", field=key)
+        return jsonjs.js_number(value)
+    return value if isinstance(value, str) else str(value)
 
 
 def _object(raw: Mapping[str, Any], key: str) -> dict[str, Any] | None:
@@ -129,7 +139,7 @@ def normalise(
     if not isinstance(raw, dict):
         raise Rejection("invalid_message", "a message must be a JSON object")
     msg_type = type_ or raw.get("type")
-    if msg_type not in TYPES:
+    if not isinstance(msg_type, str) or msg_type not in TYPES:
         if msg_type is None:
             raise Rejection("missing_field", "message needs a type", field="type")
         raise Rejection(
@@ -190,7 +200,14 @@ def _corrected_timestamp(
     )
     if sent_at is None:
         return timestamp
-    return received_at + (timestamp - sent_at)
+    try:
+        return received_at + (timestamp - sent_at)
+    except OverflowError:
+        raise Rejection(
+            "invalid_field",
+            "timestamp is out of range after the sentAt correction",
+            field="timestamp",
+        ) from None
 
 
 def _type_fields(msg_type: str, raw: Mapping[str, Any], user_id: str | None) -> dict[str, Any]:
@@ -232,7 +249,9 @@ def _type_fields(msg_type: str, raw: Mapping[str, Any], user_id: str | None) -> 
 
 def message_size(raw: Any) -> int:
     """Bytes of a message as compact JSON, the measure of the 32 KiB limit."""
-    return len(json.dumps(raw, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+    return len(
+        json.dumps(raw, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
+    )
 
 
 def normalise_request(

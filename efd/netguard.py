@@ -16,6 +16,8 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 _CGNAT = ipaddress.ip_network("100.64.0.0/10")
 _NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
 _SIX_TO_FOUR = ipaddress.ip_network("2002::/16")
+# Not global, but unknown to Python 3.11's tables: site-local (RFC 3879), documentation (RFC 9637).
+_EXTRA_RESERVED = (ipaddress.ip_network("fec0::/10"), ipaddress.ip_network("3fff::/20"))
 
 
 def embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
@@ -49,7 +51,11 @@ def _blocked_reason(address: IPAddress) -> str | None:
         return "carrier-grade NAT"
     if address.is_private:
         return "private"
-    if address.is_reserved or not address.is_global:
+    if (
+        address.is_reserved
+        or not address.is_global
+        or any(address in net for net in _EXTRA_RESERVED if net.version == address.version)
+    ):
         return "reserved"
     return None
 

@@ -70,7 +70,7 @@ class RetryPolicy:
         The jitter spreads retries of a burst that failed together, so a recovering
         receiver is not hit by all of them in the same second.
         """
-        ceiling = min(self.maximum, self.initial * 2 ** max(0, attempt - 1))
+        ceiling = min(self.maximum, self.initial * 2.0 ** min(max(0, attempt - 1), 1023))
         return rng.uniform(ceiling / 2, ceiling)
 
     def next_attempt_at(
@@ -104,7 +104,7 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():
         return float(value)
     try:
         when = parsedate_to_datetime(value)

@@ -55,7 +55,8 @@ def sign(secret: str, body: bytes) -> str:
 
 
 def verify(secret: str, body: bytes, signature: str) -> bool:
-    return hmac.compare_digest(sign(secret, body), signature.strip().lower())
+    given = signature.strip().lower().encode("utf-8", "surrogateescape")
+    return hmac.compare_digest(sign(secret, body).encode("ascii"), given)
 
 
 def request_headers(
