@@ -1,0 +1,587 @@
+"""efd.config: the TOML file, EFD_ environment overrides and every validation rule."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from efd import config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+HOOK = '[[destinations.hooks]]\nurl = "https://hooks.example.com/segment"\n'
+GOOD = textwrap.dedent(
+    """\
+    [server]
+    host = "127.0.0.1"
+    port = 8088
+
+    [storage]
+    url = "sqlite:///var/lib/efd/efd.db"
+
+    [delivery]
+    timeout_seconds = 5
+    retry_initial_seconds = 5
+    retry_max_seconds = 1800
+    retry_window_seconds = 14400
+    user_agent = "efd/1.0"
+    allowed_networks = []
+
+    [[sources]]
+    name = "website"
+    write_key = "wk_live_123"
+    destinations = ["crm"]
+
+    [[destinations]]
+    name = "crm"
+    type = "webhooks"
+    shared_secret = "optional"
+    [[destinations.hooks]]
+    url = "https://hooks.example.com/segment"
+    headers = { "X-Env" = "prod" }
+    """
+)
+
+
+@pytest.fixture(autouse=True)
+def _no_efd_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in list(os.environ):
+        if key.startswith("EFD_"):
+            monkeypatch.delenv(key)
+
+
+def write(tmp_path: Path, text: str, name: str = "efd.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def problems_of(tmp_path: Path, text: str) -> list[str]:
+    with pytest.raises(config.ConfigError) as caught:
+        config.load(write(tmp_path, text))
+    assert str(caught.value) == "\n".join(caught.value.problems)
+    return caught.value.problems
+
+
+def keys_of(problems: list[str]) -> set[str]:
+    return {problem.split(": ", 1)[0] for problem in problems}
+
+
+def destination(hooks: str, extra: str = "") -> str:
+    return f'[[destinations]]\nname = "crm"\n{extra}\n{hooks}'
+
+
+# -- files that load -------------------------------------------------------------------------
+
+
+def test_example_config_loads() -> None:
+    settings = config.load(ROOT / "config.example.toml")
+    assert [s.name for s in settings.sources] == ["website"]
+    assert settings.sources[0].destinations == ["example-webhooks"]
+    hooks = settings.destination("example-webhooks").hooks
+    assert [h.url for h in hooks] == ["http://127.0.0.1:9000/webhook"]
+    assert settings.delivery.user_agent == "efd/1.0"
+    assert settings.delivery.allowed_networks == ["127.0.0.0/8"]  # the loopback receiver
+
+
+def test_the_issue_config_loads(tmp_path: Path) -> None:
+    settings = config.load(write(tmp_path, GOOD))
+    assert settings.server.host == "127.0.0.1"
+    assert settings.server.port == 8088
+    assert settings.storage.url == "sqlite:///var/lib/efd/efd.db"
+    delivery = settings.delivery
+    assert (delivery.timeout_seconds, delivery.retry_initial_seconds) == (5, 5)
+    assert (delivery.retry_max_seconds, delivery.retry_window_seconds) == (1800, 14400)
+    assert delivery.allowed_networks == []
+    source = settings.sources[0]
+    assert (source.name, source.write_key.get_secret_value()) == ("website", "wk_live_123")
+    crm = settings.destination("crm")
+    assert crm.type == "webhooks"
+    assert crm.shared_secret is not None
+    assert crm.shared_secret.get_secret_value() == "optional"
+    assert crm.hooks[0].url == "https://hooks.example.com/segment"
+    assert crm.hooks[0].headers == {"X-Env": "prod"}
+
+
+def test_secrets_are_not_shown_in_repr(tmp_path: Path) -> None:
+    settings = config.load(write(tmp_path, GOOD))
+    assert "wk_live_123" not in repr(settings)
+    assert "optional" not in repr(settings.destination("crm"))
+
+
+def test_an_empty_file_gives_the_defaults(tmp_path: Path) -> None:
+    settings = config.load(write(tmp_path, ""))
+    assert (settings.server.host, settings.server.port) == ("127.0.0.1", 8088)
+    assert settings.delivery.timeout_seconds == 5
+    assert settings.delivery.retry_initial_seconds == 5
+    assert settings.delivery.retry_max_seconds == 1800
+    assert settings.delivery.retry_window_seconds == 14400  # the spec's 4 hours
+    assert settings.delivery.user_agent.endswith("/1.0")
+    assert settings.delivery.allowed_networks == []
+    assert settings.sources == []
+    assert settings.destinations == []
+
+
+def test_destination_lookup(tmp_path: Path) -> None:
+    settings = config.load(write(tmp_path, GOOD))
+    assert settings.destination("crm").name == "crm"
+    with pytest.raises(KeyError):
+        settings.destination("CRM")
+
+
+def test_source_without_destinations_and_unconnected_destination(tmp_path: Path) -> None:
+    text = '[[sources]]\nname = "s"\nwrite_key = "k"\n\n' + destination(HOOK)
+    settings = config.load(write(tmp_path, text))
+    assert settings.sources[0].destinations == []
+    assert settings.destination("crm").hooks[0].headers == {}
+    assert settings.destination("crm").shared_secret is None
+    assert settings.destination("crm").type == "webhooks"  # the default type
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("timeout_seconds", 0.5),
+        ("retry_initial_seconds", 0.25),
+        ("retry_max_seconds", 1.5),
+        ("retry_window_seconds", 2.5),
+        ("lease_seconds", 30.5),
+    ],
+)
+def test_fractional_durations(tmp_path: Path, key: str, value: float) -> None:
+    text = f"[delivery]\nretry_initial_seconds = 0.1\n{key} = {value}\n"
+    if key == "retry_initial_seconds":
+        text = f"[delivery]\n{key} = {value}\n"
+    settings = config.load(write(tmp_path, text))
+    assert getattr(settings.delivery, key) == value
+
+
+@pytest.mark.parametrize("key", ["timeout_seconds", "retry_window_seconds", "retry_max_seconds"])
+@pytest.mark.parametrize("value", ["0", "-1", "-0.5", '"soon"'])
+def test_durations_must_be_positive_numbers(tmp_path: Path, key: str, value: str) -> None:
+    assert f"delivery.{key}" in keys_of(problems_of(tmp_path, f"[delivery]\n{key} = {value}\n"))
+
+
+# -- hooks ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("count", [1, 2, 5])
+def test_one_to_five_hooks(tmp_path: Path, count: int) -> None:
+    hooks = "".join(
+        f'[[destinations.hooks]]\nurl = "https://h{i}.example.com/x"\n' for i in range(count)
+    )
+    settings = config.load(write(tmp_path, destination(hooks)))
+    assert len(settings.destination("crm").hooks) == count
+
+
+@pytest.mark.parametrize(("count", "words"), [(0, "at least 1"), (6, "at most 5")])
+def test_hook_count_out_of_range(tmp_path: Path, count: int, words: str) -> None:
+    hooks = "".join(
+        f'[[destinations.hooks]]\nurl = "https://h{i}.example.com/x"\n' for i in range(count)
+    )
+    text = destination(hooks) + ("hooks = []\n" if count == 0 else "")
+    problems = problems_of(tmp_path, text)
+    assert keys_of(problems) == {"destinations[0].hooks"}
+    assert words in problems[0]
+
+
+def test_hooks_are_required(tmp_path: Path) -> None:
+    problems = problems_of(tmp_path, '[[destinations]]\nname = "crm"\n')
+    assert keys_of(problems) == {"destinations[0].hooks"}
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://hooks.example.com/segment",
+        "http://127.0.0.1:9000/webhook",
+        "https://hooks.example.com",
+        "https://hooks.example.com:8443/a/b?x=1",
+        "http://[::1]:8080/h",
+        "https://user:pass@hooks.example.com/h",
+        "HTTPS://HOOKS.EXAMPLE.COM/",
+    ],
+)
+def test_full_http_urls_accepted(tmp_path: Path, url: str) -> None:
+    settings = config.load(write(tmp_path, destination(f'[[destinations.hooks]]\nurl = "{url}"\n')))
+    assert settings.destination("crm").hooks[0].url == url
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "hooks.example.com/segment",
+        "//hooks.example.com/segment",
+        "ftp://hooks.example.com/",
+        "ws://hooks.example.com/",
+        "file:///etc/passwd",
+        "http://",
+        "https:///path",
+        "https://:8080/x",
+        "https://hooks.example.com:99999/",
+        "https://hooks.example.com:port/",
+        "",
+        "/relative",
+        pytest.param(
+            "https://hooks exa mple.com/",
+        ),
+    ],
+)
+def test_bad_urls_rejected(tmp_path: Path, url: str) -> None:
+    problems = problems_of(tmp_path, destination(f'[[destinations.hooks]]\nurl = "{url}"\n'))
+    assert keys_of(problems) == {"destinations[0].hooks[0].url"}
+
+
+def test_the_bad_url_of_the_third_hook_is_named(tmp_path: Path) -> None:
+    hooks = (
+        HOOK + HOOK + '[[destinations.hooks]]\nurl = "gopher://x"\n'
+        '[[destinations.hooks]]\nurl = "nope"\n'
+    )
+    problems = problems_of(tmp_path, destination(hooks))
+    assert keys_of(problems) == {"destinations[0].hooks[2].url", "destinations[0].hooks[3].url"}
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "Content-Type",
+        "content-type",
+        "CONTENT-TYPE",
+        "User-Agent",
+        "user-agent",
+        "X-Signature",
+        "x-signature",
+    ],
+)
+def test_reserved_static_headers(tmp_path: Path, header: str) -> None:
+    hooks = HOOK + f'headers = {{ "{header}" = "v" }}\n'
+    problems = problems_of(tmp_path, destination(hooks))
+    assert keys_of(problems) == {"destinations[0].hooks[0].headers"}
+    assert header in problems[0]
+
+
+def test_allowed_static_headers(tmp_path: Path) -> None:
+    hooks = (
+        '[[destinations.hooks]]\nurl = "https://h.example.com/"\n'
+        'headers = { "X-Env" = "prod", "Authorization" = "Bearer t", '
+        '"X-Signature-Version" = "1" }\n'
+    )
+    settings = config.load(write(tmp_path, destination(hooks)))
+    assert settings.destination("crm").hooks[0].headers == {
+        "X-Env": "prod",
+        "Authorization": "Bearer t",
+        "X-Signature-Version": "1",
+    }
+
+
+def test_header_values_must_be_strings(tmp_path: Path) -> None:
+    hooks = '[[destinations.hooks]]\nurl = "https://h.example.com/"\nheaders = { "X-N" = 5 }\n'
+    assert keys_of(problems_of(tmp_path, destination(hooks))) == {
+        "destinations[0].hooks[0].headers.X-N"
+    }
+
+
+@pytest.mark.parametrize("type_", ['"email"', '"Webhooks"', "1"])
+def test_destination_type_is_webhooks(tmp_path: Path, type_: str) -> None:
+    problems = problems_of(tmp_path, destination(HOOK, f"type = {type_}"))
+    assert keys_of(problems) == {"destinations[0].type"}
+
+
+# -- cross-entry rules ---------------------------------------------------------------------
+
+SOURCES_AND_CRM = """\
+[[sources]]
+name = "{a}"
+write_key = "{ka}"
+destinations = {da}
+
+[[sources]]
+name = "{b}"
+write_key = "{kb}"
+destinations = {db}
+
+[[destinations]]
+name = "crm"
+[[destinations.hooks]]
+url = "https://hooks.example.com/segment"
+"""
+
+
+def sources(
+    a: str = "web", ka: str = "k1", b: str = "app", kb: str = "k2", da: str = "[]", db: str = "[]"
+) -> str:
+    return SOURCES_AND_CRM.format(a=a, ka=ka, b=b, kb=kb, da=da, db=db)
+
+
+def test_distinct_sources_load(tmp_path: Path) -> None:
+    settings = config.load(write(tmp_path, sources(da='["crm"]', db='["crm"]')))
+    assert [s.name for s in settings.sources] == ["web", "app"]
+
+
+def test_source_names_unique(tmp_path: Path) -> None:
+    problems = problems_of(tmp_path, sources(b="web"))
+    assert keys_of(problems) == {"sources[1].name"}
+    assert "sources[0]" in problems[0]
+
+
+def test_write_keys_unique(tmp_path: Path) -> None:
+    problems = problems_of(tmp_path, sources(kb="k1"))
+    assert keys_of(problems) == {"sources[1].write_key"}
+    assert "k1" not in problems[0].split(": ", 1)[1]  # a secret is not printed
+
+
+def test_source_names_are_case_sensitive(tmp_path: Path) -> None:
+    assert len(config.load(write(tmp_path, sources(b="WEB"))).sources) == 2
+
+
+def test_destination_names_unique(tmp_path: Path) -> None:
+    text = destination(HOOK) + "\n" + destination(HOOK)
+    assert keys_of(problems_of(tmp_path, text)) == {"destinations[1].name"}
+
+
+def test_referenced_destinations_exist(tmp_path: Path) -> None:
+    problems = problems_of(tmp_path, sources(da='["crm", "missing"]', db='["Crm"]'))
+    assert keys_of(problems) == {"sources[0].destinations[1]", "sources[1].destinations[0]"}
+    assert any("'missing'" in p for p in problems)
+
+
+def test_every_cross_entry_problem_reported(tmp_path: Path) -> None:
+    text = (
+        sources(b="web", kb="k1", da='["gone"]')
+        + "\n[delivery]\nretry_initial_seconds = 60\nretry_max_seconds = 30\n"
+    )
+    assert keys_of(problems_of(tmp_path, text)) == {
+        "sources[1].name",
+        "sources[1].write_key",
+        "sources[0].destinations[0]",
+        "delivery.retry_max_seconds",
+    }
+
+
+def test_retry_max_below_initial(tmp_path: Path) -> None:
+    text = "[delivery]\nretry_initial_seconds = 10\nretry_max_seconds = 5\n"
+    assert keys_of(problems_of(tmp_path, text)) == {"delivery.retry_max_seconds"}
+
+
+def test_lease_must_outlast_the_timeout(tmp_path: Path) -> None:
+    text = "[delivery]\ntimeout_seconds = 30\nlease_seconds = 35\n"
+    assert keys_of(problems_of(tmp_path, text)) == {"delivery.lease_seconds"}
+
+
+# -- single-field rules ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("[server]\nport = 70000\n", "server.port"),
+        ("[server]\nport = -1\n", "server.port"),
+        ('[server]\nport = "http"\n', "server.port"),
+        ('[storage]\nurl = "mysql://x/y"\n', "storage.url"),
+        ('[storage]\nsqlite_synchronous = "OFF"\n', "storage.sqlite_synchronous"),
+        ('[delivery]\nallowed_networks = ["10.0.0.0/8", "nope"]\n', "delivery.allowed_networks"),
+        ('[delivery]\nallowed_networks = "10.0.0.0/8"\n', "delivery.allowed_networks"),
+        ('[delivery]\nuser_agent = ""\n', "delivery.user_agent"),
+        ('[delivery]\nca_file = "/nonexistent/ca.pem"\n', "delivery.ca_file"),
+        ('[logging]\nlevel = "LOUD"\n', "logging.level"),
+        ('[[sources]]\nname = "s"\nwrite_key = ""\n', "sources[0].write_key"),
+        ('[[sources]]\nname = ""\nwrite_key = "k"\n', "sources[0].name"),
+        ('[[sources]]\nname = "s"\n', "sources[0].write_key"),
+        ('[[sources]]\nwrite_key = "k"\n', "sources[0].name"),
+        (
+            '[[sources]]\nname = "s"\nwrite_key = "k"\ndestinations = "crm"\n',
+            "sources[0].destinations",
+        ),
+        ('server = "x"\n', "server"),
+    ],
+)
+def test_field_rules(tmp_path: Path, text: str, key: str) -> None:
+    assert keys_of(problems_of(tmp_path, text)) == {key}
+
+
+# -- unknown keys, at every depth ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("bogus = 1\n", "bogus"),
+        ("[bogus]\nx = 1\n", "bogus"),
+        ("[server]\nprot = 8088\n", "server.prot"),
+        ("[storage]\npath = 'x'\n", "storage.path"),
+        ("[delivery]\ntimeout = 5\n", "delivery.timeout"),
+        ("[logging]\nfile = 'x'\n", "logging.file"),
+        ('[[sources]]\nname = "s"\nwrite_key = "k"\nwritekey = "k"\n', "sources[0].writekey"),
+        (destination(HOOK, 'secret = "x"'), "destinations[0].secret"),
+        (destination(HOOK + 'method = "PUT"\n'), "destinations[0].hooks[0].method"),
+        (destination(HOOK + HOOK + "retries = 3\n"), "destinations[0].hooks[1].retries"),
+    ],
+)
+def test_unknown_keys_are_errors(tmp_path: Path, text: str, key: str) -> None:
+    problems = problems_of(tmp_path, text)
+    assert problems == [f"{key}: unknown key"]
+
+
+# -- several problems at once ---------------------------------------------------------------
+
+SEVERAL_BAD = textwrap.dedent(
+    """\
+    bogus = 1
+
+    [server]
+    port = "abc"
+    colour = "red"
+
+    [delivery]
+    timeout_seconds = -1
+    allowed_networks = ["not-a-cidr"]
+
+    [[sources]]
+    name = "web"
+    write_key = "k"
+    extra = true
+
+    [[destinations]]
+    name = "crm"
+    type = "email"
+    [[destinations.hooks]]
+    url = "ftp://hooks.example.com/"
+    headers = { "Content-Type" = "text/plain" }
+    verb = "PUT"
+    """
+)
+SEVERAL_BAD_KEYS = {
+    "bogus",
+    "server.port",
+    "server.colour",
+    "delivery.timeout_seconds",
+    "delivery.allowed_networks",
+    "sources[0].extra",
+    "destinations[0].type",
+    "destinations[0].hooks[0].url",
+    "destinations[0].hooks[0].headers",
+    "destinations[0].hooks[0].verb",
+}
+
+
+def test_several_bad_keys_all_reported(tmp_path: Path) -> None:
+    problems = problems_of(tmp_path, SEVERAL_BAD)
+    assert keys_of(problems) == SEVERAL_BAD_KEYS
+    assert len(problems) == len(SEVERAL_BAD_KEYS)
+
+
+def test_schema_and_cross_entry_problems_reported_together(tmp_path: Path) -> None:
+    text = "[server]\nbogus = 1\n\n" + sources(b="web", da='["gone"]')
+    assert keys_of(problems_of(tmp_path, text)) == {
+        "server.bogus",
+        "sources[1].name",
+        "sources[0].destinations[0]",
+    }
+
+
+# -- environment overrides ------------------------------------------------------------------
+
+
+def test_environment_overrides_win_over_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EFD_SERVER__PORT", "9000")
+    monkeypatch.setenv("EFD_DELIVERY__TIMEOUT_SECONDS", "0.5")
+    monkeypatch.setenv("EFD_DELIVERY__USER_AGENT", "Segment.io/1.0")
+    settings = config.load(write(tmp_path, GOOD))
+    assert settings.server.port == 9000
+    assert settings.server.host == "127.0.0.1"  # the rest of [server] still comes from the file
+    assert settings.delivery.timeout_seconds == 0.5
+    assert settings.delivery.user_agent == "Segment.io/1.0"
+    assert settings.delivery.retry_window_seconds == 14400
+    assert settings.sources[0].name == "website"
+
+
+def test_environment_override_without_a_file_section(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EFD_STORAGE__URL", "sqlite:///tmp/x.db")
+    assert config.load(write(tmp_path, "")).storage.url == "sqlite:///tmp/x.db"
+
+
+def test_environment_values_are_validated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EFD_SERVER__PORT", "not-a-port")
+    assert keys_of(problems_of(tmp_path, GOOD)) == {"server.port"}
+
+
+def test_unknown_environment_keys_are_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EFD_SERVER__BOGUS", "1")
+    assert problems_of(tmp_path, GOOD) == ["server.bogus: unknown key"]
+
+
+def test_init_overrides_win(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EFD_SERVER__PORT", "9000")
+    settings = config.load(write(tmp_path, GOOD), server={"port": 1234})
+    assert settings.server.port == 1234
+
+
+# -- files that cannot be read ---------------------------------------------------------------
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "nope.toml"
+    with pytest.raises(config.ConfigError) as caught:
+        config.load(path)
+    assert caught.value.problems == [f"{path}: no such configuration file"]
+
+
+def test_a_directory_is_not_a_file(tmp_path: Path) -> None:
+    with pytest.raises(config.ConfigError, match="no such configuration file"):
+        config.load(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["[server\nport = 1\n", "port = \n", 'a = "unterminated\n', "[server]\nport = 1\nport = 2\n"],
+)
+def test_toml_syntax_error(tmp_path: Path, text: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(config.ConfigError) as caught:
+        config.load(path)
+    (problem,) = caught.value.problems
+    assert problem.startswith(f"{path}: not valid TOML: ")
+    assert "line" in problem
+
+
+# -- the command line -----------------------------------------------------------------------
+
+
+def run_check_config(path: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EFD_")}
+    return subprocess.run(
+        [sys.executable, "-m", "efd", "check-config", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=path.parent,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_cli_check_config_reports_every_bad_key(tmp_path: Path) -> None:
+    done = run_check_config(write(tmp_path, SEVERAL_BAD))
+    assert done.returncode != 0
+    for key in SEVERAL_BAD_KEYS:
+        assert f"  {key}: " in done.stderr, key
+    assert f"({len(SEVERAL_BAD_KEYS)} problems)" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_cli_check_config_accepts_a_good_file(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD)
+    done = run_check_config(path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"{path}: OK (1 sources, 1 destinations)"

@@ -1,0 +1,405 @@
+"""efd.webhooks: outbound bodies (spec 2.2), headers (4.1) and signatures (5.1). Pure, fast."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from efd import jsonjs
+from efd.messages import Message, normalise
+from efd.webhooks import (
+    RESERVED_HEADERS,
+    SIGNATURE_HEADER,
+    body_for,
+    delete_body,
+    encode,
+    redact_url,
+    request_headers,
+    sign,
+    verify,
+)
+
+NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+TS = "2026-02-28T10:00:00.276Z"
+TIMESTAMP_FORM = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
+VECTORS = {
+    v["name"]: v
+    for v in json.loads((Path(__file__).parent / "data" / "signing_vectors.json").read_text())
+}
+
+
+def message(raw: dict[str, Any]) -> Message:
+    return normalise({"messageId": "m-1", "timestamp": TS} | raw, received_at=NOW)
+
+
+# -- bodies per type, exactly --------------------------------------------------------------
+
+CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    (
+        "identify",
+        {"type": "identify", "userId": "u1", "traits": {"name": "Zoë", "age": 30}},
+        {"traits": {"name": "Zoë", "age": 30}},
+    ),
+    (
+        "track",
+        {"type": "track", "userId": "u1", "event": "Bought", "properties": {"revenue": 39.95}},
+        {"event": "Bought", "properties": {"revenue": 39.95}},
+    ),
+    (
+        "track-no-properties",
+        {"type": "track", "userId": "u1", "event": "E"},
+        {"event": "E", "properties": {}},
+    ),
+    (
+        "page",
+        {
+            "type": "page",
+            "userId": "u1",
+            "properties": {"path": "/a", "referrer": "r", "title": "A", "url": "https://x.test/a"},
+        },
+        {"properties": {"path": "/a", "referrer": "r", "title": "A", "url": "https://x.test/a"}},
+    ),
+    (
+        "page-name",
+        {"type": "page", "userId": "u1", "name": "Home", "category": "Docs"},
+        {"properties": {"name": "Home", "category": "Docs"}},
+    ),
+    ("screen", {"type": "screen", "userId": "u1", "name": "Home"}, {"name": "Home", "context": {}}),
+    (
+        "group",
+        {"type": "group", "userId": "u1", "groupId": "g1", "traits": {"name": "Initech"}},
+        {"groupId": "g1", "traits": {"name": "Initech"}},
+    ),
+    (
+        "alias",
+        {"type": "alias", "userId": "u1", "previousId": "anon-1"},
+        {"Previous ID": "anon-1", "User ID": "u1", "previousId": "anon-1"},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("raw", "extra"), [(raw, extra) for _, raw, extra in CASES], ids=[c[0] for c in CASES]
+)
+def test_body_per_type(raw: dict[str, Any], extra: dict[str, Any]) -> None:
+    expected = {
+        "version": 1,
+        "type": raw["type"],
+        "userId": "u1",
+        "messageId": "m-1",
+        "timestamp": TS,
+    } | extra
+    assert body_for(message(raw)) == expected
+
+
+@pytest.mark.parametrize("raw", [raw for _, raw, _ in CASES], ids=[c[0] for c in CASES])
+def test_version_is_the_number_1(raw: dict[str, Any]) -> None:
+    body = body_for(message(raw))
+    assert type(body["version"]) is int
+    assert body["version"] == 1
+    assert encode(body).startswith(b'{"version":1,')
+
+
+def test_alias_body_bytes() -> None:
+    body = body_for(
+        message({"type": "alias", "userId": "u-1", "previousId": "anon-1", "messageId": "m-4"})
+    )
+    assert encode(body) == (
+        b'{"version":1,"type":"alias","Previous ID":"anon-1","User ID":"u-1",'
+        b'"previousId":"anon-1","userId":"u-1","messageId":"m-4","timestamp":"'
+        + TS.encode()
+        + b'"}'
+    )
+
+
+def test_track_body_bytes() -> None:
+    raw = {
+        "type": "track",
+        "userId": "019mr8mf4r",
+        "event": "Purchased an Item",
+        "properties": {"revenue": "39.95", "shippingMethod": "2-day"},
+        "timestamp": "2012-12-02T00:30:08.276Z",
+    }
+    assert encode(body_for(message(raw))) == (
+        b'{"version":1,"type":"track","userId":"019mr8mf4r","event":"Purchased an Item",'
+        b'"properties":{"revenue":"39.95","shippingMethod":"2-day"},"messageId":"m-1",'
+        b'"timestamp":"2012-12-02T00:30:08.276Z"}'
+    )
+
+
+@pytest.mark.parametrize("raw", [raw for _, raw, _ in CASES], ids=[c[0] for c in CASES])
+def test_anonymous_id_only_when_present(raw: dict[str, Any]) -> None:
+    assert "anonymousId" not in body_for(message(raw))
+    assert body_for(message(raw | {"anonymousId": "a-9"}))["anonymousId"] == "a-9"
+
+
+@pytest.mark.parametrize("type_", ["identify", "track", "page", "group"])
+def test_anonymous_only_message_has_null_user_id(type_: str) -> None:
+    raw = {k: v for _, r, _ in CASES if r["type"] == type_ for k, v in r.items() if k != "userId"}
+    body = body_for(message(raw | {"anonymousId": "a-9"}))
+    assert body["userId"] is None
+    assert body["anonymousId"] == "a-9"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [raw for _, raw, _ in CASES if raw["type"] != "screen"],
+    ids=[name for name, raw, _ in CASES if raw["type"] != "screen"],
+)
+def test_context_only_when_present(raw: dict[str, Any]) -> None:
+    assert "context" not in body_for(message(raw))
+    context = {"ip": "1.2.3.4", "device": {"model": "m", "type": "ios"}}
+    assert body_for(message(raw | {"context": context}))["context"] == context
+    assert body_for(message(raw | {"context": {}}))["context"] == {}
+
+
+SCREEN_CONTEXT = {
+    "device": {"model": "iPhone15,2", "type": "ios"},
+    "os": {"name": "iOS", "version": "17.2"},
+    "app": {"build": "42", "name": "Shop", "version": "1.2.3"},
+}
+
+
+@pytest.mark.parametrize(
+    ("raw", "context"),
+    [
+        ({}, {}),
+        ({"context": SCREEN_CONTEXT}, SCREEN_CONTEXT),
+    ],
+)
+def test_screen_always_has_context(raw: dict[str, Any], context: dict[str, Any]) -> None:
+    body = body_for(message({"type": "screen", "userId": "u1", "name": "Home"} | raw))
+    assert body["context"] == context
+    assert body["name"] == "Home"
+
+
+def test_screen_context_from_batch_context() -> None:
+    msg = normalise(
+        {"type": "screen", "anonymousId": "a", "timestamp": TS, "messageId": "m"},
+        received_at=NOW,
+        batch_context=SCREEN_CONTEXT,
+    )
+    assert body_for(msg) == {
+        "version": 1,
+        "type": "screen",
+        "userId": None,
+        "anonymousId": "a",
+        "name": "",
+        "context": SCREEN_CONTEXT,
+        "messageId": "m",
+        "timestamp": TS,
+    }
+
+
+def test_screen_properties_travel_when_given() -> None:
+    body = body_for(message({"type": "screen", "userId": "u", "name": "S", "properties": {"a": 1}}))
+    assert body["properties"] == {"a": 1}
+
+
+@pytest.mark.parametrize("raw", [raw for _, raw, _ in CASES], ids=[c[0] for c in CASES])
+def test_message_id_on_every_body(raw: dict[str, Any]) -> None:
+    msg = message(raw | {"messageId": "stable-id"})
+    assert body_for(msg)["messageId"] == "stable-id"
+    assert encode(body_for(msg)) == encode(body_for(msg))  # the same bytes on every retry
+
+
+def test_generated_message_id_is_stable_across_bodies() -> None:
+    msg = normalise({"type": "track", "userId": "u", "event": "E"}, received_at=NOW)
+    assert body_for(msg)["messageId"] == body_for(msg)["messageId"] == msg.message_id
+
+
+def test_integrations_do_not_travel() -> None:
+    body = body_for(
+        message({"type": "track", "userId": "u", "event": "E", "integrations": {"All": False}})
+    )
+    assert "integrations" not in body
+
+
+@pytest.mark.parametrize(
+    ("timestamp", "expected"),
+    [
+        ("2026-02-28T10:00:00Z", "2026-02-28T10:00:00.000Z"),
+        ("2026-02-28T10:00:00.5+00:00", "2026-02-28T10:00:00.500Z"),
+        ("2026-02-28T12:00:00.123456+0200", "2026-02-28T10:00:00.123Z"),
+        ("2026-02-28T10:00:00", "2026-02-28T10:00:00.000Z"),
+        ("2026-02-28T10:00:00.999999Z", "2026-02-28T10:00:00.999Z"),
+    ],
+)
+def test_timestamp_in_milliseconds_and_z(timestamp: str, expected: str) -> None:
+    body = body_for(message({"type": "track", "userId": "u", "event": "E", "timestamp": timestamp}))
+    assert body["timestamp"] == expected
+    assert TIMESTAMP_FORM.match(body["timestamp"])
+
+
+def test_receipt_time_as_timestamp_when_absent() -> None:
+    msg = normalise({"type": "track", "userId": "u", "event": "E"}, received_at=NOW)
+    assert body_for(msg)["timestamp"] == "2026-03-01T12:00:00.000Z"
+
+
+# -- delete ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("when", "stamp"),
+    [
+        (datetime(2012, 12, 2, 0, 30, 8, 276_000, tzinfo=UTC), "2012-12-02T00:30:08.276Z"),
+        (
+            datetime(2026, 1, 1, 1, 0, tzinfo=timezone(timedelta(hours=1))),
+            "2026-01-01T00:00:00.000Z",
+        ),
+    ],
+)
+def test_delete_body_is_exactly_type_user_id_timestamp(when: datetime, stamp: str) -> None:
+    body = delete_body("019mr8mf4r", when)
+    assert body == {"type": "delete", "userId": "019mr8mf4r", "timestamp": stamp}
+    assert list(body) == ["type", "userId", "timestamp"]
+    assert "version" not in body
+    assert "messageId" not in body
+
+
+def test_delete_body_matches_the_signing_vector() -> None:
+    vector = VECTORS["delete"]
+    body = encode(delete_body("019mr8mf4r", datetime(2012, 12, 2, 0, 30, 8, 276_000, tzinfo=UTC)))
+    assert body == vector["body"].encode()
+    assert sign(vector["secret"], body) == vector["x_signature"]
+
+
+# -- encoding, signing and verifying ---------------------------------------------------------
+
+
+def test_encode_is_jsonjs() -> None:
+    body = {"version": 1, "n": 10.0, "t": 1e-7, "s": "é\u2028"}
+    assert (
+        encode(body) == jsonjs.dumps(body) == '{"version":1,"n":10,"t":1e-7,"s":"é\u2028"}'.encode()
+    )
+
+
+@pytest.mark.parametrize("raw", [raw for _, raw, _ in CASES], ids=[c[0] for c in CASES])
+def test_encoded_body_survives_a_reparse(raw: dict[str, Any]) -> None:
+    """What a Node receiver re-stringifies equals what was signed."""
+    body = encode(
+        body_for(
+            message(raw | {"properties": {"f": 2.0, "g": 5e-7}} if raw["type"] == "track" else raw)
+        )
+    )
+    assert jsonjs.dumps(jsonjs.loads(body)) == body
+
+
+@pytest.mark.parametrize("name", sorted(VECTORS))
+def test_sign_matches_the_vectors(name: str) -> None:
+    vector = VECTORS[name]
+    body = vector["body"].encode("utf-8")
+    assert sign(vector["secret"], body) == vector["x_signature"]
+    assert verify(vector["secret"], body, vector["x_signature"])
+
+
+def test_sign_is_hex_hmac_sha1() -> None:
+    expected = hmac.new(b"k", b'{"a":1}', hashlib.sha1).hexdigest()
+    assert sign("k", b'{"a":1}') == expected
+    assert re.fullmatch(r"[0-9a-f]{40}", expected)
+    assert sign("clé", b"x") == hmac.new("clé".encode(), b"x", hashlib.sha1).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("secret", "body", "signature", "ok"),
+    [
+        ("s3cr3t", b"body", sign("s3cr3t", b"body"), True),
+        ("s3cr3t", b"body", sign("s3cr3t", b"body").upper(), True),
+        ("s3cr3t", b"body", f"  {sign('s3cr3t', b'body')}\n", True),
+        ("s3cr3t", b"body", sign("other", b"body"), False),
+        ("s3cr3t", b"body ", sign("s3cr3t", b"body"), False),
+        ("s3cr3t", b"body", sign("s3cr3t", b"body")[:-1], False),
+        ("s3cr3t", b"body", "", False),
+        ("s3cr3t", b"body", "sha1=" + sign("s3cr3t", b"body"), False),
+        pytest.param(
+            "s3cr3t",
+            b"body",
+            "é" * 40,
+            False,
+        ),
+    ],
+)
+def test_verify(secret: str, body: bytes, signature: str, ok: bool) -> None:
+    assert verify(secret, body, signature) is ok
+
+
+# -- headers ---------------------------------------------------------------------------------
+
+
+def test_headers_without_secret() -> None:
+    headers = request_headers(user_agent="efd/1.0", secret=None, body=b"{}", static={})
+    assert headers == {"User-Agent": "efd/1.0", "Content-Type": "application/json"}
+
+
+def test_headers_with_empty_secret_are_unsigned() -> None:
+    headers = request_headers(user_agent="efd/1.0", secret="", body=b"{}", static={})
+    assert SIGNATURE_HEADER not in headers
+
+
+def test_headers_with_secret() -> None:
+    body = VECTORS["track"]["body"].encode()
+    headers = request_headers(user_agent="efd/1.0", secret="s3cr3t", body=body, static={})
+    assert headers == {
+        "User-Agent": "efd/1.0",
+        "Content-Type": "application/json",
+        "X-Signature": VECTORS["track"]["x_signature"],
+    }
+    assert SIGNATURE_HEADER == "X-Signature"
+
+
+def test_static_headers_are_added() -> None:
+    static = {"X-Env": "prod", "Authorization": "Bearer t"}
+    headers = request_headers(user_agent="Segment.io/1.0", secret="k", body=b"{}", static=static)
+    assert headers == {
+        "X-Env": "prod",
+        "Authorization": "Bearer t",
+        "User-Agent": "Segment.io/1.0",
+        "Content-Type": "application/json",
+        "X-Signature": sign("k", b"{}"),
+    }
+    assert static == {"X-Env": "prod", "Authorization": "Bearer t"}  # not modified
+
+
+def test_static_headers_cannot_override_owned_headers() -> None:
+    static = {"User-Agent": "evil", "Content-Type": "text/plain", "X-Signature": "forged"}
+    headers = request_headers(user_agent="efd/1.0", secret="k", body=b"{}", static=static)
+    assert headers == {
+        "User-Agent": "efd/1.0",
+        "Content-Type": "application/json",
+        "X-Signature": sign("k", b"{}"),
+    }
+
+
+def test_reserved_headers() -> None:
+    assert frozenset({"content-type", "user-agent", "x-signature"}) == RESERVED_HEADERS
+
+
+# -- redact_url ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("https://hooks.example.com/segment", "https://hooks.example.com/segment"),
+        ("https://hooks.example.com", "https://hooks.example.com"),
+        ("http://127.0.0.1:9000/webhook", "http://127.0.0.1:9000/webhook"),
+        ("https://user:pass@hooks.example.com/x", "https://***@hooks.example.com/x"),
+        ("https://token@hooks.example.com/x", "https://***@hooks.example.com/x"),
+        ("https://h.example.com/x?token=abc&v=2", "https://h.example.com/x?token=***&v=***"),
+        ("https://h.example.com/x?flag", "https://h.example.com/x?flag"),
+        ("https://h.example.com/x?a=1=2", "https://h.example.com/x?a=***"),
+        ("https://h.example.com/x?a=1#frag", "https://h.example.com/x?a=***"),
+        ("http://[::1]:8080/hook", "http://[::1]:8080/hook"),
+        ("https://u:p@[2001:db8::1]/h?k=v", "https://***@[2001:db8::1]/h?k=***"),
+        ("https://Hooks.Example.COM:443/P", "https://hooks.example.com:443/P"),
+    ],
+)
+def test_redact_url(url: str, expected: str) -> None:
+    assert redact_url(url) == expected
