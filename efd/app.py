@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import socket
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -32,6 +33,7 @@ from efd.store.runner import AsyncStore
 log = logging.getLogger(__name__)
 
 _RETENTION_BATCH = 1000
+_RETENTION_EVERY = 600.0  # seconds
 _SHUTDOWN_MARGIN = 2.0
 
 
@@ -80,6 +82,8 @@ class Daemon:
         self._dispatcher: Dispatcher | None = None
         self._sender: Sender | None = None
         self._scheduler: AsyncIOScheduler | None = None
+        self._listener: threading.Thread | None = None
+        self._listener_stop = threading.Event()
 
     @property
     def db(self) -> AsyncStore:
@@ -124,11 +128,17 @@ class Daemon:
         self._writer = GroupCommit(self._store_messages, max_items=5000, name="efd-ingest-writer")
         self._writer.start()
         self._dispatcher.start()
+        if not store.sqlite:
+            self._start_listener(store)
 
         self._scheduler = AsyncIOScheduler()
         self._scheduler.add_job(self._refresh_backlog, "interval", seconds=15, id="backlog")
         self._scheduler.add_job(
-            self._retention, "interval", minutes=10, id="retention", misfire_grace_time=60
+            self._retention,
+            "interval",
+            seconds=_RETENTION_EVERY,
+            id="retention",
+            misfire_grace_time=60,
         )
         self._scheduler.start()
 
@@ -171,6 +181,9 @@ class Daemon:
         if self._dispatcher is not None:
             grace = self.settings.delivery.timeout_seconds + _SHUTDOWN_MARGIN
             await self._dispatcher.stop(grace)
+        if self._listener is not None:
+            self._listener_stop.set()
+            await asyncio.to_thread(self._listener.join)
         if self._sender is not None:
             await self._sender.close()
         if self._db is not None:
@@ -180,6 +193,23 @@ class Daemon:
         log.info("stopped")
 
     # -- pieces ---------------------------------------------------------------------------
+
+    def _start_listener(self, store: Store) -> None:
+        """LISTEN for other processes' new work, so their messages wake our dispatcher too."""
+        assert self._dispatcher is not None
+        loop = asyncio.get_running_loop()
+        notify = self._dispatcher.notify
+
+        def wake() -> None:
+            loop.call_soon_threadsafe(notify)
+
+        self._listener = threading.Thread(
+            target=store.listen,
+            args=(wake, self._listener_stop.is_set),
+            name="efd-listen",
+            daemon=True,
+        )
+        self._listener.start()
 
     async def _store_messages(self, rows: list[NewMessage]) -> list[bool]:
         return await self.db.write(self.db.store.insert_messages, rows, time.time())
@@ -211,7 +241,13 @@ class Daemon:
         self.metrics.backlog = {d.name: backlog.get(d.name, 0) for d in self.settings.destinations}
 
     async def _retention(self) -> None:
-        before = time.time() - self.settings.storage.retention_days * 86400
+        store = self.db.store
+        now = time.time()
+        if not await self.db.write(
+            store.claim_job, "retention", interval=_RETENTION_EVERY, owner=self.owner, now=now
+        ):
+            return  # another process of the cluster has this turn
+        before = now - self.settings.storage.retention_days * 86400
         total = 0
         # Small batches, each its own transaction, so ingestion never waits long.
         while purged := await self.db.write(self.db.store.purge_finished, before, _RETENTION_BATCH):

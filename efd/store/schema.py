@@ -93,3 +93,13 @@ attempts = Table(
     Index("ix_attempts_delivery_id", "delivery_id"),
     Index("ix_attempts_attempted_at", "attempted_at"),
 )
+
+# Periodic jobs that must run once per cluster, not once per process: a process runs a job
+# only after moving its last_run_at forward, which one process at a time can do.
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("name", String(100), primary_key=True),
+    Column("last_run_at", Float, nullable=False),
+    Column("owner", String(80)),
+)

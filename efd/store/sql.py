@@ -8,11 +8,13 @@ a large commit.
 from __future__ import annotations
 
 import json
+import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+import psycopg
 from sqlalchemy import (
     Connection,
     Engine,
@@ -25,11 +27,14 @@ from sqlalchemy import (
     text,
     update,
 )
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from efd.store.engine import is_sqlite, make_engine, normalise_url
-from efd.store.schema import DELIVERED, PENDING, attempts, deliveries, messages
+from efd.store.schema import DELIVERED, PENDING, attempts, deliveries, jobs, messages
 
 DEDUPE_WINDOW_SECONDS = 24 * 3600
+NOTIFY_CHANNEL = "efd_deliveries"
 _CHUNK = 500  # bound IN lists well below SQLite's variable limit
 
 
@@ -165,6 +170,11 @@ class Store:
             ]
             if delivery_rows:
                 conn.execute(insert(deliveries), delivery_rows)
+                if not self.sqlite:
+                    # Delivered at commit, to every process's LISTEN: none waits for a poll.
+                    conn.execute(
+                        text("SELECT pg_notify(:channel, '')"), {"channel": NOTIFY_CHANNEL}
+                    )
             return stored
 
     def _recent_message_ids(
@@ -358,7 +368,48 @@ class Store:
             ).scalar()
             return float(value) if value is not None else None
 
+    def listen(self, on_notify: Callable[[], None], stopping: Callable[[], bool]) -> None:
+        """Block, calling `on_notify` for each NOTIFY on the channel, until `stopping()`.
+
+        PostgreSQL only. Reconnects by itself; while disconnected, polling covers the gap.
+        """
+        conninfo = (
+            normalise_url(self.url)
+            .set(drivername="postgresql")
+            .render_as_string(hide_password=False)
+        )
+        delay = 0.5
+        while not stopping():
+            try:
+                with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as conn:
+                    conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    delay = 0.5
+                    on_notify()  # anything stored while we were not listening
+                    while not stopping():
+                        for _ in conn.notifies(timeout=0.5, stop_after=1000):
+                            on_notify()
+            except psycopg.Error:
+                if stopping():
+                    return
+                time.sleep(delay)
+                delay = min(delay * 2, 10.0)
+
     # -- observation and housekeeping --------------------------------------------------------
+
+    def claim_job(self, name: str, *, interval: float, owner: str, now: float) -> bool:
+        """True when this process should run the periodic job `name` now: it is due and no
+        other process took this turn. Works the same on SQLite and PostgreSQL."""
+        upsert = (sqlite_insert if self.sqlite else pg_insert)(jobs).values(
+            name=name, last_run_at=0.0, owner=None
+        )
+        with self.writer.begin() as conn:
+            conn.execute(upsert.on_conflict_do_nothing(index_elements=["name"]))
+            result = conn.execute(
+                update(jobs)
+                .where(jobs.c.name == name, jobs.c.last_run_at <= now - interval * 0.9)
+                .values(last_run_at=now, owner=owner)
+            )
+            return result.rowcount == 1
 
     def ping(self) -> None:
         with self.reader.connect() as conn:
