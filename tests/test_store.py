@@ -150,3 +150,41 @@ def test_migrations_are_idempotent_and_at_head(db_url):
     migrate.upgrade(db_url)
     migrate.upgrade(db_url)
     assert migrate.current_revision(db_url) == migrate.head_revision()
+
+
+def test_a_periodic_job_runs_once_per_interval_across_processes(store, db_url):
+    now = time.time()
+    other = Store(db_url)
+    try:
+        assert store.claim_job("retention", interval=600, owner="A", now=now) is True
+        assert other.claim_job("retention", interval=600, owner="B", now=now + 1) is False
+        assert store.claim_job("retention", interval=600, owner="A", now=now + 2) is False
+        assert other.claim_job("retention", interval=600, owner="B", now=now + 600) is True
+        assert sql(db_url, "SELECT name, owner FROM jobs") == [("retention", "B")]
+    finally:
+        other.dispose()
+
+
+def test_stored_work_notifies_listeners_in_other_processes(store, db_url):
+    if store.sqlite:
+        pytest.skip("LISTEN/NOTIFY is PostgreSQL's; SQLite serves one process")
+    woken = threading.Event()
+    listening = threading.Event()
+    stop = threading.Event()
+
+    def on_notify() -> None:
+        if listening.is_set():
+            woken.set()
+        listening.set()  # the first call marks "now listening"
+
+    listener = Store(db_url)
+    thread = threading.Thread(target=listener.listen, args=(on_notify, stop.is_set))
+    thread.start()
+    try:
+        assert listening.wait(10)
+        store.insert_messages([message("wake-up")], time.time())
+        assert woken.wait(2), "no NOTIFY reached the other connection"
+    finally:
+        stop.set()
+        thread.join(10)
+        listener.dispose()
