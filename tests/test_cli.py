@@ -87,3 +87,42 @@ def test_listen_prints_webhooks_and_verifies_signatures(tmp_path: Path):
     assert "(INVALID)" in text
     assert "(MISSING)" in text
     assert '"event": "Hello"' in text
+
+
+def test_concurrent_migrations_are_safe(db_url, tmp_path: Path):
+    """Several processes starting at the same moment all migrate (or find nothing to do)."""
+    path = write_toml(tmp_path / "efd.toml", settings_dict(db_url))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "efd", "migrate", "--config", str(path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        for _ in range(4)
+    ]
+    results = [proc.communicate(timeout=60) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0, 0, 0], results
+    assert sql(db_url, "SELECT count(*) FROM alembic_version") == [(1,)]
+
+
+def test_systemd_unit_verifies(tmp_path: Path):
+    import shutil
+
+    import pytest
+
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze is not installed")
+    unit = (ROOT / "systemd" / "efd.service").read_text()
+    efd_bin = Path(sys.executable).with_name("efd")
+    unit = unit.replace("/opt/efd/.venv/bin/efd", str(efd_bin))
+    (tmp_path / "efd.service").write_text(unit)
+    result = subprocess.run(
+        ["systemd-analyze", "verify", str(tmp_path / "efd.service")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    problems = [line for line in result.stderr.splitlines() if "efd.service" in line]
+    assert problems == [], result.stderr

@@ -283,3 +283,26 @@ async def test_concurrent_requests_are_all_stored(db_url, daemon):
     assert set(results) == {200}
     assert sql(db_url, "SELECT count(*) FROM messages") == [(500,)]
     assert sql(db_url, "SELECT count(DISTINCT message_pk) FROM deliveries") == [(500,)]
+
+
+async def test_retention_purges_old_finished_messages_once_per_cluster(db_url, daemon):
+    await post(daemon.port, "/v1/track", {**TRACK, "messageId": "old"})
+    await eventually(lambda: sql(db_url, "SELECT status FROM deliveries") == [("delivered",)])
+    long_ago = 30 * 86400
+    sql(db_url, "UPDATE messages SET received_at = received_at - :d", d=long_ago)
+    sql(db_url, "UPDATE deliveries SET finished_at = finished_at - :d", d=long_ago)
+    await post(daemon.port, "/v1/track", {**TRACK, "messageId": "new"})
+    await daemon._retention()
+    assert [row[0] for row in stored(db_url)] == ["new"]
+    assert sql(
+        db_url, "SELECT count(*) FROM attempts WHERE delivery_id NOT IN (SELECT id FROM deliveries)"
+    ) == [(0,)]
+    # The turn is taken: a second run in the same interval does nothing.
+    sql(db_url, "UPDATE messages SET received_at = received_at - :d", d=long_ago)
+    sql(
+        db_url,
+        "UPDATE deliveries SET finished_at = finished_at - :d WHERE finished_at IS NOT NULL",
+        d=long_ago,
+    )
+    await daemon._retention()
+    assert len(stored(db_url)) == 1
