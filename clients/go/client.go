@@ -1,0 +1,314 @@
+package analytics
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Client batches messages and sends them to efd in the background. Set its
+// exported fields after New and before the first call; the first call (or
+// Close) freezes them, and later changes are ignored. A Client is safe for
+// concurrent use by many goroutines.
+type Client struct {
+	// Endpoint is the daemon's base URL; requests go to Endpoint+"/v1/batch".
+	Endpoint string
+
+	// FlushAt and Size (the v2 name) are one setting, the flush count: a
+	// batch is sent once this many messages are queued, and no request holds
+	// more. New sets both to 20. Change either; if both are changed to
+	// different values, the smaller wins.
+	FlushAt int
+	Size    int
+
+	// FlushAfter and Interval (the v2 name) bound how long a message waits:
+	// the queue is flushed when this long has passed since the last flush.
+	// New sets both to 5s; they combine like FlushAt and Size (the shorter
+	// wins).
+	FlushAfter time.Duration
+	Interval   time.Duration
+
+	// Verbose logs buffering, flushes, requests and responses, as does
+	// DEBUG=analytics in the environment.
+	Verbose bool
+	// Logger receives all logs; New writes to stderr.
+	Logger *log.Logger
+
+	// Client makes the HTTP requests. A zero Timeout means DefaultTimeout,
+	// and a nil Transport means one of the client's own.
+	Client http.Client
+
+	// MaxQueueSize and MaxQueueBytes bound the messages held in memory,
+	// queued or in flight, by count and by encoded size; past either, calls
+	// return ErrQueueFull.
+	MaxQueueSize  int
+	MaxQueueBytes int
+	// MaxRetries is how many times a batch is retried after its first
+	// attempt fails with a network error, 429 or 5xx; 0 disables retries.
+	MaxRetries int
+	// MaxConcurrentRequests is the number of batches sent at once.
+	MaxConcurrentRequests int
+	// CloseTimeout bounds how long Close waits for queued and in-flight
+	// messages; what is still unsent then is dropped, logged and counted.
+	CloseTimeout time.Duration
+
+	key string
+	now func() time.Time
+	// backoffMin and backoffMax shape retry delays; tests shorten them.
+	backoffMin, backoffMax time.Duration
+
+	startOnce sync.Once
+	cfg       config
+	ctx       context.Context // cancelled when CloseTimeout expires
+	cancel    context.CancelFunc
+	wake      chan struct{} // a full batch is waiting
+	closing   chan struct{} // Close was called: flush everything and stop
+	done      chan struct{} // batcher and senders have exited
+	batches   chan []item
+
+	closeOnce sync.Once
+	closeErr  error
+	isClosed  atomic.Bool // fast path; mu-guarded closed is authoritative
+
+	mu      sync.Mutex
+	closed  bool
+	q       queue
+	refused refusals
+
+	stats counters
+}
+
+// New returns a client for the source with the given write key, with every
+// setting at its default.
+func New(writeKey string) *Client {
+	return &Client{
+		Endpoint:              Endpoint,
+		FlushAt:               DefaultFlushAt,
+		Size:                  DefaultFlushAt,
+		FlushAfter:            DefaultFlushAfter,
+		Interval:              DefaultFlushAfter,
+		Logger:                newDefaultLogger(),
+		Client:                http.Client{Timeout: DefaultTimeout},
+		MaxQueueSize:          DefaultMaxQueueSize,
+		MaxQueueBytes:         DefaultMaxQueueBytes,
+		MaxRetries:            DefaultMaxRetries,
+		MaxConcurrentRequests: DefaultMaxConcurrentRequests,
+		CloseTimeout:          DefaultCloseTimeout,
+		key:                   writeKey,
+	}
+}
+
+// start freezes the configuration and starts the batcher and senders. It
+// runs once, on the first call or Close, so fields set after New count.
+func (c *Client) start() {
+	c.cfg = c.resolve()
+	if c.now == nil {
+		c.now = time.Now
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.wake = make(chan struct{}, 1)
+	c.closing = make(chan struct{})
+	c.done = make(chan struct{})
+	c.batches = make(chan []item)
+
+	var wg sync.WaitGroup
+	wg.Add(1 + c.cfg.concurrency)
+	go func() { defer wg.Done(); c.loop() }()
+	for range c.cfg.concurrency {
+		go func() { defer wg.Done(); c.sender() }()
+	}
+	go func() { wg.Wait(); close(c.done) }()
+
+	if c.cfg.urlErr != nil {
+		c.errorf("%v: nothing can be delivered", c.cfg.urlErr)
+	}
+	c.debugf("start: endpoint=%s flushAt=%d flushAfter=%s maxQueue=%d maxQueueBytes=%d maxRetries=%d concurrency=%d",
+		c.cfg.url, c.cfg.flushAt, c.cfg.flushAfter, c.cfg.maxQueue, c.cfg.maxQueueBytes, c.cfg.maxRetries, c.cfg.concurrency)
+}
+
+// Identify queues an identify message.
+func (c *Client) Identify(msg *Identify) error {
+	if msg == nil {
+		return invalid("identify", "message is nil")
+	}
+	if err := validateIdentify(msg); err != nil {
+		return err
+	}
+	m := *msg // the caller's struct and maps are never modified
+	return c.enqueue("identify", &m, &m.Message, &m.Context)
+}
+
+// Track queues a track message.
+func (c *Client) Track(msg *Track) error {
+	if msg == nil {
+		return invalid("track", "message is nil")
+	}
+	if err := validateTrack(msg); err != nil {
+		return err
+	}
+	m := *msg
+	return c.enqueue("track", &m, &m.Message, &m.Context)
+}
+
+// Page queues a page message.
+func (c *Client) Page(msg *Page) error {
+	if msg == nil {
+		return invalid("page", "message is nil")
+	}
+	if err := validatePage(msg); err != nil {
+		return err
+	}
+	m := *msg
+	return c.enqueue("page", &m, &m.Message, &m.Context)
+}
+
+// Group queues a group message.
+func (c *Client) Group(msg *Group) error {
+	if msg == nil {
+		return invalid("group", "message is nil")
+	}
+	if err := validateGroup(msg); err != nil {
+		return err
+	}
+	m := *msg
+	return c.enqueue("group", &m, &m.Message, &m.Context)
+}
+
+// Alias queues an alias message.
+func (c *Client) Alias(msg *Alias) error {
+	if msg == nil {
+		return invalid("alias", "message is nil")
+	}
+	if err := validateAlias(msg); err != nil {
+		return err
+	}
+	m := *msg
+	return c.enqueue("alias", &m, &m.Message, &m.Context)
+}
+
+// enqueue completes, encodes and queues a validated copy of a message.
+func (c *Client) enqueue(typ string, v interface{}, m *Message, ctx *map[string]interface{}) error {
+	c.startOnce.Do(c.start)
+	if c.isClosed.Load() {
+		return ErrClosed
+	}
+	if err := prepare(typ, m, ctx, c.cfg.context, c.now()); err != nil {
+		return err
+	}
+	data, err := encode(typ, v)
+	if err != nil {
+		return err
+	}
+	return c.push(typ, item{id: m.MessageId, data: data})
+}
+
+func (c *Client) push(typ string, it item) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	if !c.q.fits(len(it.data), c.cfg.maxQueue, c.cfg.maxQueueBytes) {
+		report := c.refused.add(time.Now())
+		c.mu.Unlock()
+		c.stats.queueFull.Add(1)
+		if report > 0 {
+			c.logRefused(report)
+		}
+		return fmt.Errorf("%w (MaxQueueSize %d or MaxQueueBytes %d reached)", ErrQueueFull, c.cfg.maxQueue, c.cfg.maxQueueBytes)
+	}
+	c.q.push(it)
+	queued, wake := c.q.len(), c.q.ready(c.cfg.flushAt)
+	c.mu.Unlock()
+
+	c.stats.accepted.Add(1)
+	c.debugf("buffer: %s %s (%d/%d queued)", typ, it.id, queued, c.cfg.flushAt)
+	if wake {
+		select {
+		case c.wake <- struct{}{}:
+		default: // a wake-up is already pending
+		}
+	}
+	return nil
+}
+
+// Close sends everything queued and waits for it, up to CloseTimeout. It
+// returns an error wrapping ErrNotDelivered if any accepted message was
+// dropped during the client's life. Later calls return ErrClosed; calling
+// Close again is safe and returns the same result.
+func (c *Client) Close() error {
+	c.startOnce.Do(c.start)
+	c.closeOnce.Do(func() { c.closeErr = c.shutdown() })
+	return c.closeErr
+}
+
+func (c *Client) shutdown() error {
+	c.mu.Lock()
+	c.closed = true
+	c.isClosed.Store(true)
+	queued := c.q.len()
+	unreported := c.refused.flush()
+	c.mu.Unlock()
+	if unreported > 0 {
+		c.logRefused(unreported)
+	}
+	c.debugf("close: flushing %d queued messages", queued)
+
+	close(c.closing)
+	timer := time.NewTimer(c.cfg.closeTimeout)
+	defer timer.Stop()
+	timedOut := false
+	select {
+	case <-c.done:
+	case <-timer.C:
+		timedOut = true
+		c.errorf("close: CloseTimeout (%s) reached, abandoning unsent messages", c.cfg.closeTimeout)
+		c.cancel() // aborts requests and backoff waits, so done comes promptly
+		<-c.done
+	}
+	c.cancel()
+	if c.cfg.ownTransport != nil {
+		c.cfg.ownTransport.CloseIdleConnections()
+	}
+
+	s := c.Stats()
+	c.debugf("close: done: %d delivered, %d failed, %d refused (queue full)", s.Delivered, s.Failed, s.QueueFull)
+	if s.Failed > 0 {
+		if timedOut {
+			return fmt.Errorf("%w: %d message(s) dropped (close timed out after %s); see the log", ErrNotDelivered, s.Failed, c.cfg.closeTimeout)
+		}
+		return fmt.Errorf("%w: %d message(s) dropped; see the log", ErrNotDelivered, s.Failed)
+	}
+	return nil
+}
+
+// refusals aggregates ErrQueueFull logging: a full queue under load would
+// otherwise log thousands of lines a second. Each one is still counted, and
+// reported within a second (or at Close).
+type refusals struct {
+	pending int64
+	last    time.Time
+}
+
+func (r *refusals) add(now time.Time) int64 {
+	r.pending++
+	if now.Sub(r.last) < time.Second {
+		return 0
+	}
+	r.last = now
+	return r.flush()
+}
+
+func (r *refusals) flush() int64 {
+	n := r.pending
+	r.pending = 0
+	return n
+}
+
+func (c *Client) logRefused(n int64) {
+	c.errorf("queue full (MaxQueueSize %d, MaxQueueBytes %d): dropped %d call(s)", c.cfg.maxQueue, c.cfg.maxQueueBytes, n)
+}

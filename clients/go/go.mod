@@ -1,0 +1,3 @@
+module github.com/efd-dev/efd/clients/go
+
+go 1.23

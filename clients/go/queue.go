@@ -1,0 +1,81 @@
+package analytics
+
+// queue holds encoded messages until the batcher takes them. It is guarded
+// by Client.mu. held and heldBytes count queued plus in-flight messages:
+// that is what MaxQueueSize and MaxQueueBytes bound, so a dead server cannot
+// make memory grow through batches waiting in retries.
+type queue struct {
+	buf       []item
+	head      int // buf[head:] are the queued items
+	bytes     int // encoded size of queued items, one separator each
+	held      int
+	heldBytes int
+}
+
+func (q *queue) len() int { return len(q.buf) - q.head }
+
+func (q *queue) push(it item) {
+	q.buf = append(q.buf, it)
+	q.bytes += len(it.data) + 1
+	q.held++
+	q.heldBytes += len(it.data)
+}
+
+// fits reports whether a message of n bytes may be held.
+func (q *queue) fits(n, maxCount, maxBytes int) bool {
+	return q.held < maxCount && q.heldBytes+n <= maxBytes
+}
+
+// ready reports whether a full batch, by count or by size, is waiting.
+func (q *queue) ready(flushAt int) bool {
+	return q.len() >= flushAt || batchOverhead+q.bytes > MaxBatchBytes
+}
+
+// take removes the next batch: at most flushAt messages whose batch body
+// fits MaxBatchBytes. Unless all is set it takes only a full batch. reason
+// says what limited the batch ("count" or "size"), or is empty when the
+// queue simply ran out.
+func (q *queue) take(flushAt int, all bool) (batch []item, reason string) {
+	pending := q.buf[q.head:]
+	n, size := 0, batchOverhead
+	for n < len(pending) && n < flushAt {
+		s := len(pending[n].data) + 1
+		if size+s > MaxBatchBytes {
+			break
+		}
+		size += s
+		n++
+	}
+	switch {
+	case n == flushAt:
+		reason = "count"
+	case n < len(pending):
+		reason = "size"
+	}
+	if n == 0 || (!all && reason == "") {
+		return nil, ""
+	}
+	batch = make([]item, n)
+	copy(batch, pending)
+	clear(pending[:n]) // let the encoded bytes be collected once sent
+	q.head += n
+	q.bytes -= size - batchOverhead
+	switch {
+	case q.head == len(q.buf):
+		q.buf, q.head = q.buf[:0], 0
+	case q.head > cap(q.buf)/2:
+		// Reclaim the consumed front before append grows the array.
+		m := copy(q.buf, q.buf[q.head:])
+		clear(q.buf[m:])
+		q.buf, q.head = q.buf[:m], 0
+	}
+	return batch, reason
+}
+
+// release forgets a batch that was delivered or dropped.
+func (q *queue) release(batch []item) {
+	q.held -= len(batch)
+	for _, it := range batch {
+		q.heldBytes -= len(it.data)
+	}
+}

@@ -1,0 +1,79 @@
+package analytics
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+func TestQueueBoundIncludesInFlight(t *testing.T) {
+	arrived, release := make(chan struct{}, 10), make(chan struct{})
+	s := newServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		arrived <- struct{}{}
+		<-release
+		ok(w)
+	})
+	c, logs := newTestClient(t, s)
+	c.Size = 1
+	c.MaxConcurrentRequests = 1
+	c.MaxQueueSize = 5
+
+	for i := range 5 {
+		mustNil(t, c.Track(track(i)))
+	}
+	<-arrived // one message is in flight, four queued: five held
+	for range 2 {
+		if err := c.Track(track(99)); !errors.Is(err, ErrQueueFull) {
+			t.Fatalf("call past MaxQueueSize = %v, want ErrQueueFull", err)
+		}
+	}
+	st := c.Stats()
+	if st.QueueFull != 2 || st.Dropped() != 2 || st.Accepted != 5 || st.Queued+st.InFlight != 5 {
+		t.Fatalf("stats %+v", st)
+	}
+	logs.mustContain(t, "queue full (MaxQueueSize 5, MaxQueueBytes 33554432): dropped 1 call(s)")
+
+	close(release)
+	mustNil(t, c.Close()) // refused calls already got their error
+	if st := c.Stats(); st.Delivered != 5 {
+		t.Fatalf("stats %+v", st)
+	}
+	// The second refusal came within a second of the first: it is reported
+	// at Close rather than on its own line.
+	logs.mustContain(t, "MaxQueueBytes 33554432): dropped 1 call(s)\n")
+	if n := strings.Count(logs.String(), "queue full"); n != 2 {
+		t.Errorf("%d queue-full log lines, want 2:\n%s", n, logs)
+	}
+}
+
+func TestQueueBoundByBytes(t *testing.T) {
+	release := make(chan struct{})
+	s := newServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		<-release
+		ok(w)
+	})
+	c, logs := newTestClient(t, s)
+	c.Size = 1
+	c.MaxQueueBytes = 100 << 10 // raised to one 32 KiB message at least; here ~3 of 30 KB
+
+	blob := strings.Repeat("x", 30000)
+	msg := &Track{UserId: "u", Event: "e", Properties: map[string]interface{}{"blob": blob}}
+	accepted := 0
+	var err error
+	for accepted < 10 {
+		if err = c.Track(msg); err != nil {
+			break
+		}
+		accepted++
+	}
+	if !errors.Is(err, ErrQueueFull) || accepted != 3 {
+		t.Fatalf("accepted %d messages of 30 KB under 100 KiB, then %v", accepted, err)
+	}
+	logs.mustContain(t, "queue full")
+	close(release)
+	mustNil(t, c.Close())
+	if st := c.Stats(); st.Delivered != 3 || st.QueueFull != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
