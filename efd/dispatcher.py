@@ -190,33 +190,22 @@ class Dispatcher:
         self._leases[item.delivery_id] = item.lease_token
         task = asyncio.create_task(self._deliver(route, item, urls))
         self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
-        def _done(finished: asyncio.Task[None]) -> None:
-            self._tasks.discard(finished)
-            self._in_flight -= 1
-            self._in_flight_by_url.subtract(urls)
-            self._wake.set()
-
-        task.add_done_callback(_done)
+    def _release(self, urls: list[str]) -> None:
+        self._in_flight -= 1
+        self._in_flight_by_url.subtract(urls)
+        self._wake.set()
 
     # -- one round -------------------------------------------------------------------------
 
     async def _deliver(self, route: _Route, item: Claimed, urls: list[str]) -> None:
-        if item.body is None:
-            results: list[AttemptResult] = []
-            note = "message payload was purged by a deletion request"
-        else:
-            body = item.body.encode("utf-8")
-            headers = webhooks.request_headers(
-                user_agent=self._user_agent, secret=route.secret, body=body, static={}
-            )
-            hooks = [(url, static) for url, static in route.hooks if url in urls]
-            results = list(
-                await asyncio.gather(
-                    *(self._sender.post(url, body, {**static, **headers}) for url, static in hooks)
-                )
-            )
-            note = None
+        try:
+            results, note = await self._send_round(route, item, urls)
+        finally:
+            # The slots are free once the receivers answered; recording the outcome may
+            # wait behind a large commit, and the lease keeps the delivery ours meanwhile.
+            self._release(urls)
         now = time.time()
         first = item.first_attempt_at or min((r.started_at for r in results), default=now)
         decision = retry.decide(
@@ -257,6 +246,21 @@ class Dispatcher:
         ]
         await self._recorder.submit([(outcome, rows)])
         self._leases.pop(item.delivery_id, None)
+
+    async def _send_round(
+        self, route: _Route, item: Claimed, urls: list[str]
+    ) -> tuple[list[AttemptResult], str | None]:
+        if item.body is None:
+            return [], "message payload was purged by a deletion request"
+        body = item.body.encode("utf-8")
+        headers = webhooks.request_headers(
+            user_agent=self._user_agent, secret=route.secret, body=body, static={}
+        )
+        hooks = [(url, static) for url, static in route.hooks if url in urls]
+        results = await asyncio.gather(
+            *(self._sender.post(url, body, {**static, **headers}) for url, static in hooks)
+        )
+        return list(results), None
 
     def _report(
         self,

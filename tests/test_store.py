@@ -38,19 +38,19 @@ def message(mid: str, source: str = "web", destinations: tuple[str, ...] = ("d",
 def test_insert_stores_messages_and_one_delivery_per_destination(store, db_url):
     assert store.insert_messages(
         [message("a", destinations=("d", "e")), message("b")], time.time()
-    ) == [True, True]
+    ) == ["stored", "stored"]
     assert sql(db_url, "SELECT count(*) FROM messages") == [(2,)]
     assert sql(db_url, "SELECT destination FROM deliveries ORDER BY id") == [("d",), ("e",), ("d",)]
 
 
 def test_dedupe_within_24_hours_per_source(store, db_url):
     now = time.time()
-    assert store.insert_messages([message("a"), message("a")], now) == [True, False]
-    assert store.insert_messages([message("a")], now) == [False]
-    assert store.insert_messages([message("a", source="other")], now) == [True]
+    assert store.insert_messages([message("a"), message("a")], now) == ["stored", "duplicate"]
+    assert store.insert_messages([message("a")], now) == ["duplicate"]
+    assert store.insert_messages([message("a", source="other")], now) == ["stored"]
     # Older than the window: accepted again.
     sql(db_url, "UPDATE messages SET received_at = :t", t=now - 25 * 3600)
-    assert store.insert_messages([message("a")], now) == [True]
+    assert store.insert_messages([message("a")], now) == ["stored"]
 
 
 def test_claim_leases_and_hides_rows_until_the_lease_lapses(store):
@@ -188,3 +188,13 @@ def test_stored_work_notifies_listeners_in_other_processes(store, db_url):
         stop.set()
         thread.join(10)
         listener.dispose()
+
+
+def test_only_acknowledgements_wait_for_the_disk(store):
+    if not store.sqlite:
+        pytest.skip("synchronous is SQLite's setting")
+    with store._bookkeeping() as conn:
+        relaxed = conn.exec_driver_sql("PRAGMA synchronous").scalar()
+    with store.writer.begin() as conn:
+        durable = conn.exec_driver_sql("PRAGMA synchronous").scalar()
+    assert (relaxed, durable) == (1, 2)  # NORMAL for claims and outcomes, FULL for ingestion

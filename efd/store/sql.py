@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import psycopg
 from sqlalchemy import (
@@ -36,6 +37,11 @@ from efd.store.schema import DELIVERED, PENDING, attempts, deliveries, jobs, mes
 DEDUPE_WINDOW_SECONDS = 24 * 3600
 NOTIFY_CHANNEL = "efd_deliveries"
 _CHUNK = 500  # bound IN lists well below SQLite's variable limit
+
+# What insert_messages answers for each row.
+STORED = "stored"
+DUPLICATE = "duplicate"  # a messageId the source already sent: acknowledged, not stored
+SUPPRESSED = "suppressed"  # from a suppressed user: acknowledged and dropped
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +98,18 @@ class AttemptRow:
     response_head: str | None
 
 
+class IngestHooks(Protocol):
+    """What efd/store/personas.py adds to the ingestion transaction."""
+
+    def suppressed(self, conn: Connection, ids: set[str]) -> set[str]:
+        """Which of these userIds/anonymousIds are suppressed."""
+        ...
+
+    def capture(self, conn: Connection, rows: Sequence[NewMessage]) -> None:
+        """Update profiles and events from the rows just stored."""
+        ...
+
+
 T = TypeVar("T")
 
 
@@ -104,6 +122,7 @@ class Store:
     def __init__(self, url: str, *, sqlite_synchronous: str = "FULL", pool_size: int = 5) -> None:
         self.url = url
         self.sqlite = is_sqlite(normalise_url(url))
+        self._synchronous = sqlite_synchronous
         self.writer: Engine = make_engine(
             url, writer=True, synchronous=sqlite_synchronous, pool_size=pool_size
         )
@@ -113,6 +132,32 @@ class Store:
             else self.writer
         )
 
+    @contextmanager
+    def _bookkeeping(self) -> Iterator[Connection]:
+        """A write transaction whose loss in a power cut costs at most a duplicate delivery.
+
+        Only an acknowledged message must survive power loss (synchronous=FULL, an fsync per
+        commit). Claims and outcomes may be lost with the last moments before a power cut:
+        the delivery is then simply due again. So on SQLite they commit without waiting for
+        the disk (synchronous=NORMAL in WAL mode), and the next FULL commit flushes them too.
+        A process crash loses nothing either way: committed pages are in the OS cache.
+        """
+        if not self.sqlite or self._synchronous != "FULL":
+            with self.writer.begin() as conn:
+                yield conn
+            return
+        with self.writer.connect() as conn:
+            # On the driver connection: SQLAlchemy would open a transaction first, and the
+            # safety level cannot change inside one.
+            raw = conn.connection.driver_connection
+            assert raw is not None
+            raw.execute("PRAGMA synchronous=NORMAL")
+            try:
+                with conn.begin():
+                    yield conn
+            finally:
+                raw.execute("PRAGMA synchronous=FULL")
+
     def dispose(self) -> None:
         self.writer.dispose()
         if self.reader is not self.writer:
@@ -120,26 +165,41 @@ class Store:
 
     # -- ingestion -----------------------------------------------------------------------
 
-    def insert_messages(self, rows: Sequence[NewMessage], now: float) -> list[bool]:
+    # Set by efd/store/personas.py: the suppression check and profile capture, both run in
+    # the ingestion transaction. None (a bare Store): neither.
+    hooks: IngestHooks | None = None
+
+    def insert_messages(self, rows: Sequence[NewMessage], now: float) -> list[str]:
         """Store messages and their deliveries in one transaction.
 
-        Returns, per row, whether it was stored: a messageId the same source already sent
-        within 24 hours (or earlier in `rows`) is acknowledged but not stored again.
+        Returns, per row, STORED; DUPLICATE for a messageId the same source already sent
+        within 24 hours (or earlier in `rows`): acknowledged but not stored again; or
+        SUPPRESSED for a message from a userId or anonymousId a regulation suppressed:
+        acknowledged and dropped.
         """
+        hooks = self.hooks
         with self.writer.begin() as conn:
+            blocked: set[str] = set()
+            if hooks is not None:
+                who = {i for r in rows for i in (r.user_id, r.anonymous_id) if i is not None}
+                if who:
+                    blocked = hooks.suppressed(conn, who)
             seen = self._recent_message_ids(conn, rows, now - DEDUPE_WINDOW_SECONDS)
             fresh: list[NewMessage] = []
-            stored: list[bool] = []
+            status: list[str] = []
             for row in rows:
+                if blocked and (row.user_id in blocked or row.anonymous_id in blocked):
+                    status.append(SUPPRESSED)
+                    continue
                 key = (row.source, row.message_id)
                 if key in seen:
-                    stored.append(False)
+                    status.append(DUPLICATE)
                     continue
                 seen.add(key)
                 fresh.append(row)
-                stored.append(True)
+                status.append(STORED)
             if not fresh:
-                return stored
+                return status
             ids = conn.execute(
                 insert(messages).returning(messages.c.id, sort_by_parameter_order=True),
                 [
@@ -175,7 +235,9 @@ class Store:
                     conn.execute(
                         text("SELECT pg_notify(:channel, '')"), {"channel": NOTIFY_CHANNEL}
                     )
-            return stored
+            if hooks is not None:
+                hooks.capture(conn, fresh)
+            return status
 
     def _recent_message_ids(
         self, conn: Connection, rows: Sequence[NewMessage], since: float
@@ -217,7 +279,7 @@ class Store:
             .limit(limit)
             .with_for_update(skip_locked=True)
         )
-        with self.writer.begin() as conn:
+        with self._bookkeeping() as conn:
             claimed = conn.execute(
                 update(deliveries)
                 .where(deliveries.c.id.in_(due.scalar_subquery()))
@@ -271,7 +333,7 @@ class Store:
         claimed the delivery) changes nothing; its attempts are still logged, since the
         requests did happen.
         """
-        with self.writer.begin() as conn:
+        with self._bookkeeping() as conn:
             if attempt_rows:
                 conn.execute(
                     insert(attempts),
