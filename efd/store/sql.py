@@ -13,12 +13,14 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from operator import attrgetter
+from typing import Any, Protocol, TypeVar
 
 import psycopg
 from sqlalchemy import (
     Connection,
     Engine,
+    Table,
     bindparam,
     delete,
     func,
@@ -29,6 +31,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from efd.store.engine import is_sqlite, make_engine, normalise_url
@@ -118,6 +121,67 @@ def _chunks(items: Sequence[T], size: int = _CHUNK) -> Iterable[Sequence[T]]:
         yield items[start : start + size]
 
 
+_SQLITE = sqlite_dialect()
+# Columns of the fast SQLite insert path, named as NewMessage's attributes.
+_MESSAGE_FIELDS = (
+    "source",
+    "message_id",
+    "type",
+    "user_id",
+    "anonymous_id",
+    "event",
+    "timestamp",
+    "received_at",
+    "body",
+)
+_message_fields = attrgetter(*_MESSAGE_FIELDS)
+_DELIVERY_FIELDS = (
+    "message_pk",
+    "destination",
+    "status",
+    "attempts",
+    "created_at",
+    "next_attempt_at",
+    "lease_token",
+)
+_compiled_inserts: dict[tuple[str, tuple[str, ...]], tuple[str, list[int] | None]] = {}
+
+_compiled_queries: dict[tuple[str, int], str] = {}
+
+
+def _driver_query(conn: Connection, query: Any, params: list[Any]) -> list[Any]:
+    """Run a one-column SELECT on the sqlite3 connection, positional parameters in order."""
+    key = (str(query), len(params))
+    statement = _compiled_queries.get(key)
+    if statement is None:
+        compiled = query.compile(dialect=_SQLITE, compile_kwargs={"render_postcompile": True})
+        statement = _compiled_queries[key] = str(compiled)
+    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    try:
+        return [row[0] for row in cursor.execute(statement, params)]
+    finally:
+        cursor.close()
+
+
+def _executemany(
+    cursor: Any, table: Table, columns: tuple[str, ...], rows: list[tuple[Any, ...]]
+) -> None:
+    """executemany on the sqlite3 cursor, with the INSERT compiled from `table` once."""
+    key = (table.name, columns)
+    cached = _compiled_inserts.get(key)
+    if cached is None:
+        compiled = insert(table).values({c: bindparam(c) for c in columns}).compile(dialect=_SQLITE)
+        positions = [columns.index(name) for name in compiled.positiontup or []]
+        cached = _compiled_inserts[key] = (
+            str(compiled),
+            None if positions == list(range(len(columns))) else positions,
+        )
+    statement, reorder = cached
+    if reorder is not None:
+        rows = [tuple(row[i] for i in reorder) for row in rows]
+    cursor.executemany(statement, rows)
+
+
 class Store:
     def __init__(self, url: str, *, sqlite_synchronous: str = "FULL", pool_size: int = 5) -> None:
         self.url = url
@@ -200,44 +264,57 @@ class Store:
                 status.append(STORED)
             if not fresh:
                 return status
-            ids = conn.execute(
-                insert(messages).returning(messages.c.id, sort_by_parameter_order=True),
-                [
-                    {
-                        "source": r.source,
-                        "message_id": r.message_id,
-                        "type": r.type,
-                        "user_id": r.user_id,
-                        "anonymous_id": r.anonymous_id,
-                        "event": r.event,
-                        "timestamp": r.timestamp,
-                        "received_at": r.received_at,
-                        "body": r.body,
-                    }
-                    for r in fresh
-                ],
-            ).scalars()
-            delivery_rows = [
-                {
-                    "message_pk": pk,
-                    "destination": name,
-                    "status": PENDING,
-                    "created_at": now,
-                    "next_attempt_at": now,
-                }
-                for pk, r in zip(ids, fresh, strict=True)
-                for name in r.destinations
-            ]
-            if delivery_rows:
-                conn.execute(insert(deliveries), delivery_rows)
-                if not self.sqlite:
-                    # Delivered at commit, to every process's LISTEN: none waits for a poll.
-                    conn.execute(
-                        text("SELECT pg_notify(:channel, '')"), {"channel": NOTIFY_CHANNEL}
-                    )
+            routed = self._insert_rows(conn, fresh, now)
+            if routed and not self.sqlite:
+                # Delivered at commit, to every process's LISTEN: none waits for a poll.
+                conn.execute(text("SELECT pg_notify(:channel, '')"), {"channel": NOTIFY_CHANNEL})
             if hooks is not None:
                 hooks.capture(conn, fresh)
             return status
+
+    def _insert_rows(self, conn: Connection, rows: Sequence[NewMessage], now: float) -> int:
+        """Insert messages and their pending deliveries; return how many deliveries."""
+        message_tuples = [_message_fields(r) for r in rows]
+        if self.sqlite:
+            # The hot path of ingestion. Under BEGIN IMMEDIATE this connection is the only
+            # writer, so it can number the rows itself, and the driver's executemany (which
+            # releases the GIL while SQLite works) replaces SQLAlchemy's per-row processing:
+            # about twice the throughput. The statements are compiled from the tables.
+            last = conn.execute(select(func.coalesce(func.max(messages.c.id), 0))).scalar_one()
+            ids: Sequence[int] = range(int(last) + 1, int(last) + 1 + len(rows))
+        else:
+            ids = (
+                conn.execute(
+                    insert(messages).returning(messages.c.id, sort_by_parameter_order=True),
+                    [dict(zip(_MESSAGE_FIELDS, t, strict=True)) for t in message_tuples],
+                )
+                .scalars()
+                .all()
+            )
+        delivery_tuples = [
+            (pk, name, PENDING, 0, now, now, 0)
+            for pk, r in zip(ids, rows, strict=True)
+            for name in r.destinations
+        ]
+        if self.sqlite:
+            cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+            try:
+                _executemany(
+                    cursor,
+                    messages,
+                    ("id", *_MESSAGE_FIELDS),
+                    [(pk, *t) for pk, t in zip(ids, message_tuples, strict=True)],
+                )
+                if delivery_tuples:
+                    _executemany(cursor, deliveries, _DELIVERY_FIELDS, delivery_tuples)
+            finally:
+                cursor.close()
+        elif delivery_tuples:
+            conn.execute(
+                insert(deliveries),
+                [dict(zip(_DELIVERY_FIELDS, t, strict=True)) for t in delivery_tuples],
+            )
+        return len(delivery_tuples)
 
     def _recent_message_ids(
         self, conn: Connection, rows: Sequence[NewMessage], since: float
@@ -248,13 +325,17 @@ class Store:
         seen: set[tuple[str, str]] = set()
         for source, ids in by_source.items():
             for chunk in _chunks(sorted(set(ids))):
-                found = conn.execute(
-                    select(messages.c.message_id).where(
-                        messages.c.source == source,
-                        messages.c.message_id.in_(chunk),
-                        messages.c.received_at > since,
-                    )
-                ).scalars()
+                query = select(messages.c.message_id).where(
+                    messages.c.source == source,
+                    messages.c.message_id.in_(chunk),
+                    messages.c.received_at > since,
+                )
+                if self.sqlite:
+                    # Rendered once per chunk size; SQLAlchemy's expanding IN costs more
+                    # than the query itself at ingestion rates.
+                    found = _driver_query(conn, query, [source, *chunk, since])
+                else:
+                    found = list(conn.execute(query).scalars())
                 seen.update((source, message_id) for message_id in found)
         return seen
 
