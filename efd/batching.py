@@ -28,7 +28,7 @@ class GroupCommit(Generic[T, R]):
         self._flush = flush
         self._max_items = max_items
         self._name = name
-        self._pending: list[tuple[list[T], asyncio.Future[list[R]]]] = []
+        self._pending: list[tuple[list[T], asyncio.Future[list[R]] | None]] = []
         self._ready = asyncio.Event()
         self._closing = False
         self._task: asyncio.Task[None] | None = None
@@ -45,6 +45,14 @@ class GroupCommit(Generic[T, R]):
         self._ready.set()
         return await future
 
+    def add(self, items: list[T]) -> None:
+        """Queue `items` for the next flush without waiting for it (no results, no future:
+        for callers that learn the outcome some other way)."""
+        if self._closing:
+            raise RuntimeError(f"{self._name} is shutting down")
+        self._pending.append((items, None))
+        self._ready.set()
+
     async def close(self) -> None:
         """Flush everything submitted so far, then stop."""
         self._closing = True
@@ -57,7 +65,7 @@ class GroupCommit(Generic[T, R]):
             await self._ready.wait()
             self._ready.clear()
             while self._pending:
-                group: list[tuple[list[T], asyncio.Future[list[R]]]] = []
+                group: list[tuple[list[T], asyncio.Future[list[R]] | None]] = []
                 count = 0
                 while self._pending and (
                     not group or count + len(self._pending[0][0]) <= self._max_items
@@ -69,14 +77,19 @@ class GroupCommit(Generic[T, R]):
             if self._closing:
                 return
 
-    async def _flush_group(self, group: list[tuple[list[T], asyncio.Future[list[R]]]]) -> None:
+    async def _flush_group(
+        self, group: list[tuple[list[T], asyncio.Future[list[R]] | None]]
+    ) -> None:
         items = [item for entry, _ in group for item in entry]
         try:
             results = await self._flush(items)
         except Exception as error:
             if len(group) == 1:
-                if not group[0][1].done():
-                    group[0][1].set_exception(error)
+                future = group[0][1]
+                if future is None:
+                    log.error("%s: %d items not flushed: %s", self._name, len(items), error)
+                elif not future.done():
+                    future.set_exception(error)
                 return
             # One submission may be to blame: retry each alone, so only it fails.
             log.warning(
@@ -86,7 +99,7 @@ class GroupCommit(Generic[T, R]):
                 await self._flush_group([single])
             return
         offset = 0
-        for submitted, future in group:
-            if not future.done():
-                future.set_result(list(results[offset : offset + len(submitted)]))
+        for submitted, result_future in group:
+            if result_future is not None and not result_future.done():
+                result_future.set_result(list(results[offset : offset + len(submitted)]))
             offset += len(submitted)

@@ -244,8 +244,8 @@ class Dispatcher:
             )
             for r in results
         ]
-        await self._recorder.submit([(outcome, rows)])
-        self._leases.pop(item.delivery_id, None)
+        # Not awaited: the recorder writes outcomes in batches and then drops the leases.
+        self._recorder.add([(outcome, rows)])
 
     async def _send_round(
         self, route: _Route, item: Claimed, urls: list[str]
@@ -257,6 +257,9 @@ class Dispatcher:
             user_agent=self._user_agent, secret=route.secret, body=body, static={}
         )
         hooks = [(url, static) for url, static in route.hooks if url in urls]
+        if len(hooks) == 1:  # the common case, without gather's task per request
+            url, static = hooks[0]
+            return [await self._sender.post(url, body, {**static, **headers})], None
         results = await asyncio.gather(
             *(self._sender.post(url, body, {**static, **headers}) for url, static in hooks)
         )
@@ -317,17 +320,25 @@ class Dispatcher:
         outcomes = [outcome for outcome, _ in items]
         rows = [row for _, attempt_rows in items for row in attempt_rows]
         delay = 0.5
+        tries = 0
         while True:
             try:
                 stale = await self._db.write(self._db.store.record, outcomes, rows)
                 break
             except SQLAlchemyError as error:
-                # Keep the outcomes: losing them would resend delivered messages.
+                # Keep the outcomes: losing them would resend delivered messages. At shutdown,
+                # give up after a few tries: the leases lapse and the rounds are sent again.
+                tries += 1
+                if self._stopping and tries >= 3:
+                    log.error("giving up on %d outcomes at shutdown: %s", len(items), error)
+                    return [None] * len(items)
                 log.error(
                     "cannot record %d outcomes: %s; retrying in %.1f s", len(items), error, delay
                 )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
+        for outcome in outcomes:
+            self._leases.pop(outcome.delivery_id, None)
         if stale:
             self._metrics.stale_outcomes += stale
             log.warning("%d outcomes arrived after their lease moved on; not applied", stale)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import socket
 import ssl
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import aiohttp
 from aiohappyeyeballs import AddrInfoType
@@ -76,10 +75,16 @@ class Sender:
         )
         self._session = aiohttp.ClientSession(
             connector=connector,
-            timeout=aiohttp.ClientTimeout(total=None, connect=None, sock_read=None),
+            # One deadline for connect, send and the whole answer. aiohttp rounds timeouts
+            # of ceil_threshold seconds or more up to the next second; a huge threshold
+            # keeps 5 s exact. Concurrency is gated before a request, so no part of the
+            # deadline is spent waiting for a pooled connection.
+            timeout=aiohttp.ClientTimeout(
+                total=self.timeout, connect=None, sock_read=None, ceil_threshold=1e9
+            ),
             trust_env=False,  # never route webhooks through an ambient proxy
             auto_decompress=False,
-            skip_auto_headers=("Accept-Encoding",),
+            skip_auto_headers=("Accept-Encoding", "Accept"),
         )
 
     async def close(self) -> None:
@@ -87,7 +92,7 @@ class Sender:
             await self._session.close()
             self._session = None
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> AttemptResult:
+    async def post(self, url: str, body: bytes, headers: dict[str, str]) -> AttemptResult:
         """POST once; never raises for anything the receiver or network does."""
         assert self._session is not None, "Sender.start() was not awaited"
         started_at = time.time()
@@ -96,18 +101,20 @@ class Sender:
         head: bytes | None = None
         retry_after_header: str | None = None
         try:
-            # asyncio.timeout is exact; aiohttp's own timeouts round up past 5 s.
-            async with asyncio.timeout(self.timeout):
-                async with self._session.post(
-                    url, data=body, headers=dict(headers), allow_redirects=False
-                ) as response:
-                    status = response.status
-                    retry_after_header = response.headers.get("Retry-After")
-                    head = await response.content.read(self._head_bytes)
-                    # A complete answer means the whole body arrived within the timeout.
-                    remaining = _MAX_RESPONSE_BYTES
-                    while remaining > 0 and (chunk := await response.content.read(65536)):
-                        remaining -= len(chunk)
+            async with self._session.post(
+                url, data=body, headers=headers, allow_redirects=False
+            ) as response:
+                status = response.status
+                retry_after_header = response.headers.get("Retry-After")
+                head = await response.content.read(self._head_bytes)
+                # A complete answer means the whole body arrived within the timeout.
+                remaining = _MAX_RESPONSE_BYTES
+                while (
+                    remaining > 0
+                    and not response.content.at_eof()
+                    and (chunk := await response.content.read(65536))
+                ):
+                    remaining -= len(chunk)
         except TimeoutError:
             return self._error(
                 url, started_at, clock, "timeout", f"no complete answer in {self.timeout:g} s"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 from collections.abc import Mapping
@@ -70,6 +71,7 @@ def request_headers(
     return headers
 
 
+@functools.lru_cache(maxsize=1024)
 def redact_url(url: str) -> str:
     """The URL with credentials and query values hidden, for logs and the attempts table."""
     parts = urlsplit(url)
