@@ -493,3 +493,77 @@ def test_tricky_documents_match_node(node_answers: dict[str, Any], index: int) -
     text = NODE_DOCS_TRICKY[index]
     expected = node_answers["docs"][len(NODE_DOCS_OK) + index].encode("utf-8")
     assert jsonjs.dumps(jsonjs.loads(text)) == expected
+
+
+# -- loads_checked: the ingestion fast path ---------------------------------------------
+
+
+@pytest.mark.parametrize("vector", VECTORS, ids=[v["name"] for v in VECTORS])
+def test_checked_parse_then_dumps_reproduces_the_vectors(vector: dict[str, Any]) -> None:
+    value, plain = jsonjs.loads_checked(vector["input"].encode())
+    assert jsonjs.dumps(value, plain=plain) == vector["body"].encode()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a":10.0}',
+        '{"a":-0.0}',
+        "[1e-05]",
+        "[0.00001]",
+        "[1e16]",
+        "[2.5e+17]",
+        "[1e999]",
+        "[12345678901234567]",
+        "[-1234567890123456]",
+        '{"b":1,"2":3}',
+        '{"b":1, "10" : 3}',
+    ],
+)
+def test_checked_parse_flags_what_python_may_write_differently(text: str) -> None:
+    _, plain = jsonjs.loads_checked(text.encode())
+    assert plain is False
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a":39.95,"b":"1.0","c":[1,2,3],"d":"2026-11-21T10:00:00.000Z"}',
+        '{"library":{"name":"x","version":"2.1.0"},"n":-42,"f":0.5}',
+        '{"key2":1,"k":"\\"1\\":"}',
+        "[123456789012345]",
+    ],
+)
+def test_checked_parse_keeps_plain_documents_plain(text: str) -> None:
+    value, plain = jsonjs.loads_checked(text.encode())
+    assert plain is True
+    assert jsonjs.dumps(value, plain=True) == jsonjs.dumps(value)
+
+
+def test_checked_parse_agrees_with_the_exact_path_on_random_documents() -> None:
+    rng = random.Random(7)
+
+    def number() -> Any:
+        return rng.choice(
+            [
+                rng.randint(-(10**6), 10**6),
+                rng.randint(-(2**60), 2**60),
+                rng.uniform(-1e3, 1e3),
+                float(rng.randint(-100, 100)),
+                rng.uniform(-1, 1) * 10 ** rng.randint(-12, 22),
+            ]
+        )
+
+    def document(depth: int = 0) -> Any:
+        roll = rng.random()
+        if depth > 3 or roll < 0.4:
+            return rng.choice([number(), "s", "1.0", True, None])
+        if roll < 0.7:
+            return [document(depth + 1) for _ in range(rng.randint(0, 4))]
+        keys = ["a", "b", "0", "17", "x1", "-1"]
+        return {rng.choice(keys): document(depth + 1) for _ in range(rng.randint(0, 4))}
+
+    for _ in range(3000):
+        text = json.dumps(document(), separators=(",", ":"))
+        value, plain = jsonjs.loads_checked(text.encode())
+        assert jsonjs.dumps(value, plain=plain) == jsonjs.dumps(value), text
