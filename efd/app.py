@@ -6,12 +6,14 @@ import asyncio
 import contextlib
 import fcntl
 import logging
+import math
 import os
 import signal
 import socket
 import threading
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
@@ -24,10 +26,19 @@ from efd.config import Settings
 from efd.dispatcher import Dispatcher
 from efd.ingest import Ingest, json_response
 from efd.metrics import Metrics
+from efd.personas.sync import (
+    Computation,
+    SyncResult,
+    computations,
+    longest_lookback,
+    run_sync_async,
+)
+from efd.regulations import RegulationRunner, RegulationsApi
 from efd.sender import Sender
 from efd.store import NewMessage, Store
 from efd.store import migrate as migrations
 from efd.store.engine import normalise_url, safe_url, sqlite_path
+from efd.store.personas import PersonasStore
 from efd.store.runner import AsyncStore
 
 log = logging.getLogger(__name__)
@@ -35,6 +46,8 @@ log = logging.getLogger(__name__)
 _RETENTION_BATCH = 1000
 _RETENTION_EVERY = 600.0  # seconds
 _SHUTDOWN_MARGIN = 2.0
+_FIRST_SYNC_DELAY = 1.0  # seconds after start-up
+_EVENT_MARGIN = 3600.0  # events are kept this much longer than the longest lookback
 
 
 class StartupError(Exception):
@@ -78,17 +91,28 @@ class Daemon:
         self._lock: _SqliteLock | None = None
         self._db: AsyncStore | None = None
         self._runner: web.AppRunner | None = None
-        self._writer: GroupCommit[NewMessage, bool] | None = None
+        self._writer: GroupCommit[NewMessage, str] | None = None
         self._dispatcher: Dispatcher | None = None
+        self.computations: list[Computation] = computations(settings)
+        self._personas: PersonasStore | None = None
+        self._regulations: RegulationRunner | None = None
+        self._sync_locks: dict[str, asyncio.Lock] = {}
+        self._sync_tasks: set[asyncio.Task[Any]] = set()
         self._sender: Sender | None = None
         self._scheduler: AsyncIOScheduler | None = None
         self._listener: threading.Thread | None = None
         self._listener_stop = threading.Event()
+        self._stopped = False
 
     @property
     def db(self) -> AsyncStore:
         assert self._db is not None
         return self._db
+
+    @property
+    def personas(self) -> PersonasStore:
+        assert self._personas is not None
+        return self._personas
 
     async def start(self) -> None:
         settings = self.settings
@@ -105,10 +129,17 @@ class Daemon:
             pool_size=settings.storage.pool_size,
         )
         self._db = AsyncStore(store)
+        # Profiles are captured only when something computes on them.
+        self._personas = await self.db.read(
+            lambda: PersonasStore(store, capture=bool(self.computations))
+        )
         if store.sqlite:
             released = await self.db.write(store.release_all_leases, time.time())
             if released:
                 log.info("resuming %d deliveries that were in flight at the last stop", released)
+            resumed = await self.db.write(self.personas.release_regulation_leases)
+            if resumed:
+                log.info("resuming %d regulations that were running at the last stop", resumed)
 
         delivery = settings.delivery
         self._sender = Sender(
@@ -128,6 +159,15 @@ class Daemon:
         self._writer = GroupCommit(self._store_messages, max_items=5000, name="efd-ingest-writer")
         self._writer.start()
         self._dispatcher.start()
+        self._regulations = RegulationRunner(
+            db=self.db,
+            personas=self.personas,
+            settings=settings,
+            metrics=self.metrics,
+            owner=self.owner,
+            on_notified=self._dispatcher.notify,
+        )
+        self._regulations.start()
         if not store.sqlite:
             self._start_listener(store)
 
@@ -140,6 +180,18 @@ class Daemon:
             id="retention",
             misfire_grace_time=60,
         )
+        first = datetime.now(UTC) + timedelta(seconds=_FIRST_SYNC_DELAY)
+        for computation in self.computations:
+            self._scheduler.add_job(
+                self._sync_job,
+                "interval",
+                seconds=computation.interval,
+                args=[computation],
+                id=f"sync:{computation.store_key}",
+                next_run_time=first,
+                misfire_grace_time=max(60, math.ceil(computation.interval)),
+                coalesce=True,
+            )
         self._scheduler.start()
 
         app = web.Application(client_max_size=1024**2)
@@ -151,6 +203,14 @@ class Daemon:
         )
         app.add_routes(ingest.routes())
         app.add_routes([web.get("/healthz", self._healthz), web.get("/metrics", self._metrics)])
+        app.add_routes(
+            RegulationsApi(
+                settings,
+                db=self.db,
+                personas=self.personas,
+                on_created=self._regulations.notify,
+            ).routes()
+        )
         # efd inflates gzip bodies itself, with a bound: aiohttp would inflate without one.
         self._runner = web.AppRunner(
             app, access_log=None, shutdown_timeout=10, auto_decompress=False
@@ -168,9 +228,20 @@ class Daemon:
             len(settings.sources),
             len(settings.destinations),
         )
+        if self.computations:
+            log.info(
+                "profiles on: %d audiences, %d computed traits",
+                len(settings.audiences),
+                len(settings.computed_traits),
+            )
+        if settings.server.admin_token is None:
+            log.info("regulations API off: no [server] admin_token")
 
     async def stop(self) -> None:
         """Stop accepting, finish what was accepted, give deliveries a bounded grace."""
+        if self._stopped:
+            return
+        self._stopped = True
         log.info("shutting down")
         if self._runner is not None:
             await self._runner.cleanup()  # stops listening, lets running requests finish
@@ -178,6 +249,12 @@ class Daemon:
             await self._writer.close()
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
+        for task in list(self._sync_tasks):
+            task.cancel()  # each committed chunk is consistent; the next sync carries on
+        if self._sync_tasks:
+            await asyncio.wait(list(self._sync_tasks))
+        if self._regulations is not None:
+            await self._regulations.stop()
         if self._dispatcher is not None:
             grace = self.settings.delivery.timeout_seconds + _SHUTDOWN_MARGIN
             await self._dispatcher.stop(grace)
@@ -211,7 +288,7 @@ class Daemon:
         )
         self._listener.start()
 
-    async def _store_messages(self, rows: list[NewMessage]) -> list[bool]:
+    async def _store_messages(self, rows: list[NewMessage]) -> list[str]:
         return await self.db.write(self.db.store.insert_messages, rows, time.time())
 
     async def _healthz(self, _request: web.Request) -> web.Response:
@@ -259,6 +336,74 @@ class Daemon:
                 total,
                 self.settings.storage.retention_days,
             )
+        # Events: kept as long as the longest lookback needs; forever when one has none.
+        lookback = longest_lookback(self.computations)
+        if lookback is None:
+            return
+        events_before = now - lookback - _EVENT_MARGIN
+        total = 0
+        while purged := await self.db.write(
+            self.personas.purge_events, events_before, _RETENTION_BATCH
+        ):
+            total += purged
+            await asyncio.sleep(0.05)
+        if total:
+            log.info("retention: purged %d events beyond the longest lookback", total)
+
+    # -- audiences and computed traits ------------------------------------------------------
+
+    def computation(self, name: str) -> Computation:
+        for computation in self.computations:
+            if name in (computation.name, computation.key, computation.store_key):
+                return computation
+        raise KeyError(name)
+
+    async def sync(self, computation: Computation, now: float | None = None) -> SyncResult:
+        """Run one sync of `computation` now (never two of the same at once here)."""
+        lock = self._sync_locks.setdefault(computation.store_key, asyncio.Lock())
+        task = asyncio.current_task()
+        if task is not None:
+            self._sync_tasks.add(task)
+        try:
+            async with lock:
+                assert self._dispatcher is not None
+                result = await run_sync_async(
+                    self.db, self.personas, computation, now, on_sent=self._dispatcher.notify
+                )
+        finally:
+            if task is not None:
+                self._sync_tasks.discard(task)
+        self.metrics.personas_sent[computation.store_key] += result.sent
+        log.info(
+            "sync %s: %d profiles, %d identify messages, %d rows read, %.2f s",
+            computation.store_key,
+            result.evaluated,
+            result.sent,
+            result.rows_read,
+            result.seconds,
+        )
+        return result
+
+    async def _sync_job(self, computation: Computation) -> None:
+        """The periodic sync: once per cluster per interval."""
+        try:
+            if not await self.db.write(
+                self.db.store.claim_job,
+                f"sync:{computation.store_key}",
+                interval=computation.interval,
+                owner=self.owner,
+                now=time.time(),
+            ):
+                return  # another process of the cluster has this turn
+            await self.sync(computation)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            log.exception("sync %s failed", computation.store_key)
+            with contextlib.suppress(SQLAlchemyError):
+                await self.db.write(
+                    self.personas.fail_sync, computation.store_key, f"{error}"[:1000]
+                )
 
 
 async def run(settings: Settings, *, ready: Any = None) -> None:

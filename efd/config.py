@@ -29,6 +29,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from efd.audiences import ParseError, parse_condition, parse_expression
+from efd.personas.keys import PERSONAS_SOURCE, snake_case
 from efd.webhooks import RESERVED_HEADERS
 
 MAX_HOOKS = 5
@@ -145,6 +147,50 @@ class SourceConfig(_Strict):
         return key
 
 
+class _ComputationConfig(_Strict):
+    name: str = Field(min_length=1)
+    destinations: list[str] = Field(min_length=1)
+    sync_interval_seconds: Seconds = 3600
+
+    @field_validator("name")
+    @classmethod
+    def _has_key(cls, name: str) -> str:
+        if not snake_case(name):
+            raise ValueError("must contain a letter or a digit (it becomes a trait name)")
+        return name
+
+    @property
+    def key(self) -> str:
+        """The trait it is delivered as: the snake_case form of its name."""
+        return snake_case(self.name)
+
+
+class AudienceConfig(_ComputationConfig):
+    condition: str
+
+    @field_validator("condition")
+    @classmethod
+    def _parses(cls, text: str) -> str:
+        try:
+            parse_condition(text)
+        except ParseError as error:
+            raise ValueError(str(error)) from None
+        return text
+
+
+class ComputedTraitConfig(_ComputationConfig):
+    expression: str
+
+    @field_validator("expression")
+    @classmethod
+    def _parses(cls, text: str) -> str:
+        try:
+            parse_expression(text)
+        except ParseError as error:
+            raise ValueError(str(error)) from None
+        return text
+
+
 class LoggingConfig(_Strict):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     format: Literal["text", "json"] = "text"
@@ -164,6 +210,8 @@ class Settings(BaseSettings):
     logging: LoggingConfig = LoggingConfig()
     sources: list[SourceConfig] = Field(default_factory=list)
     destinations: list[DestinationConfig] = Field(default_factory=list)
+    audiences: list[AudienceConfig] = Field(default_factory=list)
+    computed_traits: list[ComputedTraitConfig] = Field(default_factory=list)
 
     @classmethod
     def settings_customise_sources(
@@ -226,6 +274,11 @@ def _cross_checks(data: Mapping[str, Any]) -> list[str]:
     sources = _entries(data, "sources")
     for i, source in enumerate(sources):
         name, key = source.get("name"), source.get("write_key")
+        if name == PERSONAS_SOURCE:
+            problems.append(
+                f"sources[{i}].name: {PERSONAS_SOURCE!r} is reserved for the messages "
+                "audiences and computed traits send"
+            )
         if isinstance(name, str):
             if name in seen_names:
                 problems.append(
@@ -255,6 +308,25 @@ def _cross_checks(data: Mapping[str, Any]) -> list[str]:
         for j, name in enumerate(names if isinstance(names, list) else []):
             if isinstance(name, str) and name not in destination_names:
                 problems.append(f"sources[{i}].destinations[{j}]: no destination named {name!r}")
+    trait_keys: dict[str, str] = {}
+    for section in ("audiences", "computed_traits"):
+        for i, entry in enumerate(_entries(data, section)):
+            names = entry.get("destinations")
+            for j, name in enumerate(names if isinstance(names, list) else []):
+                if isinstance(name, str) and name not in destination_names:
+                    problems.append(
+                        f"{section}[{i}].destinations[{j}]: no destination named {name!r}"
+                    )
+            name = entry.get("name")
+            key = snake_case(name) if isinstance(name, str) else ""
+            if not key:
+                continue
+            if key in trait_keys:
+                problems.append(
+                    f"{section}[{i}].name: delivered as the trait {key!r}, "
+                    f"like {trait_keys[key]}; names must differ in their snake_case form"
+                )
+            trait_keys.setdefault(key, f"{section}[{i}]")
     delivery = data.get("delivery")
     delivery = delivery if isinstance(delivery, Mapping) else {}
     defaults = DeliveryConfig()

@@ -20,6 +20,7 @@ from efd.config import Settings, SourceConfig
 from efd.messages import MAX_REQUEST_BYTES, Message, Rejection, normalise_request
 from efd.metrics import Metrics
 from efd.store import NewMessage
+from efd.store.sql import DUPLICATE, STORED, SUPPRESSED
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ SINGLE_TYPES = {
     "a": "alias",
 }
 
-Writer = GroupCommit[NewMessage, bool]
+Writer = GroupCommit[NewMessage, str]  # per row: STORED, DUPLICATE or SUPPRESSED
 
 
 def json_response(body: dict[str, Any], status: int = 200) -> web.Response:
@@ -137,7 +138,7 @@ class Ingest:
             source = self._source_from_header(request)
             data = await read_body(request)
             try:
-                payload = jsonjs.loads(data)
+                payload, plain = jsonjs.loads_checked(data)
             except (ValueError, UnicodeDecodeError) as error:
                 raise Rejection("invalid_json", f"the body is not valid JSON: {error}") from None
             if source is None:
@@ -159,9 +160,9 @@ class Ingest:
             log.info("rejected %s from %s: %s", request.path, request.remote, rejection.message)
             return _reject(rejection)
 
-        rows = [self._row(source, message, received_at) for message in messages]
+        rows = [self._row(source, message, received_at, plain) for message in messages]
         try:
-            stored = await self._writer.submit(rows)
+            status = await self._writer.submit(rows)
         except SQLAlchemyError as error:
             log.error("cannot store %d messages: %s", len(rows), error)
             return json_response(
@@ -172,17 +173,20 @@ class Ingest:
                 },
                 status=503,
             )
-        fresh = sum(stored)
+        fresh = status.count(STORED)
         self._metrics.received[source.name] += fresh
-        if fresh < len(stored):
-            self._metrics.duplicates[source.name] += len(stored) - fresh
-        if any(r.destinations for r, ok in zip(rows, stored, strict=True) if ok):
+        if fresh < len(status):
+            self._metrics.duplicates[source.name] += status.count(DUPLICATE)
+            self._metrics.suppressed[source.name] += status.count(SUPPRESSED)
+        if any(r.destinations for r, s in zip(rows, status, strict=True) if s == STORED):
             self._on_stored()
         return json_response({"success": True})
 
     @staticmethod
-    def _row(source: SourceConfig, message: Message, received_at: datetime) -> NewMessage:
-        body = webhooks.encode(webhooks.body_for(message)).decode("utf-8")
+    def _row(
+        source: SourceConfig, message: Message, received_at: datetime, plain: bool = False
+    ) -> NewMessage:
+        body = webhooks.encode(webhooks.body_for(message), plain=plain).decode("utf-8")
         return NewMessage(
             source=source.name,
             message_id=message.message_id,

@@ -26,6 +26,9 @@ class Metrics:
     def __init__(self) -> None:
         self.received: Counter[str] = Counter()  # by source
         self.duplicates: Counter[str] = Counter()  # by source
+        self.suppressed: Counter[str] = Counter()  # by source
+        self.personas_sent: Counter[str] = Counter()  # by computation key
+        self.regulations_finished: Counter[str] = Counter()  # by final status
         self.rejected: Counter[str] = Counter()  # by reason
         self.delivered: Counter[str] = Counter()  # by destination
         self.retried: Counter[str] = Counter()
@@ -62,7 +65,25 @@ class Metrics:
             self.duplicates,
         )
         counter(
+            "efd_messages_suppressed_total",
+            "Messages acknowledged and dropped: their user is suppressed by a regulation.",
+            "source",
+            self.suppressed,
+        )
+        counter(
             "efd_messages_rejected_total", "Messages refused, by reason.", "reason", self.rejected
+        )
+        counter(
+            "efd_personas_identifies_total",
+            "Identify messages sent by audience and computed trait syncs.",
+            "computation",
+            self.personas_sent,
+        )
+        counter(
+            "efd_regulations_total",
+            "Regulations this process brought to an end, by final status.",
+            "status",
+            self.regulations_finished,
         )
         counter(
             "efd_deliveries_delivered_total",

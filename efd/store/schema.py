@@ -3,6 +3,10 @@
 messages    one row per accepted message; `body` is the exact webhook body (JSON text).
 deliveries  one row per (message, destination): the delivery's state machine.
 attempts    one row per POST to one hook URL: the audit log.
+jobs        once-per-cluster periodic jobs.
+
+profiles, identities, events, computations, computed_values: audiences and computed traits.
+regulations, regulation_subjects, suppressions: deletion requests.
 """
 
 from __future__ import annotations
@@ -102,4 +106,123 @@ jobs = Table(
     Column("name", String(100), primary_key=True),
     Column("last_run_at", Float, nullable=False),
     Column("owner", String(80)),
+)
+
+# -- profiles, audiences and computed traits (maintained only when some are configured) ------
+
+# One row per identity graph, keyed by its canonical id: the userId, or the anonymousId of a
+# profile not yet linked to a user. `traits` is a JSON object; `trait_times` a JSON object
+# {trait: timestamp of the message that set it}, so a later value wins whatever the order
+# of arrival.
+profiles = Table(
+    "profiles",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("kind", String(10), nullable=False),  # user|anonymous
+    Column("traits", Text, nullable=False),
+    Column("trait_times", Text, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Index("ix_profiles_kind_id", "kind", "id"),
+)
+
+# Every other id a profile is known by -> its canonical id (flattened: never a chain).
+identities = Table(
+    "identities",
+    metadata,
+    Column("alias_id", Text, primary_key=True),
+    Column("canonical_id", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Index("ix_identities_canonical_id", "canonical_id"),
+)
+
+# track (its event name), page ("Page Viewed") and screen ("Screen Viewed") events, kept as
+# long as the longest lookback of the configured audiences and computed traits needs.
+events = Table(
+    "events",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("identity", Text, nullable=False),  # the profile's canonical id
+    Column("name", Text, nullable=False),
+    Column("timestamp", Float, nullable=False),
+    Column("properties", Text, nullable=False),  # JSON object
+    Index("ix_events_identity", "identity", "name", "timestamp"),
+    Index("ix_events_timestamp", "timestamp"),
+)
+
+# One row per audience or computed trait that has been synced.
+computations = Table(
+    "computations",
+    metadata,
+    Column("key", String(300), primary_key=True),  # "audience:<key>" or "trait:<key>"
+    Column("kind", String(10), nullable=False),  # audience|trait
+    Column("name", Text, nullable=False),
+    Column("definition_hash", String(64), nullable=False),
+    Column("last_sync_at", Float),  # the last sync that started
+    Column("last_success_at", Float),  # the last sync that finished
+    Column("last_sent", Integer),  # identify messages the last finished sync sent
+    Column("last_error", Text),
+)
+
+# The state the last sync delivered: audience members (value true) and computed trait
+# values (JSON). The next sync sends only what differs from it.
+computed_values = Table(
+    "computed_values",
+    metadata,
+    Column("computation", String(300), primary_key=True),
+    Column("profile_id", Text, primary_key=True),
+    Column("value", Text, nullable=False),  # JSON
+    Column("updated_at", Float, nullable=False),
+    Index("ix_computed_values_profile_id", "profile_id"),
+)
+
+# -- deletion requests ("regulations") ----------------------------------------------------
+
+INITIALIZED = "INITIALIZED"
+RUNNING = "RUNNING"
+FINISHED = "FINISHED"
+FAILED = "FAILED"
+
+regulations = Table(
+    "regulations",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("type", String(24), nullable=False),  # DELETE_ONLY|SUPPRESS_WITH_DELETE|…
+    Column("scope", String(200)),  # a source name; NULL: every source
+    Column("status", String(12), nullable=False),  # INITIALIZED|RUNNING|FINISHED|FAILED
+    Column("subject_count", Integer, nullable=False),
+    Column("progress", Text, nullable=False),  # JSON: per-source notifications, purge counts
+    Column("created_at", Float, nullable=False),
+    Column("started_at", Float),
+    Column("finished_at", Float),
+    Column("owner", String(80)),  # the process running it
+    Column("lease_until", Float),  # another process may take it over after this
+    Column("lease_token", Integer, nullable=False, server_default=text("0")),  # fencing
+    Column("error", Text),
+    Index("ix_regulations_status_created_at", "status", "created_at"),
+)
+
+# The ids a regulation covers: the requested userIds, and (while it runs) the ids linked to
+# them, which its purge also covers. Linked ids are dropped when it finishes.
+regulation_subjects = Table(
+    "regulation_subjects",
+    metadata,
+    Column(
+        "regulation_id",
+        String(40),
+        ForeignKey("regulations.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("subject_id", Text, primary_key=True),
+    Column("requested", Integer, nullable=False),  # 1: given in the request, 0: linked
+)
+
+# Ids whose messages are acknowledged and dropped (SUPPRESS_*), until an UNSUPPRESS.
+suppressions = Table(
+    "suppressions",
+    metadata,
+    Column("subject_id", Text, primary_key=True),  # a userId, anonymousId or linked id
+    Column("user_id", Text, nullable=False),  # the userId the regulation named
+    Column("regulation_id", String(40), nullable=False),
+    Column("created_at", Float, nullable=False),
+    Index("ix_suppressions_user_id", "user_id"),
 )

@@ -1,0 +1,1 @@
+"""Profiles, audiences and computed traits: what they compute and how they are synced."""

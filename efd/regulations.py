@@ -1,0 +1,448 @@
+"""Deletion requests ("regulations") in the shape of Segment's Public API, and their runner.
+
+    POST /regulations                     every source
+    POST /regulations/sources/{source}    one source
+    GET  /regulations/{id}                status, with counts per source
+
+The request is recorded (and SUPPRESS_* / UNSUPPRESS take effect) before the answer. The
+runner then works through it in steps, each its own transaction fenced by the
+regulation's lease: one delete notification per user to every affected source's
+destinations (one transaction per source, which also marks the source done), then for
+DELETE_ONLY and SUPPRESS_WITH_DELETE the purge of the users' stored data. A regulation
+whose process died is taken over when its lease lapses (at once on SQLite, at start-up),
+and resumes after the last finished step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+from sqlalchemy.exc import SQLAlchemyError
+
+from efd.config import Settings, SourceConfig
+from efd.ingest import json_response
+from efd.messages import format_timestamp
+from efd.metrics import Metrics
+from efd.store.personas import (
+    DELETE_TYPES,
+    REGULATION_TYPES,
+    LeaseLost,
+    PersonasStore,
+    RegulationClaim,
+)
+from efd.store.runner import AsyncStore
+from efd.store.schema import FAILED, FINISHED
+
+log = logging.getLogger(__name__)
+
+MAX_SUBJECTS = 5000
+MAX_SUBJECT_CHARS = 1000
+SUBJECT_TYPE = "USER_ID"
+_FIELDS = ("regulationType", "subjectType", "subjectIds")
+_POLL = 5.0  # seconds: how often other processes' regulations and lapsed leases are looked for
+_PURGE_STEP = 20_000  # message pks per purge transaction
+
+
+class BadRequest(Exception):
+    def __init__(self, code: str, message: str, field: str | None = None, status: int = 400):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.field = field
+        self.status = status
+
+    def response(self) -> web.Response:
+        body: dict[str, Any] = {"success": False, "code": self.code, "message": self.message}
+        if self.field is not None:
+            body["field"] = self.field
+        headers = {"WWW-Authenticate": "Bearer"} if self.status == 401 else None
+        response = json_response(body, self.status)
+        if headers:
+            response.headers.update(headers)
+        return response
+
+
+def parse_request(payload: Any) -> tuple[str, list[str]]:
+    """(regulationType, subject ids without repeats) from a request body, or BadRequest
+    naming the field."""
+    if not isinstance(payload, dict):
+        raise BadRequest("invalid_body", "the request body must be a JSON object")
+    for key in payload:
+        if key not in _FIELDS:
+            raise BadRequest("invalid_field", f"unknown field {key!r}", field=str(key))
+    for key in _FIELDS:
+        if key not in payload:
+            raise BadRequest("missing_field", f"{key} is required", field=key)
+    type_ = payload["regulationType"]
+    if type_ not in REGULATION_TYPES:
+        raise BadRequest(
+            "invalid_field",
+            f"regulationType must be one of {', '.join(REGULATION_TYPES)}",
+            field="regulationType",
+        )
+    if payload["subjectType"] != SUBJECT_TYPE:
+        raise BadRequest(
+            "invalid_field", f"subjectType must be {SUBJECT_TYPE}", field="subjectType"
+        )
+    ids = payload["subjectIds"]
+    if not isinstance(ids, list) or not ids:
+        raise BadRequest(
+            "invalid_field", "subjectIds must be a non-empty array of userIds", field="subjectIds"
+        )
+    if len(ids) > MAX_SUBJECTS:
+        raise BadRequest(
+            "invalid_field",
+            f"at most {MAX_SUBJECTS} subjectIds per request, got {len(ids)}",
+            field="subjectIds",
+        )
+    for index, value in enumerate(ids):
+        if not isinstance(value, str) or not value or len(value) > MAX_SUBJECT_CHARS:
+            raise BadRequest(
+                "invalid_field",
+                f"subjectIds[{index}] must be a userId: a non-empty string of at most "
+                f"{MAX_SUBJECT_CHARS} characters",
+                field=f"subjectIds[{index}]",
+            )
+    return type_, list(dict.fromkeys(ids))
+
+
+def _iso(value: float | None) -> str | None:
+    return None if value is None else format_timestamp(datetime.fromtimestamp(value, UTC))
+
+
+def sources_in_scope(settings: Settings, scope: str | None) -> list[SourceConfig]:
+    return [s for s in settings.sources if scope is None or s.name == scope]
+
+
+class RegulationsApi:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        db: AsyncStore,
+        personas: PersonasStore,
+        on_created: Callable[[], None],
+    ) -> None:
+        self._settings = settings
+        self._db = db
+        self._personas = personas
+        self._on_created = on_created
+        self._sources = {s.name for s in settings.sources}
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.post("/regulations", self._create_all),
+            web.post("/regulations/sources/{source}", self._create_for_source),
+            web.get("/regulations/{id}", self._get),
+        ]
+
+    def _authorise(self, request: web.Request) -> None:
+        token = self._settings.server.admin_token
+        if token is None:
+            raise BadRequest(
+                "admin_api_disabled",
+                "the regulations API is off: set [server] admin_token to turn it on",
+                status=403,
+            )
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        expected = token.get_secret_value().encode("utf-8")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            given.strip().encode("utf-8", "surrogateescape"), expected
+        ):
+            raise BadRequest(
+                "unauthorized", "a valid bearer token (admin_token) is needed", status=401
+            )
+
+    async def _create_all(self, request: web.Request) -> web.Response:
+        return await self._create(request, None)
+
+    async def _create_for_source(self, request: web.Request) -> web.Response:
+        return await self._create(request, request.match_info["source"])
+
+    async def _create(self, request: web.Request, scope: str | None) -> web.Response:
+        try:
+            self._authorise(request)
+            if scope is not None and scope not in self._sources:
+                raise BadRequest(
+                    "unknown_source", f"no source named {scope!r}", field="source", status=404
+                )
+            try:
+                payload = json.loads(await request.read())
+            except (ValueError, UnicodeDecodeError) as error:
+                raise BadRequest("invalid_json", f"the body is not valid JSON: {error}") from None
+            type_, ids = parse_request(payload)
+        except BadRequest as bad:
+            return bad.response()
+        reg_id = uuid.uuid4().hex
+        try:
+            await self._db.write(
+                self._personas.create_regulation, reg_id, type_, scope, ids, time.time()
+            )
+        except SQLAlchemyError as error:
+            log.error("cannot record a regulation: %s", error)
+            return BadRequest(
+                "storage_unavailable",
+                "the store is unavailable; nothing was recorded, retry",
+                status=503,
+            ).response()
+        log.info(
+            "regulation %s: %s of %d users (%s)",
+            reg_id,
+            type_,
+            len(ids),
+            f"source {scope}" if scope else "every source",
+        )
+        self._on_created()
+        return json_response({"data": {"regulateId": reg_id}})
+
+    async def _get(self, request: web.Request) -> web.Response:
+        try:
+            self._authorise(request)
+        except BadRequest as bad:
+            return bad.response()
+        reg_id = request.match_info["id"]
+        try:
+            row = await self._db.read(self._personas.regulation, reg_id)
+        except SQLAlchemyError as error:
+            return BadRequest("storage_unavailable", str(error)[:200], status=503).response()
+        if row is None:
+            return BadRequest(
+                "not_found", f"no regulation {reg_id!r}", field="id", status=404
+            ).response()
+        return json_response({"data": {"regulation": self.describe(row)}})
+
+    def describe(self, row: dict[str, Any]) -> dict[str, Any]:
+        progress = row["progress"]
+        done: dict[str, dict[str, Any]] = progress.get("sources", {})
+        streams = []
+        if row["type"] in DELETE_TYPES:
+            names = [s.name for s in sources_in_scope(self._settings, row["scope"])]
+            names += [name for name in done if name not in names]
+            configured = {s.name: s for s in self._settings.sources}
+            for name in names:
+                entry = done.get(name)
+                if entry is not None:
+                    streams.append(
+                        {
+                            "source": name,
+                            "status": FINISHED,
+                            "notifications": entry["notifications"],
+                            "finishedAt": _iso(entry.get("finished_at")),
+                            "destinations": [
+                                {
+                                    "name": destination,
+                                    **{
+                                        status: entry["deliveries"]
+                                        .get(destination, {})
+                                        .get(status, 0)
+                                        for status in ("delivered", "pending", "failed", "expired")
+                                    },
+                                }
+                                for destination in entry["destinations"]
+                            ],
+                        }
+                    )
+                    continue
+                source = configured.get(name)
+                if source is None or not source.destinations:
+                    reason = "not configured" if source is None else "no webhook destination"
+                    streams.append({"source": name, "status": "SKIPPED", "reason": reason})
+                elif row["status"] == FAILED:
+                    streams.append({"source": name, "status": FAILED})
+                else:
+                    streams.append({"source": name, "status": "PENDING"})
+        purge = progress.get("purge", {})
+        return {
+            "id": row["id"],
+            "regulationType": row["type"],
+            "subjectType": SUBJECT_TYPE,
+            "subjectCount": row["subject_count"],
+            "source": row["scope"],
+            "overallStatus": row["status"],
+            "createdAt": _iso(row["created_at"]),
+            "startedAt": _iso(row["started_at"]),
+            "finishedAt": _iso(row["finished_at"]),
+            "error": row["error"],
+            "streamStatus": streams,
+            "purged": {
+                "messages": purge.get("messages", 0),
+                "profiles": purge.get("profiles", 0),
+                "identities": purge.get("identities", 0),
+                "events": purge.get("events", 0),
+                "computedValues": purge.get("computed_values", 0),
+            },
+        }
+
+
+class RegulationRunner:
+    """Claims regulations and works through them; several processes may run one each."""
+
+    def __init__(
+        self,
+        *,
+        db: AsyncStore,
+        personas: PersonasStore,
+        settings: Settings,
+        metrics: Metrics,
+        owner: str,
+        on_notified: Callable[[], None],
+    ) -> None:
+        self._db = db
+        self._personas = personas
+        self._settings = settings
+        self._metrics = metrics
+        self._owner = owner
+        self._on_notified = on_notified
+        self._lease = settings.delivery.lease_seconds
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._task: asyncio.Task[None] | None = None
+        self._current: RegulationClaim | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="efd-regulations")
+
+    def notify(self) -> None:
+        self._wake.set()
+
+    async def stop(self) -> None:
+        """Finish the current step, then give the regulation back for a quick resume."""
+        self._stopping = True
+        self._wake.set()
+        if self._task is not None:
+            await self._task
+        if self._current is not None:
+            with contextlib.suppress(SQLAlchemyError):
+                await self._db.write(self._personas.release_regulation, self._current)
+
+    async def _run(self) -> None:
+        backoff = 0.5
+        while not self._stopping:
+            self._wake.clear()
+            try:
+                now = time.time()
+                claim = await self._db.write(
+                    self._personas.claim_regulation, self._owner, now, now + self._lease
+                )
+                backoff = 0.5
+            except SQLAlchemyError as error:
+                log.error("regulations: cannot reach the store: %s; retrying", error)
+                await self._sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+                continue
+            if claim is not None:
+                await self._work(claim)
+                continue
+            await self._sleep(_POLL)
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._wake.wait()
+
+    def _until(self) -> float:
+        return time.time() + self._lease
+
+    async def _work(self, claim: RegulationClaim) -> None:
+        self._current = claim
+        backoff = 0.5
+        try:
+            while not self._stopping:
+                try:
+                    await self._process(claim)
+                    return
+                except LeaseLost:
+                    log.warning("regulation %s was taken over by another process", claim.id)
+                    return
+                except SQLAlchemyError as error:
+                    log.error(
+                        "regulation %s: store error (%s); retrying in %.1f s",
+                        claim.id,
+                        error,
+                        backoff,
+                    )
+                    await self._sleep(backoff)
+                    backoff = min(backoff * 2, 10.0)
+                except Exception as error:
+                    log.exception("regulation %s failed", claim.id)
+                    with contextlib.suppress(SQLAlchemyError, LeaseLost):
+                        await self._db.write(
+                            self._personas.finish_regulation,
+                            claim,
+                            FAILED,
+                            claim.progress,
+                            time.time(),
+                            f"{type(error).__name__}: {error}"[:1000],
+                        )
+                        self._metrics.regulations_finished[FAILED] += 1
+                    return
+        finally:
+            if not self._stopping:
+                self._current = None
+
+    async def _process(self, claim: RegulationClaim) -> None:
+        db, personas = self._db, self._personas
+        if claim.type in DELETE_TYPES:
+            done = claim.progress.get("sources", {})
+            for source in sources_in_scope(self._settings, claim.scope):
+                if self._stopping:
+                    return
+                if source.name in done or not source.destinations:
+                    continue
+                count = await db.write(
+                    personas.notify_source,
+                    claim,
+                    source.name,
+                    source.destinations,
+                    now=time.time(),
+                    lease_until=self._until(),
+                )
+                log.info(
+                    "regulation %s: %d delete notifications queued for source %s",
+                    claim.id,
+                    count,
+                    source.name,
+                )
+                self._on_notified()
+            if not claim.progress.get("purge", {}).get("done"):
+                await self._purge(claim)
+        if self._stopping:
+            return
+        await db.write(personas.finish_regulation, claim, FINISHED, claim.progress, time.time())
+        self._metrics.regulations_finished[FINISHED] += 1
+        log.info("regulation %s (%s) finished", claim.id, claim.type)
+
+    async def _purge(self, claim: RegulationClaim) -> None:
+        """Idempotent, so a resumed purge simply runs again; counts add up."""
+        db, personas = self._db, self._personas
+        await db.write(personas.link_subjects, claim, self._until())
+        top = await db.read(personas.max_message_pk)
+        for low in range(0, top, _PURGE_STEP):
+            if self._stopping:
+                return
+            high = min(low + _PURGE_STEP, top)
+            await db.write(personas.link_anonymous_ids, claim, low, high, self._until())
+        purged = 0
+        for low in range(0, top, _PURGE_STEP):
+            if self._stopping:
+                return
+            high = min(low + _PURGE_STEP, top)
+            purged += await db.write(personas.purge_messages, claim, low, high, self._until())
+        counts = await db.write(personas.purge_profiles, claim, self._until())
+        log.info(
+            "regulation %s: purged %d message payloads, %d profiles, %d events",
+            claim.id,
+            purged,
+            counts["profiles"],
+            counts["events"],
+        )

@@ -1,0 +1,387 @@
+"""Audiences and computed traits: the diff (pure), and syncs by real daemons to real
+receivers, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from efd import webhooks
+from efd.audiences import Event
+from efd.personas.keys import snake_case
+from efd.personas.sync import AUDIENCE, TRAIT, Computation, diff, identify_message
+from efd.store.personas import SyncChunk
+from tests.conftest import SECRET, eventually, post, settings_dict, sql
+
+HIGH_VALUE = (
+    "event('Order Completed').where(property('revenue') >= 100).within(30 days).count() >= 3"
+    " and trait('plan') = 'pro'"
+)
+REVENUE = "event('Order Completed').within(180 days).sum('revenue')"
+DAY = 86400.0
+
+
+# -- pure ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("High Value Customers", "high_value_customers"),
+        ("total_revenue_180_days", "total_revenue_180_days"),
+        ("highValueCustomers", "high_value_customers"),
+        ("VIP-Users (EU)", "vip_users_eu"),
+        ("HTMLReaders", "html_readers"),
+        ("top10", "top_10"),
+        ("  Über Fans ", "über_fans"),
+    ],
+)
+def test_audience_key_is_the_snake_case_name(name, key):
+    assert snake_case(name) == key
+
+
+def chunk(
+    profiles: dict[str, dict[str, Any]],
+    events: dict[str, list[Event]] | None = None,
+    stored: dict[str, str] | None = None,
+    suppressed: frozenset[str] = frozenset(),
+) -> SyncChunk:
+    return SyncChunk(
+        profiles=[(pid, json.dumps(traits)) for pid, traits in profiles.items()],
+        events=events or {},
+        stored=stored or {},
+        suppressed=suppressed,
+        rows_read=0,
+        next_after=None,
+    )
+
+
+def test_first_diff_of_an_audience_is_every_member_with_true():
+    audience = Computation(AUDIENCE, "Pros", "trait('plan') = 'pro'")
+    changes = diff(audience, chunk({"a": {"plan": "pro"}, "b": {}, "c": {"plan": "pro"}}), 0)
+    assert [(c.profile_id, c.value, c.stored, c.send) for c in changes] == [
+        ("a", True, "true", True),
+        ("c", True, "true", True),
+    ]
+
+
+def test_later_diffs_send_only_entries_and_exits():
+    audience = Computation(AUDIENCE, "Pros", "trait('plan') = 'pro'")
+    state = chunk(
+        {
+            "stays": {"plan": "pro"},
+            "leaves": {"plan": "free"},
+            "enters": {"plan": "pro"},
+            "out": {},
+        },
+        stored={"stays": "true", "leaves": "true", "gone": "true"},
+    )
+    changes = {c.profile_id: c for c in diff(audience, state, 0)}
+    assert {pid: (c.value, c.send) for pid, c in changes.items()} == {
+        "leaves": (False, True),
+        "enters": (True, True),
+        "gone": (None, False),  # the profile no longer exists (deleted): forgotten silently
+    }
+    assert changes["leaves"].stored is None
+
+
+def test_suppressed_profiles_are_left_alone():
+    audience = Computation(AUDIENCE, "Pros", "trait('plan') = 'pro'")
+    state = chunk({"a": {"plan": "pro"}, "b": {}}, stored={"b": "true"}, suppressed=frozenset("ab"))
+    assert diff(audience, state, 0) == []
+
+
+def test_a_computed_trait_sends_only_changed_values():
+    trait = Computation(TRAIT, "Revenue", REVENUE)
+    now = 1000 * DAY
+    orders = {
+        "same": [Event("Order Completed", now - DAY, {"revenue": 10})],
+        "more": [Event("Order Completed", now - DAY, {"revenue": 10.0})] * 2,
+        "new": [Event("Order Completed", now - DAY, {"revenue": 5})],
+        "float": [Event("Order Completed", now - DAY, {"revenue": 2.0})],
+    }
+    state = chunk(
+        {"same": {}, "more": {}, "new": {}, "float": {}, "idle": {}, "lapsed": {}},
+        events=orders,
+        stored={"same": "10", "more": "10", "float": "2", "lapsed": "7"},
+    )
+    changes = {c.profile_id: (c.value, c.stored) for c in diff(trait, state, now)}
+    # 2.0 is 2 in JSON: no change. "idle" never had an order: nothing to send.
+    # "lapsed" had orders that fell out of the window: its value is now 0.
+    assert changes == {"more": (20.0, "20"), "new": (5, "5"), "lapsed": (0, "0")}
+
+
+def test_identify_message_carries_the_trait_and_context_personas_to_its_destinations():
+    audience = Computation(AUDIENCE, "High Value Customers", HIGH_VALUE, ("crm", "other"))
+    row = identify_message(audience, "u1", True, 1_700_000_000.5)
+    body = json.loads(row.body)
+    assert body == {
+        "version": 1,
+        "type": "identify",
+        "userId": "u1",
+        "traits": {"high_value_customers": True},
+        "context": {
+            "personas": {
+                "computation_class": "audience",
+                "computation_id": audience.id,
+                "computation_key": "high_value_customers",
+            }
+        },
+        "messageId": row.message_id,
+        "timestamp": "2023-11-14T22:13:20.500Z",
+    }
+    assert audience.id.startswith("aud_")
+    assert row.destinations == ("crm", "other")
+    assert row.source == "personas"
+
+
+# -- daemons -----------------------------------------------------------------------------------
+
+
+def personas_settings(db_url: str, hooks_url: str, crm_url: str, **extra: Any) -> dict[str, Any]:
+    """Source web -> destination hooks; audiences and traits go to destination crm only."""
+    settings = settings_dict(db_url, [hooks_url])
+    settings["destinations"].append(
+        {"name": "crm", "type": "webhooks", "shared_secret": SECRET, "hooks": [{"url": crm_url}]}
+    )
+    settings["audiences"] = [
+        {
+            "name": "High Value Customers",
+            "destinations": ["crm"],
+            "sync_interval_seconds": 3600,
+            "condition": HIGH_VALUE,
+        }
+    ]
+    settings["computed_traits"] = [
+        {
+            "name": "total_revenue_180_days",
+            "destinations": ["crm"],
+            "sync_interval_seconds": 3600,
+            "expression": REVENUE,
+        }
+    ]
+    settings.update(extra)
+    return settings
+
+
+def iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat()
+
+
+def orders(user: str, *revenues: float, days_ago: float = 1) -> list[dict[str, Any]]:
+    at = iso(time.time() - days_ago * DAY)
+    return [
+        {
+            "type": "track",
+            "userId": user,
+            "event": "Order Completed",
+            "properties": {"revenue": r},
+            "timestamp": at,
+        }
+        for r in revenues
+    ]
+
+
+def identify(user: str, **traits: Any) -> dict[str, Any]:
+    return {"type": "identify", "userId": user, "traits": traits}
+
+
+async def send(daemon, *messages: dict[str, Any]) -> None:  # type: ignore[no-untyped-def]
+    status, _ = await post(daemon.port, "/v1/batch", {"batch": list(messages)})
+    assert status == 200
+
+
+def personas_bodies(receiver) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
+    """The identify messages a receiver got from syncs, after checking each signature."""
+    found = []
+    for request in receiver.received:
+        assert webhooks.verify(SECRET, request.body, request.headers["X-Signature"])
+        body = request.json()
+        if body["type"] == "identify" and "personas" in body.get("context", {}):
+            found.append(body)
+    return found
+
+
+def traits_of(bodies: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    return {b["userId"]: b["traits"][key] for b in bodies if key in b["traits"]}
+
+
+def sent_count(db_url: str) -> int:
+    return int(sql(db_url, "SELECT count(*) FROM messages WHERE source = 'personas'")[0][0])
+
+
+async def test_audience_first_sync_sends_every_member_then_only_changes(
+    db_url, receiver_factory, daemon_factory
+):
+    hooks, crm = await receiver_factory(), await receiver_factory()
+    daemon = await daemon_factory(personas_settings(db_url, hooks.url, crm.url))
+    audience = daemon.computation("High Value Customers")
+    await send(
+        daemon,
+        identify("u1", plan="pro"),
+        *orders("u1", 100, 150, 200),
+        identify("u2", plan="pro"),
+        *orders("u2", 120, 130),
+        *orders("u2", 500, days_ago=45),  # outside within(30 days)
+        identify("u3", plan="free"),
+        *orders("u3", 300, 300, 300),
+        identify("u4", plan="pro"),
+        *orders("u4", 300, 50, 300),  # one order under 100
+    )
+    await daemon.sync(audience)
+    await eventually(lambda: len(personas_bodies(crm)) >= 1)
+    bodies = personas_bodies(crm)
+    assert traits_of(bodies, "high_value_customers") == {"u1": True}
+    assert bodies[0]["context"]["personas"] == {
+        "computation_class": "audience",
+        "computation_id": audience.id,
+        "computation_key": "high_value_customers",
+    }
+    assert sql(db_url, "SELECT destination FROM deliveries d JOIN messages m "
+               "ON m.id = d.message_pk WHERE m.source = 'personas'") == [("crm",)]  # fmt: skip
+
+    # u2 qualifies now; u1 downgrades. Only those two change.
+    await send(daemon, *orders("u2", 110), identify("u1", plan="free"))
+    before = sent_count(db_url)
+    await daemon.sync(audience)
+    await eventually(lambda: len(personas_bodies(crm)) >= 3)
+    later = personas_bodies(crm)[1:]
+    assert traits_of(later, "high_value_customers") == {"u2": True, "u1": False}
+    assert sent_count(db_url) == before + 2
+
+    # Nothing changed: nothing is sent.
+    result = await daemon.sync(audience)
+    assert result.sent == 0
+    assert sent_count(db_url) == before + 2
+    # Identifies from syncs never reach the source's own destination.
+    assert not personas_bodies(hooks)
+
+
+async def test_computed_trait_sends_each_value_once_and_then_only_changes(
+    db_url, receiver_factory, daemon_factory
+):
+    hooks, crm = await receiver_factory(), await receiver_factory()
+    daemon = await daemon_factory(personas_settings(db_url, hooks.url, crm.url))
+    trait = daemon.computation("total_revenue_180_days")
+    await send(daemon, *orders("u1", 10, 20.5), *orders("u2", 5), identify("u3", plan="pro"))
+    await daemon.sync(trait)
+    await eventually(lambda: len(personas_bodies(crm)) >= 2)
+    first = personas_bodies(crm)
+    assert traits_of(first, "total_revenue_180_days") == {"u1": 30.5, "u2": 5}
+    assert {b["context"]["personas"]["computation_class"] for b in first} == {"trait"}
+
+    await send(daemon, *orders("u2", 7))
+    await daemon.sync(trait)
+    await eventually(lambda: len(personas_bodies(crm)) >= 3)
+    assert traits_of(personas_bodies(crm)[2:], "total_revenue_180_days") == {"u2": 12}
+    assert (await daemon.sync(trait)).sent == 0
+    assert sql(db_url, "SELECT profile_id, value FROM computed_values ORDER BY profile_id") == [
+        ("u1", "30.5"),
+        ("u2", "12"),
+    ]
+
+
+async def test_restart_between_two_syncs_neither_resends_nor_misses(
+    db_url, receiver_factory, daemon_factory
+):
+    hooks, crm = await receiver_factory(), await receiver_factory()
+    settings = personas_settings(db_url, hooks.url, crm.url)
+    first = await daemon_factory(settings)
+    audience = first.computation("High Value Customers")
+    await send(
+        first,
+        identify("u1", plan="pro"),
+        *orders("u1", 100, 100, 100),
+        identify("u2", plan="pro"),
+        *orders("u2", 100, 100, 100),
+    )
+    await first.sync(audience)
+    await eventually(lambda: len(personas_bodies(crm)) >= 2)
+    # A change after the last sync, then the process goes away.
+    await send(first, identify("u2", plan="free"), identify("u3", plan="pro"))
+    await send(first, *orders("u3", 200, 200, 200))
+    await first.stop()
+
+    second = await daemon_factory(settings)
+    await second.sync(second.computation("High Value Customers"))
+    await eventually(lambda: len(personas_bodies(crm)) >= 4)
+    await second.sync(second.computation("High Value Customers"))
+    bodies = personas_bodies(crm)
+    assert traits_of(bodies[:2], "high_value_customers") == {"u1": True, "u2": True}
+    assert traits_of(bodies[2:], "high_value_customers") == {"u2": False, "u3": True}
+    assert len(bodies) == 4  # u1 was not sent again
+    assert sql(
+        db_url, "SELECT profile_id FROM computed_values WHERE computation LIKE 'audience:%' "
+        "ORDER BY profile_id"
+    ) == [("u1",), ("u3",)]  # fmt: skip
+
+
+async def test_syncs_run_by_themselves_at_their_interval(db_url, receiver_factory, daemon_factory):
+    hooks, crm = await receiver_factory(), await receiver_factory()
+    settings = personas_settings(db_url, hooks.url, crm.url)
+    settings["audiences"][0]["sync_interval_seconds"] = 0.5
+    settings["audiences"][0]["condition"] = "trait('plan') = 'pro'"
+    daemon = await daemon_factory(settings)
+    await send(daemon, identify("u1", plan="pro"))
+    await eventually(lambda: len(personas_bodies(crm)) >= 1, timeout=15)
+    await send(daemon, identify("u1", plan="free"))
+    await eventually(lambda: len(personas_bodies(crm)) >= 2, timeout=15)
+    assert traits_of(personas_bodies(crm)[1:], "high_value_customers") == {"u1": False}
+    rows = sql(db_url, "SELECT last_success_at FROM computations WHERE key LIKE 'audience:%'")
+    assert rows[0][0] is not None
+
+
+async def test_events_beyond_every_lookback_are_purged_by_retention(
+    db_url, receiver_factory, daemon_factory
+):
+    hooks, crm = await receiver_factory(), await receiver_factory()
+    daemon = await daemon_factory(personas_settings(db_url, hooks.url, crm.url))
+    # The longest lookback is 180 days (the computed trait).
+    await send(daemon, *orders("u1", 1, days_ago=200), *orders("u1", 2, days_ago=170))
+    await daemon._retention()
+    assert sql(db_url, "SELECT properties FROM events") == [('{"revenue":2}',)]
+
+
+async def test_a_lookback_without_within_keeps_events(db_url, receiver_factory, daemon_factory):
+    hooks, crm = await receiver_factory(), await receiver_factory()
+    settings = personas_settings(db_url, hooks.url, crm.url)
+    settings["computed_traits"][0]["expression"] = "event('Order Completed').count()"
+    daemon = await daemon_factory(settings)
+    await send(daemon, *orders("u1", 1, days_ago=2000))
+    await daemon._retention()
+    assert sql(db_url, "SELECT count(*) FROM events") == [(1,)]
+
+
+@pytest.mark.parametrize(
+    ("aggregate", "value"),
+    [
+        ("count()", 4),
+        ("sum('revenue')", 100),
+        ("avg('revenue')", 25.0),
+        ("min('revenue')", 10),
+        ("max('revenue')", 40),
+        ("first('coupon')", "A"),
+        ("last('coupon')", "B"),
+        ("mode('coupon')", "A"),
+        ("unique('coupon')", ["A", "B"]),
+        ("unique('coupon').count()", 2),
+    ],
+)
+def test_every_aggregate_works_as_a_computed_trait(aggregate, value):
+    trait = Computation(TRAIT, "Orders", f"event('Order Completed').{aggregate}")
+    events = [
+        Event("Order Completed", 1.0, {"revenue": 10, "coupon": "A"}),
+        Event("Order Completed", 2.0, {"revenue": 20, "coupon": "A"}),
+        Event("Order Completed", 3.0, {"revenue": 30}),
+        Event("Order Completed", 4.0, {"revenue": 40, "coupon": "B"}),
+        Event("Other", 5.0, {"revenue": 1000, "coupon": "C"}),
+    ]
+    [change] = diff(trait, chunk({"u": {}}, events={"u": events}), 10.0)
+    assert change.value == value
+    assert json.loads(identify_message(trait, "u", change.value, 10.0).body)["traits"] == {
+        "orders": value
+    }
