@@ -38,7 +38,7 @@ def classify_error(error_class: str) -> Verdict:
     return Verdict.FAIL if error_class in FINAL_ERRORS else Verdict.RETRY
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built on the hot path, where frozen __init__ costs
 class AttemptResult:
     """What one POST to one hook URL did. Becomes one row of the attempts table."""
 
@@ -113,7 +113,7 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
     return max(0.0, when.timestamp() - now)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built on the hot path, where frozen __init__ costs
 class Decision:
     """The new state of a delivery after one round of attempts."""
 

@@ -47,7 +47,7 @@ DUPLICATE = "duplicate"  # a messageId the source already sent: acknowledged, no
 SUPPRESSED = "suppressed"  # from a suppressed user: acknowledged and dropped
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built on the hot path, where frozen __init__ costs
 class NewMessage:
     source: str
     message_id: str
@@ -61,7 +61,7 @@ class NewMessage:
     destinations: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built on the hot path, where frozen __init__ costs
 class Claimed:
     delivery_id: int
     lease_token: int
@@ -73,7 +73,7 @@ class Claimed:
     body: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built on the hot path, where frozen __init__ costs
 class Outcome:
     """The state a delivery moves to after a round, fenced by the claim's token."""
 
@@ -88,7 +88,7 @@ class Outcome:
     last_error: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built on the hot path, where frozen __init__ costs
 class AttemptRow:
     delivery_id: int
     hook_url: str
