@@ -149,13 +149,16 @@ _compiled_inserts: dict[tuple[str, tuple[str, ...]], tuple[str, list[int] | None
 _compiled_queries: dict[tuple[str, int], str] = {}
 
 
-def _driver_query(conn: Connection, query: Any, params: list[Any]) -> list[Any]:
+def _driver_query(
+    conn: Connection, name: str, build: Callable[[], Any], params: list[Any]
+) -> list[Any]:
     """Run a SELECT on the sqlite3 connection, positional parameters in order. A one-column
-    query gives its values, a wider one its rows."""
-    key = (str(query), len(params))
+    query gives its values, a wider one its rows. `build()` makes the query; it is compiled
+    once per name and parameter count (an IN list's length changes the SQL)."""
+    key = (name, len(params))
     statement = _compiled_queries.get(key)
     if statement is None:
-        compiled = query.compile(dialect=_SQLITE, compile_kwargs={"render_postcompile": True})
+        compiled = build().compile(dialect=_SQLITE, compile_kwargs={"render_postcompile": True})
         statement = _compiled_queries[key] = str(compiled)
     cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
     try:
@@ -373,8 +376,9 @@ class Store:
             # writer, so it can number the rows itself, and the driver's executemany (which
             # releases the GIL while SQLite works) replaces SQLAlchemy's per-row processing:
             # about twice the throughput. The statements are compiled from the tables.
-            last = conn.execute(select(func.coalesce(func.max(messages.c.id), 0))).scalar_one()
-            ids: Sequence[int] = range(int(last) + 1, int(last) + 1 + len(rows))
+            [last] = _driver_query(conn, "last-id", lambda: select(func.max(messages.c.id)), [])
+            first = (last or 0) + 1
+            ids: Sequence[int] = range(first, first + len(rows))
         else:
             ids = (
                 conn.execute(
@@ -418,17 +422,20 @@ class Store:
         seen: set[tuple[str, str]] = set()
         for source, ids in by_source.items():
             for chunk in _chunks(sorted(set(ids))):
-                query = select(messages.c.message_id).where(
-                    messages.c.source == source,
-                    messages.c.message_id.in_(chunk),
-                    messages.c.received_at > since,
-                )
+
+                def query(chunk: Sequence[str] = chunk, source: str = source) -> Any:
+                    return select(messages.c.message_id).where(
+                        messages.c.source == source,
+                        messages.c.message_id.in_(chunk),
+                        messages.c.received_at > since,
+                    )
+
                 if self.sqlite:
-                    # Rendered once per chunk size; SQLAlchemy's expanding IN costs more
+                    # Compiled once per chunk size; SQLAlchemy's expanding IN costs more
                     # than the query itself at ingestion rates.
-                    found = _driver_query(conn, query, [source, *chunk, since])
+                    found = _driver_query(conn, "recent", query, [source, *chunk, since])
                 else:
-                    found = list(conn.execute(query).scalars())
+                    found = list(conn.execute(query()).scalars())
                 seen.update((source, message_id) for message_id in found)
         return seen
 
@@ -456,13 +463,16 @@ class Store:
             bodies: dict[int, tuple[str, str | None]] = {}
             pks = [row[2] for row in claimed]
             for chunk in _chunks(pks):
-                query = select(messages.c.id, messages.c.message_id, messages.c.body).where(
-                    messages.c.id.in_(chunk)
-                )
+
+                def query(chunk: Sequence[int] = chunk) -> Any:
+                    return select(messages.c.id, messages.c.message_id, messages.c.body).where(
+                        messages.c.id.in_(chunk)
+                    )
+
                 rows = (
-                    _driver_query(conn, query, list(chunk))
+                    _driver_query(conn, "bodies", query, list(chunk))
                     if self.sqlite
-                    else conn.execute(query).all()
+                    else conn.execute(query()).all()
                 )
                 for pk, message_id, body in rows:
                     bodies[pk] = (message_id, body)
