@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
@@ -28,7 +29,7 @@ class GroupCommit(Generic[T, R]):
         self._flush = flush
         self._max_items = max_items
         self._name = name
-        self._pending: list[tuple[list[T], asyncio.Future[list[R]] | None]] = []
+        self._pending: deque[tuple[list[T], asyncio.Future[list[R]] | None]] = deque()
         self._ready = asyncio.Event()
         self._closing = False
         self._task: asyncio.Task[None] | None = None
@@ -70,7 +71,7 @@ class GroupCommit(Generic[T, R]):
                 while self._pending and (
                     not group or count + len(self._pending[0][0]) <= self._max_items
                 ):
-                    entry = self._pending.pop(0)
+                    entry = self._pending.popleft()
                     group.append(entry)
                     count += len(entry[0])
                 await self._flush_group(group)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 import time
 from collections import Counter
@@ -78,6 +79,8 @@ class Dispatcher:
             window=delivery.retry_window_seconds,
         )
         self._in_flight = 0
+        self._due_hint = math.inf  # the earliest next_attempt_at known to this process
+        self._due_checked = 0.0  # when the store was last asked for it
         self._in_flight_by_url: Counter[str] = Counter()
         self._leases: dict[int, int] = {}  # delivery id -> token, until recorded
         self._tasks: set[asyncio.Task[None]] = set()
@@ -173,15 +176,20 @@ class Dispatcher:
         return more
 
     async def _idle_wait(self) -> float:
+        """How long to sleep: until the next due retry, at most _IDLE_POLL.
+
+        The store is asked at most once a poll, or when the earliest retry this process
+        scheduled itself comes due; asking on every wake-up costs a query per claim.
+        """
         now = time.time()
-        wait = _IDLE_POLL
-        for route in self._routes.values():
-            if self._capacity(route) == 0:
-                continue  # a finishing delivery wakes us
-            due = await self._db.read(self._db.store.next_due, route.name)
-            if due is not None:
-                wait = min(wait, max(0.0, due - now))
-        return wait
+        if now - self._due_checked >= _IDLE_POLL or self._due_hint <= now:
+            self._due_checked = now
+            self._due_hint = math.inf
+            for route in self._routes.values():
+                due = await self._db.read(self._db.store.next_due, route.name)
+                if due is not None:
+                    self._due_hint = min(self._due_hint, due)
+        return min(_IDLE_POLL, max(0.0, self._due_hint - now))
 
     def _start(self, route: _Route, item: Claimed) -> None:
         urls = [url for url, _ in route.hooks if url not in item.failed_hooks]
@@ -219,6 +227,8 @@ class Dispatcher:
             rng=self._rng,
         )
         self._report(route.name, item, results, decision, note)
+        if decision.next_attempt_at is not None:
+            self._due_hint = min(self._due_hint, decision.next_attempt_at)
         outcome = Outcome(
             delivery_id=item.delivery_id,
             lease_token=item.lease_token,
