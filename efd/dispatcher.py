@@ -179,13 +179,17 @@ class Dispatcher:
         """How long to sleep: until the next due retry, at most _IDLE_POLL.
 
         The store is asked at most once a poll, or when the earliest retry this process
-        scheduled itself comes due; asking on every wake-up costs a query per claim.
+        scheduled itself comes due; asking on every wake-up costs a query per claim. A
+        destination with no free slot is left out: a finishing delivery wakes the loop.
         """
         now = time.time()
+        open_routes = [route for route in self._routes.values() if self._capacity(route) > 0]
+        if not open_routes:
+            return _IDLE_POLL
         if now - self._due_checked >= _IDLE_POLL or self._due_hint <= now:
             self._due_checked = now
             self._due_hint = math.inf
-            for route in self._routes.values():
+            for route in open_routes:
                 due = await self._db.read(self._db.store.next_due, route.name)
                 if due is not None:
                     self._due_hint = min(self._due_hint, due)

@@ -426,3 +426,33 @@ async def test_attempt_log_answers_the_operator_questions(db_url, receiver_facto
     ]
     assert rows[0][6] == "answer"
     assert all(r[5] >= 0 for r in rows)
+
+
+async def test_a_saturated_destination_does_not_spin_the_dispatcher(
+    db_url, receiver_factory, daemon_factory
+):
+    async def hang(_request: web.Request, _n: int) -> web.StreamResponse:
+        await asyncio.sleep(3)
+        return web.Response(text="late")
+
+    receiver = await receiver_factory(hang)
+    settings = settings_dict(db_url, [receiver.url], delivery={"max_per_hook": 1})
+    daemon = await daemon_factory(settings)
+    batch = [{"type": "track", "userId": "u", "event": "E"} for _ in range(10)]
+    assert (await post(daemon.port, "/v1/batch", {"batch": batch}))[0] == 200
+    await receiver.wait_for(1)
+    store = daemon.db.store
+    calls = {"claim": 0, "next_due": 0}
+    for name in calls:
+        original = getattr(store, name)
+
+        def counted(*args, _name=name, _original=original, **kwargs):  # type: ignore[no-untyped-def]
+            calls[_name] += 1
+            return _original(*args, **kwargs)
+
+        setattr(store, name, counted)
+    await asyncio.sleep(2.2)  # more than one idle poll, less than the receiver's 3 s
+    # Nine deliveries are due but the hook's one slot is taken: the loop must sleep until the
+    # slot frees, not ask the store again and again.
+    assert calls["claim"] <= 3
+    assert calls["next_due"] <= 3
