@@ -53,6 +53,7 @@ async def test_kill_9_mid_retry_schedule_loses_nothing(db_url, receiver_factory,
         delivery={
             "retry_initial_seconds": 0.3,
             "retry_max_seconds": 0.6,
+            "retry_window_seconds": 600,
             "allowed_networks": ["127.0.0.0/8"],
         },
     )
@@ -67,7 +68,7 @@ async def test_kill_9_mid_retry_schedule_loses_nothing(db_url, receiver_factory,
         # Every message has been tried and refused at least once: mid-schedule.
         await eventually(
             lambda: sql(db_url, "SELECT count(*) FROM deliveries WHERE attempts >= 1") == [(20,)],
-            timeout=15,
+            timeout=45,
         )
         daemon.kill()
         before = dict(
@@ -82,7 +83,7 @@ async def test_kill_9_mid_retry_schedule_loses_nothing(db_url, receiver_factory,
             lambda: (
                 sql(db_url, "SELECT count(*) FROM deliveries WHERE status = 'delivered'") == [(20,)]
             ),
-            timeout=20,
+            timeout=60,
         )
         assert set(_message_ids(receiver)) == {f"k{i}" for i in range(20)}
         # The schedule carried on: the window still counts from the first attempt.
@@ -115,7 +116,7 @@ async def test_kill_9_right_after_acknowledgement(db_url, receiver_factory, tmp_
 
         receiver = await receiver_factory(port=port)
         daemon.start()
-        await eventually(lambda: len(_message_ids(receiver)) == len(acked), timeout=30)
+        await eventually(lambda: len(_message_ids(receiver)) == len(acked), timeout=60)
         assert set(_message_ids(receiver)) == set(acked)
     finally:
         daemon.ensure_stopped()
