@@ -35,7 +35,7 @@ from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from efd.store.engine import is_sqlite, make_engine, normalise_url
-from efd.store.schema import DELIVERED, PENDING, attempts, deliveries, jobs, messages
+from efd.store.schema import PENDING, attempts, deliveries, jobs, messages
 
 DEDUPE_WINDOW_SECONDS = 24 * 3600
 NOTIFY_CHANNEL = "efd_deliveries"
@@ -144,49 +144,65 @@ _DELIVERY_FIELDS = (
     "next_attempt_at",
     "lease_token",
 )
-_compiled_inserts: dict[tuple[str, tuple[str, ...]], tuple[str, list[int] | None]] = {}
+_compiled: dict[tuple[Any, ...], tuple[str, list[str], dict[str, Any]]] = {}
 
-_compiled_queries: dict[tuple[str, int], str] = {}
+
+def _sqlite_compiled(
+    key: tuple[Any, ...], build: Callable[[], Any]
+) -> tuple[str, list[str], dict[str, Any]]:
+    """SQLite SQL text of the statement `build()` makes, compiled once per key: the text, the
+    order of its parameters, and the values of those the statement fixes itself (literals
+    such as 'pending'). IN lists are rendered out, so their length belongs in the key."""
+    cached = _compiled.get(key)
+    if cached is None:
+        compiled = build().compile(dialect=_SQLITE, compile_kwargs={"render_postcompile": True})
+        cached = _compiled[key] = (
+            str(compiled),
+            list(compiled.positiontup or []),
+            dict(compiled.params),
+        )
+    return cached
+
+
+@contextmanager
+def _driver_cursor(conn: Connection) -> Iterator[Any]:
+    """A sqlite3 cursor inside `conn`'s transaction, for the statements on the hot path."""
+    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    try:
+        yield cursor
+    finally:
+        cursor.close()
+
+
+def _positional(params: dict[str, Any], order: list[str], fixed: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(params[n] if n in params else fixed[n] for n in order)
 
 
 def _driver_query(
     conn: Connection, name: str, build: Callable[[], Any], params: list[Any]
 ) -> list[Any]:
     """Run a SELECT on the sqlite3 connection, positional parameters in order. A one-column
-    query gives its values, a wider one its rows. `build()` makes the query; it is compiled
-    once per name and parameter count (an IN list's length changes the SQL)."""
-    key = (name, len(params))
-    statement = _compiled_queries.get(key)
-    if statement is None:
-        compiled = build().compile(dialect=_SQLITE, compile_kwargs={"render_postcompile": True})
-        statement = _compiled_queries[key] = str(compiled)
-    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-    try:
-        rows: list[Any] = cursor.execute(statement, params).fetchall()
+    query gives its values, a wider one its rows."""
+    sql, _, _ = _sqlite_compiled((name, len(params)), build)
+    with _driver_cursor(conn) as cursor:
+        rows: list[Any] = cursor.execute(sql, params).fetchall()
         if len(cursor.description) == 1:
             return [row[0] for row in rows]
         return rows
-    finally:
-        cursor.close()
 
 
 def _executemany(
     cursor: Any, table: Table, columns: tuple[str, ...], rows: list[tuple[Any, ...]]
 ) -> None:
-    """executemany on the sqlite3 cursor, with the INSERT compiled from `table` once."""
-    key = (table.name, columns)
-    cached = _compiled_inserts.get(key)
-    if cached is None:
-        compiled = insert(table).values({c: bindparam(c) for c in columns}).compile(dialect=_SQLITE)
-        positions = [columns.index(name) for name in compiled.positiontup or []]
-        cached = _compiled_inserts[key] = (
-            str(compiled),
-            None if positions == list(range(len(columns))) else positions,
-        )
-    statement, reorder = cached
-    if reorder is not None:
-        rows = [tuple(row[i] for i in reorder) for row in rows]
-    cursor.executemany(statement, rows)
+    """INSERT `rows` (tuples in `columns` order) into `table` with the driver's executemany."""
+    sql, order, _ = _sqlite_compiled(
+        ("insert", table.name, columns),
+        lambda: insert(table).values({c: bindparam(c) for c in columns}),
+    )
+    if order != list(columns):
+        positions = [columns.index(name) for name in order]
+        rows = [tuple(row[i] for i in positions) for row in rows]
+    cursor.executemany(sql, rows)
 
 
 # Delivery statements, built once with named parameters (see Store._run).
@@ -255,27 +271,6 @@ _attempt_fields = attrgetter(*_ATTEMPT_FIELDS)
 
 def _attempt_params(row: AttemptRow) -> dict[str, Any]:
     return dict(zip(_ATTEMPT_FIELDS, _attempt_fields(row), strict=True))
-
-
-_compiled_statements: dict[str, tuple[str, list[str], dict[str, Any]]] = {}
-
-
-def _sqlite_compiled(key: str, statement: Any) -> tuple[str, list[str], dict[str, Any]]:
-    """SQLite SQL text of a statement, the order of its parameters, and the values of the
-    ones the statement fixes itself (literals such as 'pending')."""
-    cached = _compiled_statements.get(key)
-    if cached is None:
-        compiled = statement.compile(dialect=_SQLITE)
-        cached = _compiled_statements[key] = (
-            str(compiled),
-            list(compiled.positiontup or []),
-            dict(compiled.params),
-        )
-    return cached
-
-
-def _positional(params: dict[str, Any], order: list[str], fixed: dict[str, Any]) -> tuple[Any, ...]:
-    return tuple(params[n] if n in params else fixed[n] for n in order)
 
 
 class Store:
@@ -394,8 +389,7 @@ class Store:
             for name in r.destinations
         ]
         if self.sqlite:
-            cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-            try:
+            with _driver_cursor(conn) as cursor:
                 _executemany(
                     cursor,
                     messages,
@@ -404,8 +398,6 @@ class Store:
                 )
                 if delivery_tuples:
                     _executemany(cursor, deliveries, _DELIVERY_FIELDS, delivery_tuples)
-            finally:
-                cursor.close()
         elif delivery_tuples:
             conn.execute(
                 insert(deliveries),
@@ -538,15 +530,12 @@ class Store:
         if not self.sqlite:
             result = conn.execute(statement, params if len(params) != 1 else params[0])
             return [tuple(row) for row in result.all()] if result.returns_rows else []
-        sql, order, fixed = _sqlite_compiled(key, statement)
-        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-        try:
+        sql, order, fixed = _sqlite_compiled((key,), lambda: statement)
+        with _driver_cursor(conn) as cursor:
             if len(params) == 1:
                 return list(cursor.execute(sql, _positional(params[0], order, fixed)))
             cursor.executemany(sql, [_positional(p, order, fixed) for p in params])
             return []
-        finally:
-            cursor.close()
 
     def _run_count(
         self, conn: Connection, key: str, statement: Any, params: list[dict[str, Any]]
@@ -554,13 +543,10 @@ class Store:
         """Execute with many parameter sets; return how many rows changed."""
         if not self.sqlite:
             return int(conn.execute(statement, params).rowcount)
-        sql, order, fixed = _sqlite_compiled(key, statement)
-        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-        try:
+        sql, order, fixed = _sqlite_compiled((key,), lambda: statement)
+        with _driver_cursor(conn) as cursor:
             cursor.executemany(sql, [_positional(p, order, fixed) for p in params])
             return int(cursor.rowcount)
-        finally:
-            cursor.close()
 
     def release(self, leases: Sequence[tuple[int, int]], now: float) -> None:
         """Give back claimed deliveries that were never sent (shutdown): due again now."""
@@ -684,11 +670,3 @@ class Store:
             conn.execute(delete(deliveries).where(deliveries.c.message_pk.in_(ids)))
             conn.execute(delete(messages).where(messages.c.id.in_(ids)))
             return len(ids)
-
-    def delivered_count(self) -> int:
-        with self.reader.connect() as conn:
-            return int(
-                conn.execute(
-                    select(func.count()).where(deliveries.c.status == DELIVERED)
-                ).scalar_one()
-            )
