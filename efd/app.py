@@ -172,7 +172,6 @@ class Daemon:
             self._start_listener(store)
 
         self._scheduler = AsyncIOScheduler()
-        self._scheduler.add_job(self._refresh_backlog, "interval", seconds=15, id="backlog")
         self._scheduler.add_job(
             self._retention,
             "interval",
