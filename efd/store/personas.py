@@ -29,7 +29,6 @@ from sqlalchemy import (
     literal,
     or_,
     select,
-    text,
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
@@ -42,7 +41,6 @@ from efd.personas.profiles import ANONYMOUS, USER, ProfileState, event_of, merge
 from efd.store.schema import (
     FINISHED,
     INITIALIZED,
-    PENDING,
     RUNNING,
     computations,
     computed_values,
@@ -55,7 +53,7 @@ from efd.store.schema import (
     regulations,
     suppressions,
 )
-from efd.store.sql import NOTIFY_CHANNEL, NewMessage, Store
+from efd.store.sql import NewMessage, Store
 
 REGULATION_TYPES = ("DELETE_ONLY", "SUPPRESS_WITH_DELETE", "SUPPRESS_ONLY", "UNSUPPRESS")
 DELETE_TYPES = frozenset({"DELETE_ONLY", "SUPPRESS_WITH_DELETE"})
@@ -284,7 +282,7 @@ class PersonasStore:
         """In one transaction: the identify messages and their deliveries, and the new
         stored values (None deletes), so a crash can neither resend nor lose a change."""
         with self.store.writer.begin() as conn:
-            self._insert_with_deliveries(conn, outgoing, now)
+            self.store.insert_with_deliveries(conn, outgoing, now)
             upserts = [
                 {"computation": key, "profile_id": pid, "value": value, "updated_at": now}
                 for pid, value in values
@@ -586,7 +584,7 @@ class PersonasStore:
                 )
                 for n, user in enumerate(users)
             ]
-            pks = self._insert_with_deliveries(conn, rows, now)
+            pks = self.store.insert_with_deliveries(conn, rows, now)
             progress = json.loads(json.dumps(claim.progress))
             progress.setdefault("sources", {})[source] = {
                 "status": FINISHED,
@@ -804,54 +802,6 @@ class PersonasStore:
                 done["deliveries"] = counts
             result["progress"] = progress
             return result
-
-    # -- shared ------------------------------------------------------------------------------
-
-    def _insert_with_deliveries(
-        self, conn: Connection, rows: Sequence[NewMessage], now: float
-    ) -> list[int]:
-        """Insert messages whose messageIds are unique among `rows`, with their deliveries.
-
-        RETURNING rows are matched by messageId rather than by order, which lets SQLAlchemy
-        batch the insert on SQLite too (ordered RETURNING there costs one statement a row)."""
-        if not rows:
-            return []
-        returned: dict[str, int] = dict(
-            conn.execute(
-                insert(messages).returning(messages.c.message_id, messages.c.id),
-                [
-                    {
-                        "source": r.source,
-                        "message_id": r.message_id,
-                        "type": r.type,
-                        "user_id": r.user_id,
-                        "anonymous_id": r.anonymous_id,
-                        "event": r.event,
-                        "timestamp": r.timestamp,
-                        "received_at": r.received_at,
-                        "body": r.body,
-                    }
-                    for r in rows
-                ],
-            ).all()
-        )
-        pks = [returned[r.message_id] for r in rows]
-        delivery_rows = [
-            {
-                "message_pk": pk,
-                "destination": name,
-                "status": PENDING,
-                "created_at": now,
-                "next_attempt_at": now,
-            }
-            for pk, r in zip(pks, rows, strict=True)
-            for name in r.destinations
-        ]
-        if delivery_rows:
-            conn.execute(insert(deliveries), delivery_rows)
-            if not self.sqlite:
-                conn.execute(text("SELECT pg_notify(:channel, '')"), {"channel": NOTIFY_CHANNEL})
-        return pks
 
 
 class _Capture:

@@ -355,16 +355,17 @@ class Store:
                 status.append(STORED)
             if not fresh:
                 return status
-            routed = self._insert_rows(conn, fresh, now)
-            if routed and not self.sqlite:
-                # Delivered at commit, to every process's LISTEN: none waits for a poll.
-                conn.execute(text("SELECT pg_notify(:channel, '')"), {"channel": NOTIFY_CHANNEL})
+            self.insert_with_deliveries(conn, fresh, now)
             if hooks is not None:
                 hooks.capture(conn, fresh)
             return status
 
-    def _insert_rows(self, conn: Connection, rows: Sequence[NewMessage], now: float) -> int:
-        """Insert messages and their pending deliveries; return how many deliveries."""
+    def insert_with_deliveries(
+        self, conn: Connection, rows: Sequence[NewMessage], now: float
+    ) -> list[int]:
+        """Insert messages and their pending deliveries in `conn`'s transaction, without
+        deduplication; return the messages' ids. Ingestion, regulations and audience syncs
+        all store their messages through here."""
         message_tuples = [_message_fields(r) for r in rows]
         if self.sqlite:
             # The hot path of ingestion. Under BEGIN IMMEDIATE this connection is the only
@@ -403,7 +404,10 @@ class Store:
                 insert(deliveries),
                 [dict(zip(_DELIVERY_FIELDS, t, strict=True)) for t in delivery_tuples],
             )
-        return len(delivery_tuples)
+        if delivery_tuples and not self.sqlite:
+            # Delivered at commit, to every process's LISTEN: none waits for a poll.
+            conn.execute(text("SELECT pg_notify(:channel, '')"), {"channel": NOTIFY_CHANNEL})
+        return list(ids)
 
     def _recent_message_ids(
         self, conn: Connection, rows: Sequence[NewMessage], since: float
