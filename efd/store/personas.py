@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlalchemy import (
     Connection,
+    Table,
     Text,
     and_,
     bindparam,
@@ -136,6 +137,7 @@ class PersonasStore:
         self.sqlite = store.sqlite
         self.capture_enabled = capture
         self._insert = sqlite_insert if store.sqlite else pg_insert
+
         # SQLite serves one process, so this process sees every change to suppressions
         # and can skip the check while there are none. PostgreSQL: always checked.
         self._none_suppressed = False
@@ -147,6 +149,15 @@ class PersonasStore:
         )
         if install:
             store.hooks = self
+
+    def _upsert(self, table: Table, keys: list[str], only: list[str] | None = None) -> Any:
+        """INSERT that, on a conflict over `keys`, overwrites the row's other columns (or
+        just `only`) with the new values."""
+        statement = self._insert(table)
+        columns = only or [c.name for c in table.columns if c.name not in keys]
+        return statement.on_conflict_do_update(
+            index_elements=keys, set_={c: statement.excluded[c] for c in columns}
+        )
 
     # -- ingestion hooks (inside Store.insert_messages' transaction) ---------------------------
 
@@ -289,17 +300,7 @@ class PersonasStore:
                 if value is not None
             ]
             if upserts:
-                statement = self._insert(computed_values)
-                conn.execute(
-                    statement.on_conflict_do_update(
-                        index_elements=["computation", "profile_id"],
-                        set_={
-                            "value": statement.excluded.value,
-                            "updated_at": statement.excluded.updated_at,
-                        },
-                    ),
-                    upserts,
-                )
+                conn.execute(self._upsert(computed_values, ["computation", "profile_id"]), upserts)
             removed = [pid for pid, value in values if value is None]
             for chunk in _chunks(removed):
                 conn.execute(
@@ -407,18 +408,7 @@ class PersonasStore:
                     {"subject_id": s, "user_id": u, "regulation_id": reg_id, "created_at": now}
                     for s, u in self._identity_graph(conn, subject_ids).items()
                 ]
-                statement = self._insert(suppressions)
-                conn.execute(
-                    statement.on_conflict_do_update(
-                        index_elements=["subject_id"],
-                        set_={
-                            "user_id": statement.excluded.user_id,
-                            "regulation_id": statement.excluded.regulation_id,
-                            "created_at": statement.excluded.created_at,
-                        },
-                    ),
-                    rows,
-                )
+                conn.execute(self._upsert(suppressions, ["subject_id"]), rows)
                 none_left = False
             elif type_ == "UNSUPPRESS":
                 for chunk in _chunks(subject_ids):
@@ -953,12 +943,8 @@ class _Capture:
             conn.execute(delete(computed_values).where(computed_values.c.profile_id == source))
             conn.execute(delete(profiles).where(profiles.c.id == source))
         if self.new_links:
-            statement = owner._insert(identities)
             conn.execute(
-                statement.on_conflict_do_update(
-                    index_elements=["alias_id"],
-                    set_={"canonical_id": statement.excluded.canonical_id},
-                ),
+                owner._upsert(identities, ["alias_id"], only=["canonical_id"]),
                 [
                     {"alias_id": a, "canonical_id": self.resolve(a), "created_at": self.now}
                     for a in sorted(self.new_links)
@@ -966,17 +952,8 @@ class _Capture:
             )
         dirty = [s for s in self.states.values() if s.dirty]
         if dirty:
-            statement = owner._insert(profiles)
             conn.execute(
-                statement.on_conflict_do_update(
-                    index_elements=["id"],
-                    set_={
-                        "kind": statement.excluded.kind,
-                        "traits": statement.excluded.traits,
-                        "trait_times": statement.excluded.trait_times,
-                        "updated_at": statement.excluded.updated_at,
-                    },
-                ),
+                owner._upsert(profiles, ["id"]),
                 [
                     {
                         "id": s.id,
