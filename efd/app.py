@@ -23,7 +23,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from efd.batching import GroupCommit
 from efd.config import Settings
-from efd.dispatcher import Dispatcher
+from efd.dispatcher import Dispatcher, Rounds
 from efd.ingest import Ingest, json_response
 from efd.metrics import Metrics
 from efd.personas.sync import (
@@ -34,12 +34,13 @@ from efd.personas.sync import (
     run_sync_async,
 )
 from efd.regulations import RegulationRunner, RegulationsApi
-from efd.sender import Sender
+from efd.sender import Route, Sender
 from efd.store import NewMessage, Store
 from efd.store import migrate as migrations
 from efd.store.engine import normalise_url, safe_url, sqlite_path
 from efd.store.personas import PersonasStore
 from efd.store.runner import AsyncStore
+from efd.workers import SenderOptions, SenderPool
 
 log = logging.getLogger(__name__)
 
@@ -98,11 +99,18 @@ class Daemon:
         self._regulations: RegulationRunner | None = None
         self._sync_locks: dict[str, asyncio.Lock] = {}
         self._sync_tasks: set[asyncio.Task[Any]] = set()
-        self._sender: Sender | None = None
+        self._sender: Sender | None = None  # sending from this process
+        self._senders: SenderPool | None = None  # or from sender processes
+        self._senders_ready: asyncio.Future[None] | None = None
         self._scheduler: AsyncIOScheduler | None = None
         self._listener: threading.Thread | None = None
         self._listener_stop = threading.Event()
         self._stopped = False
+
+    @property
+    def senders(self) -> SenderPool | None:
+        """The sender processes, when `delivery.sender_processes` > 0."""
+        return self._senders
 
     @property
     def db(self) -> AsyncStore:
@@ -114,8 +122,28 @@ class Daemon:
         assert self._personas is not None
         return self._personas
 
+    def _sender_options(self) -> SenderOptions:
+        delivery = self.settings.delivery
+        return SenderOptions(
+            timeout=delivery.timeout_seconds,
+            allowed_networks=tuple(delivery.allowed_networks),
+            ca_file=delivery.ca_file,
+            response_head_bytes=delivery.response_head_bytes,
+        )
+
     async def start(self) -> None:
         settings = self.settings
+        delivery = settings.delivery
+        if delivery.sender_processes:
+            # Started first: they load while the database is opened and migrated.
+            self._senders = SenderPool(
+                processes=delivery.sender_processes,
+                options=self._sender_options(),
+                routes=[Route.of(d, delivery.user_agent) for d in settings.destinations],
+                log_level=settings.logging.level,
+                log_format=settings.logging.format,
+            )
+            self._senders_ready = asyncio.ensure_future(self._senders.start())
         url = settings.storage.url
         database = sqlite_path(normalise_url(url))
         if database is not None:
@@ -141,17 +169,21 @@ class Daemon:
             if resumed:
                 log.info("resuming %d regulations that were running at the last stop", resumed)
 
-        delivery = settings.delivery
-        self._sender = Sender(
-            timeout=delivery.timeout_seconds,
-            allowed_networks=delivery.allowed_networks,
-            ca_file=delivery.ca_file,
-            response_head_bytes=delivery.response_head_bytes,
-        )
-        await self._sender.start()
+        rounds: Rounds
+        if self._senders is not None:
+            assert self._senders_ready is not None
+            try:
+                await self._senders_ready
+            except RuntimeError as error:
+                raise StartupError(str(error)) from None
+            rounds = self._senders
+        else:
+            self._sender = self._sender_options().sender()
+            await self._sender.start()
+            rounds = self._sender
         self._dispatcher = Dispatcher(
             db=self.db,
-            sender=self._sender,
+            rounds=rounds,
             settings=settings,
             metrics=self.metrics,
             owner=self.owner,
@@ -262,6 +294,12 @@ class Daemon:
             await asyncio.to_thread(self._listener.join)
         if self._sender is not None:
             await self._sender.close()
+        if self._senders_ready is not None:
+            self._senders_ready.cancel()  # if start-up failed before they were ready
+            with contextlib.suppress(BaseException):
+                await self._senders_ready
+        if self._senders is not None:
+            await self._senders.close(self.settings.delivery.timeout_seconds + _SHUTDOWN_MARGIN)
         if self._db is not None:
             await asyncio.to_thread(self._db.close)
         if self._lock is not None:

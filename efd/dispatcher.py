@@ -15,16 +15,17 @@ import math
 import random
 import time
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Sequence
+from typing import Protocol
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from efd import retry, webhooks
 from efd.batching import GroupCommit
-from efd.config import DestinationConfig, Settings
+from efd.config import Settings
 from efd.metrics import Metrics
 from efd.retry import AttemptResult, RetryPolicy, Verdict
-from efd.sender import Sender
+from efd.sender import Route
 from efd.store import AttemptRow, Claimed, Outcome
 from efd.store.runner import AsyncStore
 
@@ -35,20 +36,12 @@ _IDLE_POLL = 1.0  # seconds; the longest a due retry can wait unnoticed
 _COALESCE = 0.002  # seconds to let wake-ups pile up into one claim
 
 
-@dataclass(frozen=True, slots=True)
-class _Route:
-    name: str
-    hooks: tuple[tuple[str, dict[str, str]], ...]  # (url, static headers)
-    secret: str | None
+class Rounds(Protocol):
+    """Sends one round of a delivery: the in-process Sender, or the sender processes."""
 
-    @classmethod
-    def of(cls, destination: DestinationConfig) -> _Route:
-        secret = destination.shared_secret.get_secret_value() if destination.shared_secret else None
-        return cls(
-            name=destination.name,
-            hooks=tuple((hook.url, dict(hook.headers)) for hook in destination.hooks),
-            secret=secret or None,
-        )
+    async def send_round(
+        self, route: Route, urls: Sequence[str], body: str
+    ) -> list[AttemptResult]: ...
 
 
 class Dispatcher:
@@ -56,7 +49,7 @@ class Dispatcher:
         self,
         *,
         db: AsyncStore,
-        sender: Sender,
+        rounds: Rounds,
         settings: Settings,
         metrics: Metrics,
         owner: str,
@@ -64,12 +57,11 @@ class Dispatcher:
     ) -> None:
         delivery = settings.delivery
         self._db = db
-        self._sender = sender
+        self._rounds = rounds
         self._metrics = metrics
         self._owner = owner
         self._rng = rng or random.Random()
-        self._routes = {d.name: _Route.of(d) for d in settings.destinations}
-        self._user_agent = delivery.user_agent
+        self._routes = {d.name: Route.of(d, delivery.user_agent) for d in settings.destinations}
         self._lease = delivery.lease_seconds
         self._max_in_flight = delivery.max_in_flight
         self._max_per_hook = delivery.max_per_hook
@@ -147,7 +139,7 @@ class Dispatcher:
             else:
                 await asyncio.sleep(0)
 
-    def _capacity(self, route: _Route) -> int:
+    def _capacity(self, route: Route) -> int:
         free = self._max_in_flight - self._in_flight
         for url, _ in route.hooks:
             free = min(free, self._max_per_hook - self._in_flight_by_url[url])
@@ -195,7 +187,7 @@ class Dispatcher:
                     self._due_hint = min(self._due_hint, due)
         return min(_IDLE_POLL, max(0.0, self._due_hint - now))
 
-    def _start(self, route: _Route, item: Claimed) -> None:
+    def _start(self, route: Route, item: Claimed) -> None:
         urls = [url for url, _ in route.hooks if url not in item.failed_hooks]
         self._in_flight += 1
         self._in_flight_by_url.update(urls)
@@ -211,7 +203,7 @@ class Dispatcher:
 
     # -- one round -------------------------------------------------------------------------
 
-    async def _deliver(self, route: _Route, item: Claimed, urls: list[str]) -> None:
+    async def _deliver(self, route: Route, item: Claimed, urls: list[str]) -> None:
         try:
             results, note = await self._send_round(route, item, urls)
         finally:
@@ -262,22 +254,11 @@ class Dispatcher:
         self._recorder.add([(outcome, rows)])
 
     async def _send_round(
-        self, route: _Route, item: Claimed, urls: list[str]
+        self, route: Route, item: Claimed, urls: list[str]
     ) -> tuple[list[AttemptResult], str | None]:
         if item.body is None:
             return [], "message payload was purged by a deletion request"
-        body = item.body.encode("utf-8")
-        headers = webhooks.request_headers(
-            user_agent=self._user_agent, secret=route.secret, body=body, static={}
-        )
-        hooks = [(url, static) for url, static in route.hooks if url in urls]
-        if len(hooks) == 1:  # the common case, without gather's task per request
-            url, static = hooks[0]
-            return [await self._sender.post(url, body, {**static, **headers})], None
-        results = await asyncio.gather(
-            *(self._sender.post(url, body, {**static, **headers}) for url, static in hooks)
-        )
-        return list(results), None
+        return await self._rounds.send_round(route, urls, item.body), None
 
     def _report(
         self,

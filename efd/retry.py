@@ -17,7 +17,10 @@ class Verdict(StrEnum):
 
 # Transport failures. A request that never reached the receiver (TLS refused, address
 # blocked, bad URL) is final for that hook; the others may succeed on a later try.
-RETRYABLE_ERRORS = frozenset({"timeout", "connect", "dns", "reset", "protocol"})
+# `interrupted`: the sender process died mid-round; `internal`: a bug in efd's sending code.
+RETRYABLE_ERRORS = frozenset(
+    {"timeout", "connect", "dns", "reset", "protocol", "interrupted", "internal"}
+)
 FINAL_ERRORS = frozenset({"tls", "blocked", "invalid_url"})
 
 

@@ -2,23 +2,53 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import ssl
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import aiohttp
 from aiohappyeyeballs import AddrInfoType
 
-from efd import netguard
+from efd import netguard, webhooks
 from efd.retry import AttemptResult, Verdict, classify_error, classify_status, parse_retry_after
+
+if TYPE_CHECKING:  # the sender processes run without loading the configuration models
+    from efd.config import DestinationConfig
 
 log = logging.getLogger(__name__)
 
 _GUARD_TAG = "efd address guard"
 # Read at most this much of a response: enough to see it is complete, never a memory risk.
 _MAX_RESPONSE_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where one destination's rounds go: its hook URLs with their static headers, and how
+    they are signed."""
+
+    name: str
+    hooks: tuple[tuple[str, dict[str, str]], ...]  # (url, static headers)
+    secret: str | None
+    user_agent: str
+
+    @classmethod
+    def of(cls, destination: DestinationConfig, user_agent: str) -> Route:
+        secret = destination.shared_secret.get_secret_value() if destination.shared_secret else None
+        return cls(
+            name=destination.name,
+            hooks=tuple((hook.url, dict(hook.headers)) for hook in destination.hooks),
+            secret=secret or None,
+            user_agent=user_agent,
+        )
+
+    def __repr__(self) -> str:  # never show the secret
+        return f"Route({self.name!r}, {len(self.hooks)} hooks)"
 
 
 class BlockedAddress(OSError):
@@ -91,6 +121,23 @@ class Sender:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+    async def send_round(self, route: Route, urls: Sequence[str], body: str) -> list[AttemptResult]:
+        """One round: the same signed body POSTed at once to each of `urls` (a subset of
+        the route's hooks)."""
+        data = body.encode("utf-8")
+        headers = webhooks.request_headers(
+            user_agent=route.user_agent, secret=route.secret, body=data, static={}
+        )
+        hooks = [(url, static) for url, static in route.hooks if url in urls]
+        if len(hooks) == 1:  # the common case, without gather's task per request
+            url, static = hooks[0]
+            return [await self.post(url, data, {**static, **headers})]
+        return list(
+            await asyncio.gather(
+                *(self.post(url, data, {**static, **headers}) for url, static in hooks)
+            )
+        )
 
     async def post(self, url: str, body: bytes, headers: dict[str, str]) -> AttemptResult:
         """POST once; never raises for anything the receiver or network does."""

@@ -11,6 +11,7 @@ import asyncio
 import base64
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -279,10 +280,13 @@ async def eventually(
 class DaemonProcess:
     """`python -m efd serve` in a real process, for kill -9 and SIGTERM tests."""
 
-    def __init__(self, config_path: Path, port: int, log_path: Path) -> None:
+    def __init__(
+        self, config_path: Path, port: int, log_path: Path, *, own_group: bool = False
+    ) -> None:
         self.config_path = config_path
         self.port = port
         self.log_path = log_path
+        self.own_group = own_group  # its own process group, to signal it like systemd does
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 20.0) -> DaemonProcess:
@@ -292,6 +296,7 @@ class DaemonProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=ROOT,
+                start_new_session=self.own_group,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -317,9 +322,18 @@ class DaemonProcess:
         self.proc.terminate()
         return self.proc.wait(timeout)
 
+    def signal_group(self, sig: int) -> None:
+        """Signal the daemon and its sender processes at once (needs own_group)."""
+        assert self.proc is not None
+        assert self.own_group
+        os.killpg(self.proc.pid, sig)
+
     def ensure_stopped(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
+            if self.own_group:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            else:
+                self.proc.kill()
             self.proc.wait(10)
 
 

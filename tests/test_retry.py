@@ -67,7 +67,10 @@ def test_never_sent_errors_fail_for_good(error_class: str) -> None:
 
 
 def test_error_class_sets() -> None:
-    assert frozenset({"timeout", "connect", "dns", "reset", "protocol"}) == RETRYABLE_ERRORS
+    assert (
+        frozenset({"timeout", "connect", "dns", "reset", "protocol", "interrupted", "internal"})
+        == RETRYABLE_ERRORS
+    )
     assert frozenset({"tls", "blocked", "invalid_url"}) == FINAL_ERRORS
     assert not RETRYABLE_ERRORS & FINAL_ERRORS
 

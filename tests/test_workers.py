@@ -1,0 +1,160 @@
+"""Sender processes: rounds sent from child processes, and what happens when one dies."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from collections import Counter
+
+import pytest
+from aiohttp import web
+
+from efd import webhooks
+from efd.app import StartupError
+from tests.conftest import (
+    SECRET,
+    DaemonProcess,
+    eventually,
+    free_port,
+    post,
+    settings_dict,
+    sql,
+    write_toml,
+)
+
+
+def _children(pid: int) -> set[int]:
+    children: set[int] = set()
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as handle:
+            children.update(int(child) for child in handle.read().split())
+    return children
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("processes", [0, 2])
+async def test_rounds_from_any_number_of_sender_processes(
+    processes, db_url, receiver_factory, daemon_factory
+):
+    receiver = await receiver_factory()
+    settings = settings_dict(db_url, [receiver.url], delivery={"sender_processes": processes})
+    daemon = await daemon_factory(settings)
+    assert len(daemon.senders.pids if daemon.senders else []) == processes
+    batch = [
+        {"type": "track", "userId": "u", "event": "E", "messageId": f"m{i}"} for i in range(40)
+    ]
+    assert (await post(daemon.port, "/v1/batch", {"batch": batch}))[0] == 200
+    received = await receiver.wait_for(40)
+    assert Counter(r.json()["messageId"] for r in received) == {f"m{i}": 1 for i in range(40)}
+    assert all(r.headers["X-Signature"] == webhooks.sign(SECRET, r.body) for r in received)
+    await eventually(
+        lambda: (
+            sql(db_url, "SELECT status, count(*) FROM deliveries GROUP BY status")
+            == [("delivered", 40)]
+        )
+    )
+    assert sql(db_url, "SELECT outcome, count(*) FROM attempts GROUP BY outcome") == [
+        ("success", 40)
+    ]
+
+
+async def test_killed_sender_process_is_replaced_and_its_round_retried(
+    db_url, receiver_factory, daemon_factory, caplog
+):
+    arrived = asyncio.Event()
+
+    async def slow_first(_request: web.Request, n: int) -> web.StreamResponse:
+        if n == 1:
+            arrived.set()
+            await asyncio.sleep(3)
+        return web.Response(text="ok")
+
+    receiver = await receiver_factory(slow_first)
+    settings = settings_dict(db_url, [receiver.url], delivery={"sender_processes": 1})
+    daemon = await daemon_factory(settings)
+    assert daemon.senders is not None
+    [first] = daemon.senders.pids
+    assert (await post(daemon.port, "/v1/track", {"userId": "u", "event": "E"}))[0] == 200
+    await asyncio.wait_for(arrived.wait(), 10)
+    os.kill(first, signal.SIGKILL)  # mid-round: the answer will never reach the daemon
+
+    await eventually(
+        lambda: sql(db_url, "SELECT status, attempts FROM deliveries") == [("delivered", 2)],
+        timeout=20,
+    )
+    assert sql(db_url, "SELECT outcome, error_class FROM attempts ORDER BY id") == [
+        ("retry", "interrupted"),
+        ("success", None),
+    ]
+    [second] = daemon.senders.pids
+    assert second != first
+    assert "sender process 0 exited unexpectedly" in caplog.text
+
+
+async def test_sender_process_that_cannot_start_stops_the_daemon(
+    db_url, daemon_factory, monkeypatch
+):
+    monkeypatch.setattr(sys, "executable", "/bin/false")  # the child exits at once
+    with pytest.raises(StartupError, match="sender process 0 did not start"):
+        await daemon_factory(settings_dict(db_url, delivery={"sender_processes": 1}))
+
+
+@pytest.mark.slow
+async def test_sender_processes_exit_when_the_daemon_is_killed(db_url, tmp_path):
+    port = free_port()
+    settings = settings_dict(db_url, delivery={"sender_processes": 2})
+    settings["server"] = {"host": "127.0.0.1", "port": port}
+    daemon = DaemonProcess(write_toml(tmp_path / "efd.toml", settings), port, tmp_path / "efd.log")
+    daemon.start()
+    try:
+        assert daemon.proc is not None
+        children = _children(daemon.proc.pid)
+        assert len(children) == 2
+        daemon.kill()
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert not any(_alive(pid) for pid in children)
+    finally:
+        daemon.ensure_stopped()
+
+
+@pytest.mark.slow
+async def test_sigterm_to_the_whole_group_lets_the_daemon_drain(db_url, receiver_factory, tmp_path):
+    # systemd signals every process of the service; the sender processes must not die
+    # before the daemon has finished the rounds in flight.
+    arrived = asyncio.Event()
+
+    async def slow(_request: web.Request, _n: int) -> web.StreamResponse:
+        arrived.set()
+        await asyncio.sleep(1.5)
+        return web.Response(text="ok")
+
+    receiver = await receiver_factory(slow)
+    port = free_port()
+    settings = settings_dict(db_url, [receiver.url], delivery={"sender_processes": 1})
+    settings["server"] = {"host": "127.0.0.1", "port": port}
+    config = write_toml(tmp_path / "efd.toml", settings)
+    daemon = DaemonProcess(config, port, tmp_path / "efd.log", own_group=True).start()
+    try:
+        assert (await post(port, "/v1/track", {"userId": "u", "event": "E"}))[0] == 200
+        await asyncio.wait_for(arrived.wait(), 10)
+        daemon.signal_group(signal.SIGTERM)
+        assert daemon.proc is not None
+        assert await asyncio.to_thread(daemon.proc.wait, 30) == 0
+    finally:
+        daemon.ensure_stopped()
+    assert sql(db_url, "SELECT status, attempts FROM deliveries") == [("delivered", 1)]
+    assert sql(db_url, "SELECT outcome FROM attempts") == [("success",)]
+    assert len(receiver.received) == 1
+    assert "stopped" in daemon.log()
