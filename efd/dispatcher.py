@@ -14,7 +14,7 @@ import logging
 import math
 import random
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -71,6 +71,13 @@ class Dispatcher:
             window=delivery.retry_window_seconds,
         )
         self._in_flight = 0
+        # Claimed ahead, per destination: a freed slot starts the next round at once instead
+        # of waiting for a claim, which queues behind ingestion's commits on the writer.
+        self._ahead = min(self._max_in_flight, 4 * self._max_per_hook)
+        self._ready: dict[str, deque[tuple[Claimed, float]]] = {
+            name: deque() for name in self._routes
+        }  # (claimed, its lease's end)
+        self._timeout = delivery.timeout_seconds
         self._due_hint = math.inf  # the earliest next_attempt_at known to this process
         self._due_checked = 0.0  # when the store was last asked for it
         self._in_flight_by_url: Counter[str] = Counter()
@@ -109,7 +116,9 @@ class Dispatcher:
         await self._recorder.close()
         if self._leases:
             # Cut short before their outcome was known: due again at the next start.
-            log.warning("releasing %d deliveries cut short by shutdown", len(self._leases))
+            log.warning(
+                "releasing %d claimed deliveries not finished at shutdown", len(self._leases)
+            )
             with contextlib.suppress(SQLAlchemyError):
                 await self._db.write(
                     self._db.store.release, list(self._leases.items()), time.time()
@@ -146,11 +155,12 @@ class Dispatcher:
         return max(0, free)
 
     async def _claim_round(self) -> bool:
-        """Claim and start what is due; True when a destination may have more due now."""
+        """Claim what is due, start what fits; True when a destination may have more due now."""
         more = False
         for route in self._routes.values():
-            limit = min(self._capacity(route), _CLAIM_BATCH)
-            if limit == 0 or self._stopping:
+            ready = self._ready[route.name]
+            limit = min(self._capacity(route) + self._ahead - len(ready), _CLAIM_BATCH)
+            if limit <= 0 or self._stopping:
                 continue
             now = time.time()
             claimed = await self._db.write(
@@ -162,10 +172,25 @@ class Dispatcher:
                 lease_until=now + self._lease,
             )
             for item in claimed:
-                self._start(route, item)
+                self._leases[item.delivery_id] = item.lease_token
+                ready.append((item, now + self._lease))
+            self._start_ready(route)
             if len(claimed) == limit and self._capacity(route) > 0:
                 more = True
         return more
+
+    def _start_ready(self, route: Route) -> None:
+        ready = self._ready[route.name]
+        while ready and not self._stopping and self._capacity(route) > 0:
+            item, lease_until = ready.popleft()
+            if time.time() + self._timeout + 2 > lease_until:
+                # Waited so long its lease could lapse mid-round: leave it to lapse (due
+                # again in moments) rather than risk another process sending it too.
+                self._leases.pop(item.delivery_id, None)
+                continue
+            self._start(route, item)
+        if len(ready) <= self._ahead // 2:
+            self._wake.set()
 
     async def _idle_wait(self) -> float:
         """How long to sleep: until the next due retry, at most _IDLE_POLL.
@@ -191,15 +216,14 @@ class Dispatcher:
         urls = [url for url, _ in route.hooks if url not in item.failed_hooks]
         self._in_flight += 1
         self._in_flight_by_url.update(urls)
-        self._leases[item.delivery_id] = item.lease_token
         task = asyncio.create_task(self._deliver(route, item, urls))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _release(self, urls: list[str]) -> None:
+    def _release(self, route: Route, urls: list[str]) -> None:
         self._in_flight -= 1
         self._in_flight_by_url.subtract(urls)
-        self._wake.set()
+        self._start_ready(route)
 
     # -- one round -------------------------------------------------------------------------
 
@@ -209,7 +233,7 @@ class Dispatcher:
         finally:
             # The slots are free once the receivers answered; recording the outcome may
             # wait behind a large commit, and the lease keeps the delivery ours meanwhile.
-            self._release(urls)
+            self._release(route, urls)
         now = time.time()
         first = item.first_attempt_at or min((r.started_at for r in results), default=now)
         decision = retry.decide(
