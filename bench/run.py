@@ -682,14 +682,29 @@ def _pct(sorted_values: list[float], p: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (all its threads), in seconds."""
+def _process_tree(pid: int) -> list[int]:
+    """`pid` and its descendants (efd's sender processes are children of the daemon)."""
+    tree = [pid]
+    for parent in tree:
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{parent}/task"):
+                with open(f"/proc/{parent}/task/{task}/children") as handle:
+                    tree.extend(int(child) for child in handle.read().split())
+    return tree
+
+
+def _own_cpu_seconds(pid: int) -> float:
     try:
         with open(f"/proc/{pid}/stat") as handle:
             fields = handle.read().rsplit(")", 1)[1].split()
     except OSError:
         return float("nan")
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads) and its child processes, in seconds."""
+    return sum(_own_cpu_seconds(p) for p in _process_tree(pid))
 
 
 def machine_cpu_seconds() -> dict[str, float]:
@@ -706,12 +721,14 @@ def machine_cpu_seconds() -> dict[str, float]:
 
 
 def memory_mb(pid: int) -> dict[str, float]:
-    out = {}
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as handle:
-        for line in handle:
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                out[key] = round(int(value.split()[0]) / 1024, 1)
+    """VmRSS and VmHWM of a process and its child processes, summed, in MB."""
+    out: dict[str, float] = {}
+    for p in _process_tree(pid):
+        with contextlib.suppress(OSError), open(f"/proc/{p}/status") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                if key in ("VmRSS", "VmHWM"):
+                    out[key] = round(out.get(key, 0.0) + int(value.split()[0]) / 1024, 1)
     return out
 
 
@@ -930,7 +947,12 @@ class Bench:
         }
         if self.daemon is not None:
             pids["daemon"] = self.daemon.pid
-        before = {k: cpu_seconds(p) for k, p in pids.items()}
+        # The daemon's figure includes its sender processes; the others are single processes
+        # (the orchestrator's children are the receiver, generator and daemon themselves).
+        def cpu(key: str, pid: int) -> float:
+            return cpu_seconds(pid) if key == "daemon" else _own_cpu_seconds(pid)
+
+        before = {k: cpu(k, p) for k, p in pids.items()}
         machine_before = machine_cpu_seconds()
         info: dict[str, Any] = {}
         started = time.monotonic()
@@ -938,7 +960,7 @@ class Bench:
         yield info
         elapsed = time.monotonic() - started
         info["seconds"] = round(elapsed, 2)
-        used = {k: (cpu_seconds(p) - before[k]) / elapsed * 100 for k, p in pids.items()}
+        used = {k: (cpu(k, p) - before[k]) / elapsed * 100 for k, p in pids.items()}
         machine = {
             k: (v - machine_before[k]) / elapsed * 100 for k, v in machine_cpu_seconds().items()
         }
