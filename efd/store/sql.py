@@ -191,10 +191,31 @@ def _driver_query(
         return rows
 
 
+_ROWS_PER_STATEMENT = 256
+
+
+def _chunk_sizes(count: int) -> Iterator[int]:
+    """Full chunks, then the rest in powers of two: few distinct statements to prepare."""
+    while count >= _ROWS_PER_STATEMENT:
+        yield _ROWS_PER_STATEMENT
+        count -= _ROWS_PER_STATEMENT
+    size = _ROWS_PER_STATEMENT // 2
+    while count:
+        if count >= size:
+            yield size
+            count -= size
+        size //= 2
+
+
 def _executemany(
     cursor: Any, table: Table, columns: tuple[str, ...], rows: list[tuple[Any, ...]]
 ) -> None:
-    """INSERT `rows` (tuples in `columns` order) into `table` with the driver's executemany."""
+    """INSERT `rows` (tuples in `columns` order) into `table`, many rows per statement.
+
+    One statement per chunk means one call into SQLite, which runs with the GIL released:
+    the event loop goes on parsing requests meanwhile. executemany would release and retake
+    the GIL for every row, and each retake waits its turn behind the busy event loop.
+    """
     sql, order, _ = _sqlite_compiled(
         ("insert", table.name, columns),
         lambda: insert(table).values({c: bindparam(c) for c in columns}),
@@ -202,7 +223,17 @@ def _executemany(
     if order != list(columns):
         positions = [columns.index(name) for name in order]
         rows = [tuple(row[i] for i in positions) for row in rows]
-    cursor.executemany(sql, rows)
+    head, _, group = sql.rpartition(" VALUES ")
+    start = 0
+    for size in _chunk_sizes(len(rows)):
+        statement = _multirow.get((sql, size))
+        if statement is None:
+            statement = _multirow[(sql, size)] = f"{head} VALUES {', '.join([group] * size)}"
+        cursor.execute(statement, [v for row in rows[start : start + size] for v in row])
+        start += size
+
+
+_multirow: dict[tuple[str, int], str] = {}
 
 
 # Delivery statements, built once with named parameters (see Store._run).
