@@ -456,3 +456,43 @@ async def test_a_saturated_destination_does_not_spin_the_dispatcher(
     # slot frees, not ask the store again and again.
     assert calls["claim"] <= 3
     assert calls["next_due"] <= 3
+
+
+async def test_claims_ahead_are_bounded_and_all_delivered(db_url, receiver_factory, daemon_factory):
+    in_flight = 0
+    most = 0
+
+    async def slow(_request: web.Request, _n: int) -> web.StreamResponse:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        await asyncio.sleep(0.3)
+        in_flight -= 1
+        return web.Response(text="ok")
+
+    receiver = await receiver_factory(slow)
+    settings = settings_dict(db_url, [receiver.url], delivery={"max_per_hook": 2})
+    daemon = await daemon_factory(settings)
+    batch = [
+        {"type": "track", "userId": "u", "event": "E", "messageId": f"m{i}"} for i in range(24)
+    ]
+    assert (await post(daemon.port, "/v1/batch", {"batch": batch}))[0] == 200
+    await receiver.wait_for(1)
+    # Two in flight (the hook's slots) and 4 x 2 held ready: never more leased than that.
+    leased = "SELECT count(*) FROM deliveries WHERE status = 'pending' AND lease_owner IS NOT NULL"
+    seen = set()
+    while (count := sql(db_url, leased)[0][0]) or not seen:
+        seen.add(count)
+        await asyncio.sleep(0.05)
+    assert max(seen) <= 10
+    assert max(seen) > 2  # some were claimed ahead of a free slot
+    assert most <= 2
+    await eventually(
+        lambda: (
+            sql(db_url, "SELECT status, count(*) FROM deliveries GROUP BY status")
+            == [("delivered", 24)]
+        ),
+    )
+    assert sorted(r.json()["messageId"] for r in receiver.received) == sorted(
+        f"m{i}" for i in range(24)
+    )
