@@ -947,6 +947,7 @@ class Bench:
         }
         if self.daemon is not None:
             pids["daemon"] = self.daemon.pid
+
         # The daemon's figure includes its sender processes; the others are single processes
         # (the orchestrator's children are the receiver, generator and daemon themselves).
         def cpu(key: str, pid: int) -> float:
