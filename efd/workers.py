@@ -130,7 +130,8 @@ class SenderPool:
             raise errors.exceptions[0] from None
 
     async def send_round(self, route: Route, urls: Sequence[str], body: str) -> list[AttemptResult]:
-        child = min(self._children, key=lambda c: len(c.pending))
+        # The least busy running child; one being restarted queues until it is back.
+        child = min(self._children, key=lambda c: (not c.running, len(c.pending)))
         return await child.send(route.name, tuple(urls), body)
 
     async def close(self, timeout: float) -> None:
@@ -156,6 +157,10 @@ class _Child:
         self._flush_scheduled = False
         self._reader_task: asyncio.Task[None] | None = None
         self._restarts = 0
+
+    @property
+    def running(self) -> bool:
+        return self._ready
 
     @property
     def pid(self) -> int | None:
