@@ -205,6 +205,9 @@ def settings_dict(db_url: str, hooks: list[str] | None = None, **sections: Any) 
         "retry_max_seconds": 0.2,
         "retry_window_seconds": 30,
         "allowed_networks": ["127.0.0.0/8"],
+        # One sender process keeps the suite's many daemons cheap to start; the default (2)
+        # and 0 are covered in test_workers.py.
+        "sender_processes": 1,
     }
     delivery.update(sections.pop("delivery", {}))
     result: dict[str, Any] = {
