@@ -40,7 +40,7 @@ from efd.store import migrate as migrations
 from efd.store.engine import normalise_url, safe_url, sqlite_path
 from efd.store.personas import PersonasStore
 from efd.store.runner import AsyncStore
-from efd.workers import SenderOptions, SenderPool
+from efd.workers import ParserPool, SenderOptions, SenderPool
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +102,8 @@ class Daemon:
         self._sender: Sender | None = None  # sending from this process
         self._senders: SenderPool | None = None  # or from sender processes
         self._senders_ready: asyncio.Future[None] | None = None
+        self._parsers: ParserPool | None = None  # large request bodies parsed there
+        self._parsers_ready: asyncio.Future[None] | None = None
         self._scheduler: AsyncIOScheduler | None = None
         self._listener: threading.Thread | None = None
         self._listener_stop = threading.Event()
@@ -111,6 +113,11 @@ class Daemon:
     def senders(self) -> SenderPool | None:
         """The sender processes, when `delivery.sender_processes` > 0."""
         return self._senders
+
+    @property
+    def parsers(self) -> ParserPool | None:
+        """The parser processes, when `server.parse_processes` > 0."""
+        return self._parsers
 
     @property
     def db(self) -> AsyncStore:
@@ -144,6 +151,17 @@ class Daemon:
                 log_format=settings.logging.format,
             )
             self._senders_ready = asyncio.ensure_future(self._senders.start())
+        if settings.server.parse_processes:
+            self._parsers = ParserPool(
+                processes=settings.server.parse_processes,
+                sources=[
+                    (s.write_key.get_secret_value(), s.name, tuple(s.destinations))
+                    for s in settings.sources
+                ],
+                log_level=settings.logging.level,
+                log_format=settings.logging.format,
+            )
+            self._parsers_ready = asyncio.ensure_future(self._parsers.start())
         url = settings.storage.url
         database = sqlite_path(normalise_url(url))
         if database is not None:
@@ -169,6 +187,12 @@ class Daemon:
             if resumed:
                 log.info("resuming %d regulations that were running at the last stop", resumed)
 
+        if self._parsers is not None:
+            assert self._parsers_ready is not None
+            try:
+                await self._parsers_ready
+            except RuntimeError as error:
+                raise StartupError(str(error)) from None
         rounds: Rounds
         if self._senders is not None:
             assert self._senders_ready is not None
@@ -231,6 +255,7 @@ class Daemon:
             writer=self._writer,
             metrics=self.metrics,
             on_stored=self._dispatcher.notify,
+            parsers=self._parsers,
         )
         app.add_routes(ingest.routes())
         app.add_routes([web.get("/healthz", self._healthz), web.get("/metrics", self._metrics)])
@@ -278,6 +303,12 @@ class Daemon:
             await self._runner.cleanup()  # stops listening, lets running requests finish
         if self._writer is not None:
             await self._writer.close()
+        if self._parsers_ready is not None:
+            self._parsers_ready.cancel()  # if start-up failed before they were ready
+            with contextlib.suppress(BaseException):
+                await self._parsers_ready
+        if self._parsers is not None:
+            await self._parsers.close(5.0)
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
         for task in list(self._sync_tasks):

@@ -46,6 +46,8 @@ class ServerConfig(_Strict):
     port: int = Field(default=8088, ge=0, le=65535)
     # Bearer token for the admin endpoints (/regulations); unset turns them off.
     admin_token: SecretStr | None = None
+    # Child processes that parse large ingestion bodies (0: the daemon parses everything).
+    parse_processes: int = Field(default=1, ge=0, le=32)
 
 
 class StorageConfig(_Strict):

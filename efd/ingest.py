@@ -7,9 +7,11 @@ import binascii
 import json
 import logging
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
-from typing import Any
+from operator import attrgetter
+from typing import Any, Protocol
 
 from aiohttp import web
 from sqlalchemy.exc import SQLAlchemyError
@@ -21,6 +23,7 @@ from efd.messages import MAX_REQUEST_BYTES, Message, Rejection, normalise_reques
 from efd.metrics import Metrics
 from efd.store import NewMessage
 from efd.store.sql import DUPLICATE, STORED, SUPPRESSED
+from efd.workers import LOST, ParserPool
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +44,10 @@ SINGLE_TYPES = {
 }
 
 Writer = GroupCommit[NewMessage, str]  # per row: STORED, DUPLICATE or SUPPRESSED
+
+# Bodies larger than this are parsed in a parser process when there are any: for them the
+# work outweighs the trip through the pipe.
+PARSE_ELSEWHERE_BYTES = 8192
 
 
 def json_response(body: dict[str, Any], status: int = 200) -> web.Response:
@@ -96,8 +103,11 @@ class Ingest:
         writer: Writer,
         metrics: Metrics,
         on_stored: Callable[[], None],
+        parsers: ParserPool | None = None,
     ) -> None:
         self._sources = {s.write_key.get_secret_value(): s for s in settings.sources}
+        self._by_name = {s.name: s for s in settings.sources}
+        self._parsers = parsers
         self._writer = writer
         self._metrics = metrics
         self._on_stored = on_stored
@@ -137,30 +147,12 @@ class Ingest:
         try:
             source = self._source_from_header(request)
             data = await read_body(request)
-            try:
-                payload, plain = jsonjs.loads_checked(data)
-            except (ValueError, UnicodeDecodeError) as error:
-                raise Rejection("invalid_json", f"the body is not valid JSON: {error}") from None
-            if source is None:
-                key = payload.get("writeKey") if isinstance(payload, dict) else None
-                if not isinstance(key, str) or not key:
-                    raise Rejection(
-                        "unauthorized",
-                        "no write key: use HTTP Basic auth or writeKey in the body",
-                        status=401,
-                    )
-                source = self._sources.get(key)
-                if source is None:
-                    raise Rejection("unauthorized", "unknown write key", status=401)
-            messages = normalise_request(
-                payload, received_at=received_at, type_=type_, body_bytes=len(data)
-            )
+            source, rows = await self._parse(data, source, type_, received_at)
         except Rejection as rejection:
             self._metrics.rejected[rejection.code] += 1
             log.info("rejected %s from %s: %s", request.path, request.remote, rejection.message)
             return _reject(rejection)
 
-        rows = [self._row(source, message, received_at, plain) for message in messages]
         try:
             status = await self._writer.submit(rows)
         except SQLAlchemyError as error:
@@ -182,20 +174,113 @@ class Ingest:
             self._on_stored()
         return json_response({"success": True})
 
-    @staticmethod
-    def _row(
-        source: SourceConfig, message: Message, received_at: datetime, plain: bool = False
-    ) -> NewMessage:
-        body = webhooks.encode(webhooks.body_for(message), plain=plain).decode("utf-8")
-        return NewMessage(
-            source=source.name,
-            message_id=message.message_id,
-            type=message.type,
-            user_id=message.user_id,
-            anonymous_id=message.anonymous_id,
-            event=message.fields.get("event"),
-            timestamp=message.timestamp.timestamp(),
-            received_at=received_at.timestamp(),
-            body=body,
-            destinations=tuple(routing.route(source.destinations, message.integrations)),
+    async def _parse(
+        self, data: bytes, source: SourceConfig | None, type_: str | None, received_at: datetime
+    ) -> tuple[SourceConfig, list[NewMessage]]:
+        """parse_request, in a parser process for a large body (if there are any)."""
+        if self._parsers is not None and len(data) > PARSE_ELSEWHERE_BYTES:
+            result = await self._parsers.parse(
+                data, source.name if source else None, type_, received_at.timestamp()
+            )
+            if result is not LOST:  # else its process died: parse it here instead
+                if result[0] == "rejected":
+                    _, code, message, field, index, status = result
+                    raise Rejection(code, message, field=field, index=index, status=status)
+                _, name, rows = result
+                return self._by_name[name], [NewMessage(*row) for row in rows]
+        parsed_source, rows = parse_request(
+            data, source=source, sources=self._sources, type_=type_, received_at=received_at
         )
+        return self._by_name[parsed_source.name], rows
+
+
+class Source(Protocol):
+    """What parsing needs of a source: SourceConfig in the daemon, a stand-in in a child."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def destinations(self) -> Sequence[str]: ...
+
+
+_row_values = attrgetter(*(field.name for field in fields(NewMessage)))
+
+
+@dataclass(frozen=True, slots=True)
+class _ChildSource:
+    name: str
+    destinations: tuple[str, ...]
+
+
+def parse_request(
+    data: bytes,
+    *,
+    source: Source | None,
+    sources: Mapping[str, Source],
+    type_: str | None,
+    received_at: datetime,
+) -> tuple[Source, list[NewMessage]]:
+    """The body of an ingestion request → the rows to store (pure; raises Rejection).
+
+    `source` is the one named by the Basic auth header, if any; otherwise the body's
+    writeKey is looked up in `sources` (write key → source).
+    """
+    try:
+        payload, plain = jsonjs.loads_checked(data)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise Rejection("invalid_json", f"the body is not valid JSON: {error}") from None
+    if source is None:
+        key = payload.get("writeKey") if isinstance(payload, dict) else None
+        if not isinstance(key, str) or not key:
+            raise Rejection(
+                "unauthorized",
+                "no write key: use HTTP Basic auth or writeKey in the body",
+                status=401,
+            )
+        source = sources.get(key)
+        if source is None:
+            raise Rejection("unauthorized", "unknown write key", status=401)
+    messages = normalise_request(
+        payload, received_at=received_at, type_=type_, body_bytes=len(data)
+    )
+    return source, [message_row(source, message, received_at, plain) for message in messages]
+
+
+def parse_in_child(
+    sources: Sequence[tuple[str, str, tuple[str, ...]]],
+    data: bytes,
+    source_name: str | None,
+    type_: str | None,
+    received_at: float,
+) -> tuple[Any, ...]:
+    """parse_request in a parser process (efd.workers), its answer as plain tuples."""
+    by_key = {key: _ChildSource(name, destinations) for key, name, destinations in sources}
+    by_name = {s.name: s for s in by_key.values()}
+    try:
+        source, rows = parse_request(
+            data,
+            source=by_name[source_name] if source_name is not None else None,
+            sources=by_key,
+            type_=type_,
+            received_at=datetime.fromtimestamp(received_at, UTC),
+        )
+    except Rejection as r:
+        return ("rejected", r.code, r.message, r.field, r.index, r.status)
+    return ("ok", source.name, [_row_values(row) for row in rows])
+
+
+def message_row(source: Source, message: Message, received_at: datetime, plain: bool) -> NewMessage:
+    body = webhooks.encode(webhooks.body_for(message), plain=plain).decode("utf-8")
+    return NewMessage(
+        source=source.name,
+        message_id=message.message_id,
+        type=message.type,
+        user_id=message.user_id,
+        anonymous_id=message.anonymous_id,
+        event=message.fields.get("event"),
+        timestamp=message.timestamp.timestamp(),
+        received_at=received_at.timestamp(),
+        body=body,
+        destinations=tuple(routing.route(source.destinations, message.integrations)),
+    )

@@ -1,19 +1,25 @@
-"""Sender processes: the HTTP side of delivery, in child processes.
+"""Child processes for the CPU-heavy, stateless work: sending rounds and parsing requests.
 
-One Python process runs on one core at a time. The daemon's own process holds ingestion,
-the store and the dispatcher's bookkeeping (claims, retry decisions, outcomes); the
-requests themselves (signing, aiohttp, TLS, the address guard) run in `delivery.
-sender_processes` children, so delivery uses the machine's other cores.
+One Python process runs on one core at a time. The daemon's own process holds the HTTP
+server, the store and the dispatcher's bookkeeping (claims, retry decisions, outcomes).
+Two kinds of children take work that needs no state off it, so that work uses the
+machine's other cores:
 
-The children hold nothing durable. The dispatcher leases a delivery before handing its
-round to a child and records the outcome the child reports, exactly as when it sends
-itself. A child that dies takes only the answers of the rounds it was sending: those
-become attempts with error class `interrupted` (outcome unknown), retried like a reset
-connection, and the child is started again.
+- sender processes (`delivery.sender_processes`) sign and POST the rounds they are handed
+  (aiohttp, TLS, the address guard) and report what each receiver did;
+- parser processes (`server.parse_processes`) turn large ingestion bodies into rows:
+  JSON, validation, routing and the exact webhook body.
+
+Children hold nothing durable. The dispatcher leases a delivery before handing its round
+to a child and records the outcome the child reports, exactly as when it sends itself;
+the daemon stores the rows a parser returns in its own transaction. A child that dies
+takes only the answers it owed: a sender's rounds become attempts with error class
+`interrupted` (outcome unknown, retried like a reset connection); a parser's requests are
+parsed again in the daemon (parsing is pure). Either child is then started again.
 
 The pipe carries length-prefixed pickle frames between trusted ends of one program:
-parent → child, first the set-up, then lists of (request id, destination, URLs, body);
-child → parent, first ("ready", pid), then lists of (request id, result tuples).
+parent → child, first the set-up, then lists of (request id, *request); child → parent,
+first ("ready", pid), then lists of (request id, result).
 """
 
 from __future__ import annotations
@@ -94,25 +100,14 @@ class SenderOptions:
         )
 
 
-class SenderPool:
-    """The dispatcher's `Rounds` when rounds are sent by child processes."""
+LOST: Any = object()  # the result of a request whose child died before answering
 
-    def __init__(
-        self,
-        *,
-        processes: int,
-        options: SenderOptions,
-        routes: Sequence[Route],
-        log_level: str,
-        log_format: str,
-    ) -> None:
-        setup = {
-            "options": options,
-            "routes": list(routes),
-            "log_level": log_level,
-            "log_format": log_format,
-        }
-        self._children = [_Child(index, setup) for index in range(processes)]
+
+class _Pool:
+    """Children of one kind; each request goes to the least busy running one."""
+
+    def __init__(self, kind: str, processes: int, setup: dict[str, Any]) -> None:
+        self._children = [_Child(kind, index, setup) for index in range(processes)]
 
     @property
     def pids(self) -> list[int]:
@@ -129,31 +124,97 @@ class SenderPool:
         except BaseExceptionGroup as errors:
             raise errors.exceptions[0] from None
 
-    async def send_round(self, route: Route, urls: Sequence[str], body: str) -> list[AttemptResult]:
-        # The least busy running child; one being restarted queues until it is back.
+    def _request(self, request: tuple[Any, ...]) -> asyncio.Future[Any]:
+        # One being restarted queues its requests until it is back.
         child = min(self._children, key=lambda c: (not c.running, len(c.pending)))
-        return await child.send(route.name, tuple(urls), body)
+        return child.send(request)
 
     async def close(self, timeout: float) -> None:
-        """Stop the children (call after the dispatcher's own drain); kill any that takes
-        longer than `timeout`."""
+        """Stop the children (after the daemon's own drain); kill any that takes longer
+        than `timeout`."""
         await asyncio.gather(*(child.close(timeout) for child in self._children))
 
 
-class _Child:
-    """The parent's end of one sender process; restarts it when it dies."""
+class SenderPool(_Pool):
+    """The dispatcher's `Rounds` when rounds are sent by child processes."""
 
-    def __init__(self, index: int, setup: dict[str, Any]) -> None:
-        self.index = index
+    def __init__(
+        self,
+        *,
+        processes: int,
+        options: SenderOptions,
+        routes: Sequence[Route],
+        log_level: str,
+        log_format: str,
+    ) -> None:
+        setup = {
+            "role": "sender",
+            "options": options,
+            "routes": list(routes),
+            "log_level": log_level,
+            "log_format": log_format,
+        }
+        super().__init__("sender", processes, setup)
+
+    async def send_round(self, route: Route, urls: Sequence[str], body: str) -> list[AttemptResult]:
+        sent_at = time.time()
+        results = await self._request((route.name, tuple(urls), body))
+        if results is LOST:
+            duration = time.time() - sent_at
+            return [
+                AttemptResult(
+                    url,
+                    sent_at,
+                    duration,
+                    Verdict.RETRY,
+                    error_class="interrupted",
+                    error=_INTERRUPTED,
+                )
+                for url in urls
+            ]
+        return [_from_tuple(r) for r in results]
+
+
+class ParserPool(_Pool):
+    """Parses ingestion bodies in child processes (see `efd.ingest.parse_request`)."""
+
+    def __init__(
+        self,
+        *,
+        processes: int,
+        sources: Sequence[tuple[str, str, tuple[str, ...]]],  # (write key, name, destinations)
+        log_level: str,
+        log_format: str,
+    ) -> None:
+        setup = {
+            "role": "parser",
+            "sources": list(sources),
+            "log_level": log_level,
+            "log_format": log_format,
+        }
+        super().__init__("parser", processes, setup)
+
+    async def parse(
+        self, data: bytes, source: str | None, type_: str | None, received_at: float
+    ) -> Any:
+        """("ok", source name, row tuples), ("rejected", code, message, field, index,
+        status), or LOST when the child died: then the caller parses it itself."""
+        return await self._request((data, source, type_, received_at))
+
+
+class _Child:
+    """The parent's end of one child process; restarts it when it dies."""
+
+    def __init__(self, kind: str, index: int, setup: dict[str, Any]) -> None:
+        self.name = f"{kind} process {index}"
         self._setup = _frame(setup)
         self._proc: asyncio.subprocess.Process | None = None
         self._ready = False
         self._closing = False
         self._next_id = 0
-        # request id -> (future, urls, sent at): sent to the current process, not answered
-        self.pending: dict[int, tuple[asyncio.Future[list[AttemptResult]], tuple[str, ...], float]]
-        self.pending = {}
-        self._outbox: list[tuple[int, str, tuple[str, ...], str]] = []
+        # request id -> future: sent to the current process (or queued), not answered
+        self.pending: dict[int, asyncio.Future[Any]] = {}
+        self._outbox: list[tuple[Any, ...]] = []
         self._flush_scheduled = False
         self._reader_task: asyncio.Task[None] | None = None
         self._restarts = 0
@@ -189,26 +250,21 @@ class _Child:
             await asyncio.shield(proc.wait())
             if isinstance(error, TimeoutError | asyncio.IncompleteReadError | pickle.PickleError):
                 raise RuntimeError(
-                    f"sender process {self.index} did not start (exit status "
+                    f"{self.name} did not start (exit status "
                     f"{proc.returncode}); its error, if any, is logged above"
                 ) from error
             raise
-        log.info("sender process %d started (pid %s)", self.index, hello[1])
+        log.info("%s started (pid %s)", self.name, hello[1])
         self._proc = proc
         self._ready = True
-        self._reader_task = asyncio.create_task(
-            self._read(proc), name=f"efd-sender-{self.index}-reader"
-        )
+        self._reader_task = asyncio.create_task(self._read(proc), name=f"efd-{self.name}-reader")
         self._schedule_flush()
 
-    def send(
-        self, destination: str, urls: tuple[str, ...], body: str
-    ) -> asyncio.Future[list[AttemptResult]]:
-        future: asyncio.Future[list[AttemptResult]] = asyncio.get_running_loop().create_future()
+    def send(self, request: tuple[Any, ...]) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._next_id += 1
-        request_id = self._next_id
-        self.pending[request_id] = (future, urls, time.time())
-        self._outbox.append((request_id, destination, urls, body))
+        self.pending[self._next_id] = future
+        self._outbox.append((self._next_id, *request))
         self._schedule_flush()
         return future
 
@@ -231,10 +287,10 @@ class _Child:
         started = time.monotonic()
         try:
             while True:
-                for request_id, results in await _read_frame(proc.stdout):
-                    entry = self.pending.pop(request_id, None)
-                    if entry is not None and not entry[0].done():
-                        entry[0].set_result([_from_tuple(r) for r in results])
+                for request_id, result in await _read_frame(proc.stdout):
+                    future = self.pending.pop(request_id, None)
+                    if future is not None and not future.done():
+                        future.set_result(result)
         except (asyncio.IncompleteReadError, ConnectionError, pickle.UnpicklingError):
             pass
         self._ready = False
@@ -246,10 +302,7 @@ class _Child:
         self._restarts = 0 if lived > 30 else self._restarts + 1
         delay = min(10.0, 0.25 * 2**self._restarts) if self._restarts else 0.0
         log.error(
-            "sender process %d exited unexpectedly (status %s); restarting in %.1f s",
-            self.index,
-            status,
-            delay,
+            "%s exited unexpectedly (status %s); restarting in %.1f s", self.name, status, delay
         )
         await asyncio.sleep(delay)
         while not self._closing:
@@ -261,29 +314,15 @@ class _Child:
                 await asyncio.sleep(10.0)
 
     def _fail_pending(self, *, queued_too: bool = False) -> None:
-        """The requests the dead process held: sent or not, nobody knows. Those still
-        queued here wait for the next process, unless `queued_too`."""
+        """The requests the dead process held are LOST (sent or not, nobody knows). Those
+        still queued here wait for the next process, unless `queued_too`."""
         pending, self.pending = self.pending, {}
-        queued = set() if queued_too else {request_id for request_id, *_ in self._outbox}
-        now = time.time()
-        for request_id, (future, urls, sent_at) in pending.items():
+        queued = set() if queued_too else {request[0] for request in self._outbox}
+        for request_id, future in pending.items():
             if request_id in queued:
-                self.pending[request_id] = (future, urls, sent_at)  # never left: goes next
-                continue
-            if not future.done():
-                future.set_result(
-                    [
-                        AttemptResult(
-                            url,
-                            sent_at,
-                            now - sent_at,
-                            Verdict.RETRY,
-                            error_class="interrupted",
-                            error=_INTERRUPTED,
-                        )
-                        for url in urls
-                    ]
-                )
+                self.pending[request_id] = future  # never left: goes to the next process
+            elif not future.done():
+                future.set_result(LOST)
 
     async def close(self, timeout: float) -> None:
         self._closing = True
@@ -297,7 +336,7 @@ class _Child:
             async with asyncio.timeout(timeout):
                 await proc.wait()
         except TimeoutError:
-            log.warning("sender process %d did not stop in %.1f s; killing it", self.index, timeout)
+            log.warning("%s did not stop in %.1f s; killing it", self.name, timeout)
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             await proc.wait()
@@ -323,6 +362,34 @@ async def _child_main() -> None:
     out, _ = await loop.connect_write_pipe(asyncio.Protocol, os.fdopen(1, "wb", buffering=0))
     setup = await _read_frame(reader)
     logs.setup(setup["log_level"], setup["log_format"])
+    if setup["role"] == "parser":
+        await _parser_main(setup, reader, out)
+    else:
+        await _sender_main(setup, reader, out)
+
+
+async def _parser_main(
+    setup: dict[str, Any], reader: asyncio.StreamReader, out: asyncio.WriteTransport
+) -> None:
+    from efd.ingest import parse_in_child  # the daemon's ingestion rules, loaded here only
+
+    sources = setup["sources"]
+    out.write(_frame(("ready", os.getpid())))
+    while True:
+        try:
+            batch = await _read_frame(reader)
+        except asyncio.IncompleteReadError:
+            break  # the daemon closed the pipe, or died
+        out.write(
+            _frame([(request[0], parse_in_child(sources, *request[1:])) for request in batch])
+        )
+    out.close()
+
+
+async def _sender_main(
+    setup: dict[str, Any], reader: asyncio.StreamReader, out: asyncio.WriteTransport
+) -> None:
+    loop = asyncio.get_running_loop()
     routes: dict[str, Route] = {route.name: route for route in setup["routes"]}
     options: SenderOptions = setup["options"]
     sender = options.sender()

@@ -205,13 +205,13 @@ def settings_dict(db_url: str, hooks: list[str] | None = None, **sections: Any) 
         "retry_max_seconds": 0.2,
         "retry_window_seconds": 30,
         "allowed_networks": ["127.0.0.0/8"],
-        # One sender process keeps the suite's many daemons cheap to start; the default (2)
-        # and 0 are covered in test_workers.py.
+        # One sender process and no parser process keep the suite's many daemons cheap to
+        # start; the defaults (2 and 1) and 0 are covered in test_workers.py.
         "sender_processes": 1,
     }
     delivery.update(sections.pop("delivery", {}))
     result: dict[str, Any] = {
-        "server": {"host": "127.0.0.1", "port": 0},
+        "server": {"host": "127.0.0.1", "port": 0, "parse_processes": 0},
         "storage": {"url": db_url},
         "delivery": delivery,
         "sources": [{"name": "web", "write_key": WRITE_KEY, "destinations": ["hooks"]}],

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from efd.config import SourceConfig
-from efd.ingest import Ingest
+from efd.ingest import message_row
 from efd.messages import normalise
 from efd.store import NewMessage, Store, migrate
 from efd.store.personas import PersonasStore
@@ -39,7 +39,7 @@ def iso(t: float) -> str:
 def row(raw: dict[str, Any]) -> NewMessage:
     """A message as ingestion would store it."""
     received = datetime.now(UTC)
-    return Ingest._row(WEB, normalise(raw, received_at=received), received)
+    return message_row(WEB, normalise(raw, received_at=received), received, False)
 
 
 def ingest(store: Store, *raws: dict[str, Any]) -> list[str]:

@@ -101,16 +101,105 @@ async def test_killed_sender_process_is_replaced_and_its_round_retried(
     assert "sender process 0 exited unexpectedly" in caplog.text
 
 
-async def test_sender_process_that_cannot_start_stops_the_daemon(
-    db_url, daemon_factory, monkeypatch
+@pytest.mark.parametrize(
+    ("server", "delivery", "which"),
+    [
+        ({"parse_processes": 0}, {"sender_processes": 1}, "sender process 0"),
+        ({"parse_processes": 1}, {"sender_processes": 0}, "parser process 0"),
+    ],
+)
+async def test_child_process_that_cannot_start_stops_the_daemon(
+    server, delivery, which, db_url, daemon_factory, monkeypatch
 ):
     monkeypatch.setattr(sys, "executable", "/bin/false")  # the child exits at once
-    with pytest.raises(StartupError, match="sender process 0 did not start"):
-        await daemon_factory(settings_dict(db_url, delivery={"sender_processes": 1}))
+    settings = settings_dict(db_url, delivery=delivery)
+    settings["server"].update(server)
+    with pytest.raises(StartupError, match=f"{which} did not start"):
+        await daemon_factory(settings)
+
+
+def _big_batch(prefix: str, count: int = 60) -> list[dict]:  # type: ignore[type-arg]
+    """A batch well over the size parsed in a parser process, fully determined by its input."""
+    return [
+        {
+            "type": "track",
+            "userId": f"{prefix}-u{i}",
+            "event": "Order Completed",
+            "messageId": f"{prefix}-{i}",
+            "timestamp": "2026-11-21T10:00:00.000Z",
+            "properties": {"revenue": i + 0.5, "note": "x" * 100, "n": 1e21, "z": 10.0},
+            "integrations": {"All": True},
+        }
+        for i in range(count)
+    ]
+
+
+async def test_parser_processes_store_what_the_daemon_itself_would(
+    db_url, receiver_factory, daemon_factory
+):
+    receiver = await receiver_factory()
+    bodies = {}
+    for processes in (0, 1):
+        settings = settings_dict(db_url, [receiver.url])
+        settings["server"]["parse_processes"] = processes
+        daemon = await daemon_factory(settings)
+        assert len(daemon.parsers.pids if daemon.parsers else []) == processes
+        batch = _big_batch(f"p{processes}")
+        status, _ = await post(daemon.port, "/v1/batch", {"batch": batch})
+        assert status == 200
+        bodies[processes] = [
+            body.replace(f"p{processes}", "p")
+            for (body,) in sql(
+                db_url,
+                "SELECT body FROM messages WHERE message_id LIKE :prefix ORDER BY id",
+                prefix=f"p{processes}-%",
+            )
+        ]
+        await daemon.stop()
+    assert len(bodies[1]) == 60
+    assert bodies[1] == bodies[0]
+    received = await receiver.wait_for(120)
+    assert all(r.headers["X-Signature"] == webhooks.sign(SECRET, r.body) for r in received)
+
+
+async def test_parser_processes_reject_like_the_daemon(db_url, daemon_factory):
+    batch = _big_batch("r")
+    batch[37]["type"] = "bogus"
+    answers = []
+    for processes in (0, 1):
+        settings = settings_dict(db_url)
+        settings["server"]["parse_processes"] = processes
+        daemon = await daemon_factory(settings)
+        answers.append(await post(daemon.port, "/v1/batch", {"batch": batch}))
+        await daemon.stop()
+    assert answers[0] == answers[1]
+    status, answer = answers[1]
+    assert status == 400
+    assert answer["index"] == 37
+    assert sql(db_url, "SELECT count(*) FROM messages") == [(0,)]
+
+
+async def test_killed_parser_process_is_replaced_and_nothing_is_refused(
+    db_url, daemon_factory, caplog
+):
+    settings = settings_dict(db_url)
+    settings["server"]["parse_processes"] = 1
+    daemon = await daemon_factory(settings)
+    assert daemon.parsers is not None
+    [first] = daemon.parsers.pids
+    os.kill(first, signal.SIGKILL)
+    # Whether the request reaches the dying process or waits for the new one, it is parsed.
+    for round_ in range(3):
+        status, _ = await post(daemon.port, "/v1/batch", {"batch": _big_batch(f"k{round_}")})
+        assert status == 200
+    assert sql(db_url, "SELECT count(*) FROM messages") == [(180,)]
+    await eventually(lambda: daemon.parsers is not None and len(daemon.parsers.pids) == 1)
+    assert daemon.parsers.pids != [first]
+    assert "parser process 0 exited unexpectedly" in caplog.text
 
 
 @pytest.mark.slow
-async def test_sender_processes_exit_when_the_daemon_is_killed(db_url, tmp_path):
+async def test_child_processes_exit_when_the_daemon_is_killed(db_url, tmp_path):
     port = free_port()
     settings = settings_dict(db_url, delivery={"sender_processes": 2})
     settings["server"] = {"host": "127.0.0.1", "port": port}
@@ -119,7 +208,7 @@ async def test_sender_processes_exit_when_the_daemon_is_killed(db_url, tmp_path)
     try:
         assert daemon.proc is not None
         children = _children(daemon.proc.pid)
-        assert len(children) == 2
+        assert len(children) == 3  # 2 sender processes, 1 parser process
         daemon.kill()
         deadline = time.monotonic() + 10
         while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
