@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from operator import attrgetter
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from aiohttp import web
 from sqlalchemy.exc import SQLAlchemyError
@@ -188,10 +188,9 @@ class Ingest:
                     raise Rejection(code, message, field=field, index=index, status=status)
                 _, name, rows = result
                 return self._by_name[name], [NewMessage(*row) for row in rows]
-        parsed_source, rows = parse_request(
+        return parse_request(
             data, source=source, sources=self._sources, type_=type_, received_at=received_at
         )
-        return self._by_name[parsed_source.name], rows
 
 
 class Source(Protocol):
@@ -204,6 +203,7 @@ class Source(Protocol):
     def destinations(self) -> Sequence[str]: ...
 
 
+S = TypeVar("S", bound=Source)
 _row_values = attrgetter(*(field.name for field in fields(NewMessage)))
 
 
@@ -216,11 +216,11 @@ class _ChildSource:
 def parse_request(
     data: bytes,
     *,
-    source: Source | None,
-    sources: Mapping[str, Source],
+    source: S | None,
+    sources: Mapping[str, S],
     type_: str | None,
     received_at: datetime,
-) -> tuple[Source, list[NewMessage]]:
+) -> tuple[S, list[NewMessage]]:
     """The body of an ingestion request → the rows to store (pure; raises Rejection).
 
     `source` is the one named by the Basic auth header, if any; otherwise the body's
@@ -247,27 +247,27 @@ def parse_request(
     return source, [message_row(source, message, received_at, plain) for message in messages]
 
 
-def parse_in_child(
-    sources: Sequence[tuple[str, str, tuple[str, ...]]],
-    data: bytes,
-    source_name: str | None,
-    type_: str | None,
-    received_at: float,
-) -> tuple[Any, ...]:
-    """parse_request in a parser process (efd.workers), its answer as plain tuples."""
-    by_key = {key: _ChildSource(name, destinations) for key, name, destinations in sources}
-    by_name = {s.name: s for s in by_key.values()}
-    try:
-        source, rows = parse_request(
-            data,
-            source=by_name[source_name] if source_name is not None else None,
-            sources=by_key,
-            type_=type_,
-            received_at=datetime.fromtimestamp(received_at, UTC),
-        )
-    except Rejection as r:
-        return ("rejected", r.code, r.message, r.field, r.index, r.status)
-    return ("ok", source.name, [_row_values(row) for row in rows])
+class ChildParser:
+    """parse_request in a parser process (efd.workers), its answers as plain tuples."""
+
+    def __init__(self, sources: Sequence[tuple[str, str, tuple[str, ...]]]) -> None:
+        self._by_key = {key: _ChildSource(name, dests) for key, name, dests in sources}
+        self._by_name = {source.name: source for source in self._by_key.values()}
+
+    def __call__(
+        self, data: bytes, source_name: str | None, type_: str | None, received_at: float
+    ) -> tuple[Any, ...]:
+        try:
+            source, rows = parse_request(
+                data,
+                source=self._by_name[source_name] if source_name is not None else None,
+                sources=self._by_key,
+                type_=type_,
+                received_at=datetime.fromtimestamp(received_at, UTC),
+            )
+        except Rejection as r:
+            return ("rejected", r.code, r.message, r.field, r.index, r.status)
+        return ("ok", source.name, [_row_values(row) for row in rows])
 
 
 def message_row(source: Source, message: Message, received_at: datetime, plain: bool) -> NewMessage:

@@ -371,18 +371,16 @@ async def _child_main() -> None:
 async def _parser_main(
     setup: dict[str, Any], reader: asyncio.StreamReader, out: asyncio.WriteTransport
 ) -> None:
-    from efd.ingest import parse_in_child  # the daemon's ingestion rules, loaded here only
+    from efd.ingest import ChildParser  # the daemon's ingestion rules, loaded here only
 
-    sources = setup["sources"]
+    parse = ChildParser(setup["sources"])
     out.write(_frame(("ready", os.getpid())))
     while True:
         try:
             batch = await _read_frame(reader)
         except asyncio.IncompleteReadError:
             break  # the daemon closed the pipe, or died
-        out.write(
-            _frame([(request[0], parse_in_child(sources, *request[1:])) for request in batch])
-        )
+        out.write(_frame([(request[0], parse(*request[1:])) for request in batch]))
     out.close()
 
 
