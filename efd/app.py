@@ -187,19 +187,10 @@ class Daemon:
             if resumed:
                 log.info("resuming %d regulations that were running at the last stop", resumed)
 
-        if self._parsers is not None:
-            assert self._parsers_ready is not None
-            try:
-                await self._parsers_ready
-            except RuntimeError as error:
-                raise StartupError(str(error)) from None
+        await _children_ready(self._parsers_ready)
         rounds: Rounds
         if self._senders is not None:
-            assert self._senders_ready is not None
-            try:
-                await self._senders_ready
-            except RuntimeError as error:
-                raise StartupError(str(error)) from None
+            await _children_ready(self._senders_ready)
             rounds = self._senders
         else:
             self._sender = self._sender_options().sender()
@@ -303,12 +294,7 @@ class Daemon:
             await self._runner.cleanup()  # stops listening, lets running requests finish
         if self._writer is not None:
             await self._writer.close()
-        if self._parsers_ready is not None:
-            self._parsers_ready.cancel()  # if start-up failed before they were ready
-            with contextlib.suppress(BaseException):
-                await self._parsers_ready
-        if self._parsers is not None:
-            await self._parsers.close(5.0)
+        await _stop_children(self._parsers, self._parsers_ready, 5.0)
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
         for task in list(self._sync_tasks):
@@ -325,12 +311,11 @@ class Daemon:
             await asyncio.to_thread(self._listener.join)
         if self._sender is not None:
             await self._sender.close()
-        if self._senders_ready is not None:
-            self._senders_ready.cancel()  # if start-up failed before they were ready
-            with contextlib.suppress(BaseException):
-                await self._senders_ready
-        if self._senders is not None:
-            await self._senders.close(self.settings.delivery.timeout_seconds + _SHUTDOWN_MARGIN)
+        await _stop_children(
+            self._senders,
+            self._senders_ready,
+            self.settings.delivery.timeout_seconds + _SHUTDOWN_MARGIN,
+        )
         if self._db is not None:
             await asyncio.to_thread(self._db.close)
         if self._lock is not None:
@@ -472,6 +457,27 @@ class Daemon:
                 await self.db.write(
                     self.personas.fail_sync, computation.store_key, f"{error}"[:1000]
                 )
+
+
+async def _children_ready(starting: asyncio.Future[None] | None) -> None:
+    """Wait for child processes started early in Daemon.start (None: there are none)."""
+    if starting is None:
+        return
+    try:
+        await starting
+    except RuntimeError as error:
+        raise StartupError(str(error)) from None
+
+
+async def _stop_children(
+    pool: SenderPool | ParserPool | None, starting: asyncio.Future[None] | None, timeout: float
+) -> None:
+    if starting is not None:
+        starting.cancel()  # if start-up failed before they were ready
+        with contextlib.suppress(BaseException):
+            await starting
+    if pool is not None:
+        await pool.close(timeout)
 
 
 async def run(settings: Settings, *, ready: Any = None) -> None:
