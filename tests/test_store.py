@@ -198,3 +198,10 @@ def test_only_acknowledgements_wait_for_the_disk(store):
     with store.writer.begin() as conn:
         durable = conn.exec_driver_sql("PRAGMA synchronous").scalar()
     assert (relaxed, durable) == (1, 2)  # NORMAL for claims and outcomes, FULL for ingestion
+
+
+def test_sqlite_checkpoints_every_10000_wal_pages(store):
+    if not store.sqlite:
+        pytest.skip("wal_autocheckpoint is SQLite's setting")
+    with store.writer.begin() as conn:
+        assert conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar() == 10000
