@@ -1,4 +1,4 @@
-"""The `efd` command: serve, migrate, check-config, audiences, listen."""
+"""The `efd` command: serve, migrate, check-config, audiences, listen, message-key."""
 
 from __future__ import annotations
 
@@ -152,6 +152,13 @@ def cmd_listen(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_message_key(args: argparse.Namespace) -> int:
+    from efd.store.dedupe import message_key
+
+    print(message_key(args.source, args.message_id))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="efd", description="Event-forwarding daemon")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -186,6 +193,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     listen.add_argument("--secret", help="shared secret to verify X-Signature against")
     listen.add_argument("--status", type=int, default=200, help="HTTP status to answer with")
     listen.set_defaults(func=cmd_listen)
+
+    key = sub.add_parser(
+        "message-key", help="print messages.message_key, the indexed way to find a messageId"
+    )
+    key.add_argument("source", help="the source's name, as in the configuration")
+    key.add_argument("message_id", metavar="MESSAGE_ID")
+    key.set_defaults(func=cmd_message_key)
 
     args = parser.parse_args(argv)
     result: int = args.func(args)

@@ -10,6 +10,7 @@ import urllib.request
 from pathlib import Path
 
 from efd import webhooks
+from efd.store import NewMessage, Store, migrate
 from tests.conftest import ROOT, free_port, settings_dict, sql, write_toml
 
 
@@ -126,3 +127,27 @@ def test_systemd_unit_verifies(tmp_path: Path):
     )
     problems = [line for line in result.stderr.splitlines() if "efd.service" in line]
     assert problems == [], result.stderr
+
+
+def test_message_key_finds_a_message_through_the_index(db_url):
+    """The README's indexed form of "what happened to messageId X?"."""
+    migrate.upgrade(db_url)
+    store = Store(db_url)
+    now = time.time()
+    try:
+        store.insert_messages(
+            [
+                NewMessage("web", mid, "track", "u", None, "E", now, now, "{}", ("d",))
+                for mid in ("audit-me", "other")
+            ],
+            now,
+        )
+    finally:
+        store.dispose()
+    result = efd("message-key", "web", "audit-me")
+    assert result.returncode == 0, result.stderr
+    query = "FROM messages WHERE message_key = :k AND message_id = 'audit-me'"
+    assert sql(db_url, f"SELECT message_id {query}", k=int(result.stdout)) == [("audit-me",)]
+    if db_url.startswith("sqlite"):
+        plan = sql(db_url, f"EXPLAIN QUERY PLAN SELECT message_id {query}", k=0)
+        assert "ix_messages_message_key" in str(plan)

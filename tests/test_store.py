@@ -6,8 +6,15 @@ import threading
 import time
 
 import pytest
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import create_engine, inspect
 
 from efd.store import AttemptRow, NewMessage, Outcome, Store, migrate
+from efd.store.dedupe import message_key
+from efd.store.engine import make_engine, normalise_url
+from efd.store.schema import metadata
 from tests.conftest import sql
 
 
@@ -205,3 +212,66 @@ def test_sqlite_checkpoints_every_10000_wal_pages(store):
         pytest.skip("wal_autocheckpoint is SQLite's setting")
     with store.writer.begin() as conn:
         assert conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar() == 10000
+
+
+def test_a_colliding_message_key_never_drops_a_message(store, db_url):
+    """Equal keys are candidates only: the store compares source and messageId."""
+    now = time.time()
+    store.insert_messages([message("a")], now)
+    sql(db_url, "UPDATE messages SET message_key = :k", k=message_key("web", "b"))
+    assert store.insert_messages([message("b")], now) == ["stored"]
+    assert store.insert_messages([message("a"), message("b")], now) == ["duplicate", "duplicate"]
+
+
+def test_migration_0004_keys_existing_messages(db_url):
+    """A database from before the key still deduplicates the messages it already holds."""
+    migrate.upgrade(db_url)
+    _downgrade(db_url, "0003")
+    assert "message_key" not in _columns(db_url, "messages")
+    now = time.time()
+    for mid in ("a", "b", "c"):
+        sql(
+            db_url,
+            "INSERT INTO messages (source, message_id, type, timestamp, received_at, body) "
+            "VALUES ('web', :mid, 'track', :now, :now, '{}')",
+            mid=mid, now=now,
+        )  # fmt: skip
+    migrate.upgrade(db_url)
+    assert sql(db_url, "SELECT message_id, message_key FROM messages ORDER BY id") == [
+        (mid, message_key("web", mid)) for mid in ("a", "b", "c")
+    ]
+    s = Store(db_url)
+    try:
+        assert s.insert_messages([message("b"), message("d")], now) == ["duplicate", "stored"]
+    finally:
+        s.dispose()
+
+
+def _columns(url: str, table: str) -> set[str]:
+    engine = create_engine(normalise_url(url))
+    try:
+        return {c["name"] for c in inspect(engine).get_columns(table)}
+    finally:
+        engine.dispose()
+
+
+def _downgrade(url: str, revision: str) -> None:
+    engine = make_engine(url, writer=True)
+    config = migrate._config()
+    try:
+        with engine.connect() as conn:
+            config.attributes["connection"] = conn
+            command.downgrade(config, revision)
+            conn.commit()
+    finally:
+        engine.dispose()
+
+
+def test_migrated_schema_matches_the_tables_efd_uses(db_url):
+    migrate.upgrade(db_url)
+    engine = create_engine(normalise_url(db_url))
+    try:
+        with engine.connect() as conn:
+            assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+    finally:
+        engine.dispose()

@@ -1,15 +1,16 @@
-"""What efd's messageId index costs SQLite: raw inserts of efd's two rows per event.
+"""What efd's messageId deduplication index costs SQLite: raw inserts of efd's two rows per event.
 
     .venv/bin/python bench/experiments/dedupe_index.py
 
-efd's schema as migrated (text index on (source, message_id)), the same with a 64-bit hash key
-indexed instead, and with no deduplication index at all. 100 events a transaction, many rows
-per INSERT, WAL, synchronous=FULL, 5 seconds each, on a file in the temp directory.
+Three indexes for deduplication: the text index on (source, message_id) that efd had until
+migration 0004, the 64-bit message_key efd indexes now (efd/store/dedupe.py), and none at all.
+Each with SQLite's default checkpoint interval (1,000 WAL pages) and efd's (10,000). 100 events
+a transaction, many rows per INSERT, WAL, synchronous=FULL, 5 seconds each, on a file in the
+temp directory.
 """
 
 from __future__ import annotations
 
-import random
 import sqlite3
 import tempfile
 import time
@@ -18,29 +19,31 @@ from pathlib import Path
 
 from sqlalchemy import create_engine
 
+from efd.store.dedupe import message_key
 from efd.store.schema import metadata
 
 BODY = '{"version":1,"type":"track","userId":"u","event":"Order Completed","messageId":"x"}' * 3
 PER_COMMIT = 100
 SECONDS = 5.0
+VARIANTS = ("text index", "message_key", "no index")
 
 
-def run(variant: str, path: Path) -> float:
+def run(variant: str, checkpoint_pages: int, path: Path) -> float:
     engine = create_engine(f"sqlite:///{path}")
     metadata.create_all(engine, tables=[metadata.tables["messages"], metadata.tables["deliveries"]])
     engine.dispose()
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=FULL")
+    db.execute(f"PRAGMA wal_autocheckpoint={checkpoint_pages}")
+    if variant != "message_key":
+        db.execute("DROP INDEX ix_messages_message_key")
+    if variant == "text index":
+        db.execute("CREATE INDEX ix_messages_source_message_id ON messages (source, message_id)")
     columns = (
-        "id, source, message_id, type, user_id, anonymous_id, event, timestamp, received_at, body"
+        "id, source, message_id, type, user_id, anonymous_id, event, timestamp, received_at, "
+        "body, message_key"
     )
-    if variant != "text index":
-        db.execute("DROP INDEX ix_messages_source_message_id")
-    if variant == "hash key":
-        db.execute("ALTER TABLE messages ADD COLUMN dedupe_key INTEGER")
-        db.execute("CREATE INDEX ix_messages_dedupe_key ON messages (dedupe_key)")
-        columns += ", dedupe_key"
     width = columns.count(",") + 1
     insert_messages = f"INSERT INTO messages ({columns}) VALUES " + ", ".join(
         ["(" + ", ".join("?" * width) + ")"] * PER_COMMIT
@@ -56,10 +59,9 @@ def run(variant: str, path: Path) -> float:
         message_params: list[object] = []
         delivery_params: list[object] = []
         for _ in range(PER_COMMIT):
-            row = [next_id, "bench", str(uuid.uuid4()), "track", "u1", None, "E", now, now, BODY]
-            if variant == "hash key":
-                row.append(random.getrandbits(63))
-            message_params += row
+            mid = str(uuid.uuid4())
+            key = message_key("bench", mid)
+            message_params += [next_id, "bench", mid, "track", "u1", None, "E", now, now, BODY, key]
             delivery_params += [next_id, "receiver", "pending", 0, now, now, 0]
             next_id += 1
         db.execute("BEGIN IMMEDIATE")
@@ -72,10 +74,14 @@ def run(variant: str, path: Path) -> float:
 
 
 def main() -> None:
+    print(f"{'events/s':14} " + " ".join(f"{v:>12}" for v in VARIANTS))
     with tempfile.TemporaryDirectory() as directory:
-        for variant in ("text index", "hash key", "no dedupe index"):
-            rate = run(variant, Path(directory) / f"{variant.replace(' ', '-')}.db")
-            print(f"{variant:16} {rate:9,.0f} events/s")
+        for pages in (1000, 10000):
+            rates = [
+                run(v, pages, Path(directory) / f"{v.replace(' ', '-')}-{pages}.db")
+                for v in VARIANTS
+            ]
+            print(f"checkpoint {pages:>5} " + " ".join(f"{r:12,.0f}" for r in rates))
 
 
 if __name__ == "__main__":

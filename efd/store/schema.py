@@ -43,7 +43,10 @@ messages = Table(
     Column("timestamp", Float, nullable=False),  # skew-corrected event time
     Column("received_at", Float, nullable=False),
     Column("body", Text),  # NULL once purged by a deletion request
-    Index("ix_messages_source_message_id", "source", "message_id"),
+    # efd/store/dedupe.py: hash of (source, message_id), set on every insert. Nullable only
+    # because SQLite cannot add a NOT NULL column to a table that has rows.
+    Column("message_key", BigInteger),
+    Index("ix_messages_message_key", "message_key"),
     Index("ix_messages_received_at", "received_at"),
 )
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from efd.store.dedupe import message_key
 from efd.store.engine import is_sqlite, make_engine, normalise_url
 from efd.store.schema import PENDING, attempts, deliveries, jobs, messages
 
@@ -135,6 +135,7 @@ _MESSAGE_FIELDS = (
     "body",
 )
 _message_fields = attrgetter(*_MESSAGE_FIELDS)
+_MESSAGE_COLUMNS = (*_MESSAGE_FIELDS, "message_key")
 _DELIVERY_FIELDS = (
     "message_pk",
     "destination",
@@ -370,34 +371,45 @@ class Store:
                 who = {i for r in rows for i in (r.user_id, r.anonymous_id) if i is not None}
                 if who:
                     blocked = hooks.suppressed(conn, who)
-            seen = self._recent_message_ids(conn, rows, now - DEDUPE_WINDOW_SECONDS)
+            keys = [message_key(r.source, r.message_id) for r in rows]
+            seen = self._recent_message_ids(conn, keys, now - DEDUPE_WINDOW_SECONDS)
             fresh: list[NewMessage] = []
+            fresh_keys: list[int] = []
             status: list[str] = []
-            for row in rows:
+            for row, key in zip(rows, keys, strict=True):
                 if blocked and (row.user_id in blocked or row.anonymous_id in blocked):
                     status.append(SUPPRESSED)
                     continue
-                key = (row.source, row.message_id)
-                if key in seen:
+                pair = (row.source, row.message_id)
+                if pair in seen:
                     status.append(DUPLICATE)
                     continue
-                seen.add(key)
+                seen.add(pair)
                 fresh.append(row)
+                fresh_keys.append(key)
                 status.append(STORED)
             if not fresh:
                 return status
-            self.insert_with_deliveries(conn, fresh, now)
+            self.insert_with_deliveries(conn, fresh, now, keys=fresh_keys)
             if hooks is not None:
                 hooks.capture(conn, fresh)
             return status
 
     def insert_with_deliveries(
-        self, conn: Connection, rows: Sequence[NewMessage], now: float
+        self,
+        conn: Connection,
+        rows: Sequence[NewMessage],
+        now: float,
+        *,
+        keys: Sequence[int] | None = None,
     ) -> list[int]:
         """Insert messages and their pending deliveries in `conn`'s transaction, without
         deduplication; return the messages' ids. Ingestion, regulations and audience syncs
-        all store their messages through here."""
-        message_tuples = [_message_fields(r) for r in rows]
+        all store their messages through here. `keys`: the rows' message_key, when the
+        caller has them already."""
+        if keys is None:
+            keys = [message_key(r.source, r.message_id) for r in rows]
+        message_tuples = [(*_message_fields(r), k) for r, k in zip(rows, keys, strict=True)]
         if self.sqlite:
             # The hot path of ingestion. Under BEGIN IMMEDIATE this connection is the only
             # writer, so it can number the rows itself, and the driver's executemany (which
@@ -410,7 +422,7 @@ class Store:
             ids = (
                 conn.execute(
                     insert(messages).returning(messages.c.id, sort_by_parameter_order=True),
-                    [dict(zip(_MESSAGE_FIELDS, t, strict=True)) for t in message_tuples],
+                    [dict(zip(_MESSAGE_COLUMNS, t, strict=True)) for t in message_tuples],
                 )
                 .scalars()
                 .all()
@@ -425,7 +437,7 @@ class Store:
                 _executemany(
                     cursor,
                     messages,
-                    ("id", *_MESSAGE_FIELDS),
+                    ("id", *_MESSAGE_COLUMNS),
                     [(pk, *t) for pk, t in zip(ids, message_tuples, strict=True)],
                 )
                 if delivery_tuples:
@@ -441,29 +453,26 @@ class Store:
         return list(ids)
 
     def _recent_message_ids(
-        self, conn: Connection, rows: Sequence[NewMessage], since: float
+        self, conn: Connection, keys: Sequence[int], since: float
     ) -> set[tuple[str, str]]:
-        by_source: dict[str, list[str]] = defaultdict(list)
-        for row in rows:
-            by_source[row.source].append(row.message_id)
+        """(source, messageId) of the messages received after `since` whose key is in `keys`.
+        The caller compares these pairs, not the keys: a colliding key finds a pair that
+        matches nothing."""
         seen: set[tuple[str, str]] = set()
-        for source, ids in by_source.items():
-            for chunk in _chunks(sorted(set(ids))):
+        for chunk in _chunks(sorted(set(keys))):
 
-                def query(chunk: Sequence[str] = chunk, source: str = source) -> Any:
-                    return select(messages.c.message_id).where(
-                        messages.c.source == source,
-                        messages.c.message_id.in_(chunk),
-                        messages.c.received_at > since,
-                    )
+            def query(chunk: Sequence[int] = chunk) -> Any:
+                return select(messages.c.source, messages.c.message_id).where(
+                    messages.c.message_key.in_(chunk), messages.c.received_at > since
+                )
 
-                if self.sqlite:
-                    # Compiled once per chunk size; SQLAlchemy's expanding IN costs more
-                    # than the query itself at ingestion rates.
-                    found = _driver_query(conn, "recent", query, [source, *chunk, since])
-                else:
-                    found = list(conn.execute(query()).scalars())
-                seen.update((source, message_id) for message_id in found)
+            if self.sqlite:
+                # Compiled once per chunk size; SQLAlchemy's expanding IN costs more than
+                # the query itself at ingestion rates.
+                found = _driver_query(conn, "recent", query, [*chunk, since])
+            else:
+                found = [tuple(row) for row in conn.execute(query())]
+            seen.update((source, message_id) for source, message_id in found)
         return seen
 
     # -- delivery ------------------------------------------------------------------------
