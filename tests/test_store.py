@@ -207,11 +207,14 @@ def test_only_acknowledgements_wait_for_the_disk(store):
     assert (relaxed, durable) == (1, 2)  # NORMAL for claims and outcomes, FULL for ingestion
 
 
-def test_sqlite_checkpoints_every_10000_wal_pages(store):
+def test_sqlite_writer_checkpoints_every_10000_pages_and_caches_32_mib(store):
     if not store.sqlite:
-        pytest.skip("wal_autocheckpoint is SQLite's setting")
+        pytest.skip("SQLite's settings")
     with store.writer.begin() as conn:
         assert conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar() == 10000
+        assert conn.exec_driver_sql("PRAGMA cache_size").scalar() == -32768
+    with store.reader.begin() as conn:
+        assert conn.exec_driver_sql("PRAGMA cache_size").scalar() == -2000  # SQLite's default
 
 
 def test_a_colliding_message_key_never_drops_a_message(store, db_url):
