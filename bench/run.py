@@ -1404,12 +1404,18 @@ def sqlite_raw(path: Path, seconds: float, max_rows: int, *, indexes: bool) -> d
     event a messages row and a deliveries row (random UUID-like messageIds).
 
     indexes=False: efd's tables with primary keys only, the machine's SQLite limit.
-    indexes=True: with efd's secondary indexes too, the limit of efd's current schema."""
+    indexes=True: with efd's secondary indexes and its writer's checkpoint interval and page
+    cache too, the limit of efd's current schema."""
+    from efd.store.dedupe import message_key
+
     _create_schema(path, indexes=indexes)
     body = sample_webhook_body().decode()
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=FULL")
+    if indexes:  # as efd/store/engine.py sets them
+        db.execute("PRAGMA wal_autocheckpoint=10000")
+        db.execute("PRAGMA cache_size=-32768")
     now = time.time()
     started = time.monotonic()
     done = 0
@@ -1420,9 +1426,12 @@ def sqlite_raw(path: Path, seconds: float, max_rows: int, *, indexes: bool) -> d
         db.execute("BEGIN IMMEDIATE")
         db.executemany(
             "INSERT INTO messages (id, source, message_id, type, user_id, anonymous_id, event,"
-            " timestamp, received_at, body) VALUES (?, 'bench', ?, 'track', 'user-1', NULL,"
-            " 'Order Completed', ?, ?, ?)",
-            [(first + i, mid, now, now, body) for i, mid in enumerate(chunk)],
+            " timestamp, received_at, body, message_key) VALUES (?, 'bench', ?, 'track',"
+            " 'user-1', NULL, 'Order Completed', ?, ?, ?, ?)",
+            [
+                (first + i, mid, now, now, body, message_key("bench", mid))
+                for i, mid in enumerate(chunk)
+            ],
         )
         db.executemany(
             "INSERT INTO deliveries (message_pk, destination, status, attempts, created_at,"
@@ -1446,6 +1455,7 @@ def sqlalchemy_core(path: Path, seconds: float, max_rows: int) -> dict[str, Any]
     does it (insert ... RETURNING id sorted by parameter order, then the deliveries)."""
     from sqlalchemy import create_engine, event, insert
 
+    from efd.store.dedupe import message_key
     from efd.store.schema import deliveries, messages
 
     _create_schema(path)
@@ -1481,6 +1491,7 @@ def sqlalchemy_core(path: Path, seconds: float, max_rows: int) -> dict[str, Any]
                         "timestamp": now,
                         "received_at": now,
                         "body": body,
+                        "message_key": message_key("bench", mid),
                     }
                     for mid in chunk
                 ],
