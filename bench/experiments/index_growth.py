@@ -10,26 +10,15 @@ synchronous=NORMAL, with a 1 GiB mmap, and without the message_key index.
 
 from __future__ import annotations
 
-import sqlite3
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
-from sqlalchemy import create_engine
+from dedupe_index import insert_events, open_tables  # the script's own directory
 
-from efd.store.dedupe import message_key
-from efd.store.schema import metadata
-
-BODY = '{"version":1,"type":"track","userId":"u","event":"Order Completed","messageId":"x"}' * 3
 PER_COMMIT = 400
-EFD_PRAGMAS = (
-    "PRAGMA journal_mode=WAL",
-    "PRAGMA synchronous=FULL",
-    "PRAGMA wal_autocheckpoint=10000",
-    "PRAGMA cache_size=-32768",
-)
+EFD_WRITER_PRAGMAS = ("PRAGMA wal_autocheckpoint=10000", "PRAGMA cache_size=-32768")
 VARIANTS: dict[str, tuple[str, ...]] = {
     "efd": (),
     "synchronous=NORMAL": ("PRAGMA synchronous=NORMAL",),
@@ -39,40 +28,15 @@ VARIANTS: dict[str, tuple[str, ...]] = {
 
 
 def run(name: str, extra: tuple[str, ...], path: Path, seconds: float) -> None:
-    engine = create_engine(f"sqlite:///{path}")
-    metadata.create_all(engine, tables=[metadata.tables["messages"], metadata.tables["deliveries"]])
-    engine.dispose()
-    db = sqlite3.connect(path, isolation_level=None)
-    for pragma in (*EFD_PRAGMAS, *extra):
+    db = open_tables(path)
+    for pragma in (*EFD_WRITER_PRAGMAS, *extra):
         db.execute(pragma)
-    columns = (
-        "id, source, message_id, type, user_id, anonymous_id, event, timestamp, received_at, "
-        "body, message_key"
-    )
-    insert_messages = f"INSERT INTO messages ({columns}) VALUES " + ", ".join(
-        ["(" + ", ".join("?" * (columns.count(",") + 1)) + ")"] * PER_COMMIT
-    )
-    insert_deliveries = (
-        "INSERT INTO deliveries (message_pk, destination, status, attempts, created_at, "
-        "next_attempt_at, lease_token) VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * PER_COMMIT)
-    )
     print(name)
     stored = 0
     started = mark = time.perf_counter()
     at_mark = 0
     while time.perf_counter() - started < seconds:
-        now = time.time()
-        message_params: list[object] = []
-        delivery_params: list[object] = []
-        for pk in range(stored + 1, stored + PER_COMMIT + 1):
-            mid = str(uuid.uuid4())
-            key = message_key("bench", mid)
-            message_params += [pk, "bench", mid, "track", "u1", None, "E", now, now, BODY, key]
-            delivery_params += [pk, "receiver", "pending", 0, now, now, 0]
-        db.execute("BEGIN IMMEDIATE")
-        db.execute(insert_messages, message_params)
-        db.execute(insert_deliveries, delivery_params)
-        db.execute("COMMIT")
+        insert_events(db, stored + 1, PER_COMMIT)
         stored += PER_COMMIT
         if time.perf_counter() - mark >= 3:
             rate = (stored - at_mark) / (time.perf_counter() - mark)
