@@ -471,7 +471,7 @@ class Store:
                 # the query itself at ingestion rates.
                 found = _driver_query(conn, "recent", query, [*chunk, since])
             else:
-                found = [tuple(row) for row in conn.execute(query())]
+                found = list(conn.execute(query()))
             seen.update((source, message_id) for source, message_id in found)
         return seen
 
