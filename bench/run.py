@@ -83,6 +83,8 @@ class Plan:
     backlog_target: int
     backlog_fill_cap_seconds: float
     fill_clients: int
+    pairs: int  # backlog_ingest_ratio: alternating slices on the full and an empty store
+    pair_seconds: float
     deliver_warmup_seconds: float
     deliver_seconds: float
     deliver_window: int
@@ -95,6 +97,18 @@ class Plan:
     recovery_attempt_cap_seconds: float
     settle_cap_seconds: float
 
+
+# The ingestion daemons' delivery settings. Deliveries cannot go out: one is in flight to a
+# receiver that never answers (max_in_flight = 1, a one-hour timeout), so every other one
+# stays pending and the dispatcher does no work: the ingest figures are ingestion alone.
+INGEST_DELIVERY = {
+    "timeout_seconds": 3600,
+    "lease_seconds": 7300,
+    "retry_initial_seconds": 3600,
+    "retry_max_seconds": 3600,
+    "max_in_flight": 1,
+    "max_per_hook": 1,
+}
 
 QUICK = Plan(
     sqlite_seconds=2,
@@ -109,6 +123,8 @@ QUICK = Plan(
     backlog_target=300_000,
     backlog_fill_cap_seconds=25,
     fill_clients=8,
+    pairs=3,
+    pair_seconds=1.5,
     deliver_warmup_seconds=2,
     deliver_seconds=6,
     deliver_window=5000,
@@ -135,6 +151,8 @@ FULL = Plan(
     backlog_target=1_000_000,
     backlog_fill_cap_seconds=240,
     fill_clients=8,
+    pairs=5,
+    pair_seconds=2,
     deliver_warmup_seconds=3,
     deliver_seconds=15,
     deliver_window=5000,
@@ -939,7 +957,7 @@ class Bench:
     # -- helpers -----------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def phase(self, name: str) -> Iterator[dict[str, Any]]:
+    def phase(self, name: str, *, second_daemon: int | None = None) -> Iterator[dict[str, Any]]:
         pids = {
             "orchestrator": os.getpid(),
             "receiver": self.receiver.pid,
@@ -947,11 +965,13 @@ class Bench:
         }
         if self.daemon is not None:
             pids["daemon"] = self.daemon.pid
+        if second_daemon is not None:
+            pids["daemon2"] = second_daemon
 
-        # The daemon's figure includes its sender processes; the others are single processes
-        # (the orchestrator's children are the receiver, generator and daemon themselves).
+        # A daemon's figure includes its sender processes; the others are single processes
+        # (the orchestrator's children are the receiver, generator and daemons themselves).
         def cpu(key: str, pid: int) -> float:
-            return cpu_seconds(pid) if key == "daemon" else _own_cpu_seconds(pid)
+            return cpu_seconds(pid) if key.startswith("daemon") else _own_cpu_seconds(pid)
 
         before = {k: cpu(k, p) for k, p in pids.items()}
         machine_before = machine_cpu_seconds()
@@ -1080,21 +1100,7 @@ class Bench:
     def ingest_and_backlog(self) -> None:
         plan = self.plan
         blackhole = self.receiver.hello["blackhole_port"]
-        # Deliveries that cannot go out: one is in flight to a receiver that never answers
-        # (max_in_flight = 1, a one-hour timeout), so every other one stays pending and the
-        # dispatcher does no work: the ingest figures are ingestion alone.
-        daemon = self.start_daemon(
-            "ingest",
-            {
-                "timeout_seconds": 3600,
-                "lease_seconds": 7300,
-                "retry_initial_seconds": 3600,
-                "retry_max_seconds": 3600,
-                "max_in_flight": 1,
-                "max_per_hook": 1,
-            },
-            f"http://127.0.0.1:{blackhole}/hook",
-        )
+        daemon = self.start_daemon("ingest", INGEST_DELIVERY, f"http://127.0.0.1:{blackhole}/hook")
         try:
             # A short warm-up first (the daemon's first requests are slower: caches, the
             # first WAL growth, allocator): not counted, reported in context.phases.
@@ -1149,15 +1155,15 @@ class Bench:
                 self.notes.append(
                     f"--quick: backlog of {pending:,} pending deliveries, not 1,000,000"
                 )
-            backlog = self.ingest_rate(
-                "ingest_batch_backlog", "/v1/batch", plan.batch_clients, "ibb"
-            )
+            backlog = self.paired_backlog_rate(daemon, blackhole)
             memory = memory_mb(daemon.pid)
             self.phases["ingest_batch_backlog"]["rss"] = memory
             self.phases["ingest_batch_backlog"]["pending_before"] = pending
             self.results["backlog_pending"] = pending
+            self.results["backlog_ingest_ratio"] = backlog["ratio"]
             if batch["events_per_s"]:
-                self.results["backlog_ingest_ratio"] = round(
+                # The unpaired figure, for comparison: minutes apart, so machine drift shows.
+                self.results["backlog_ingest_ratio_sequential"] = round(
                     backlog["events_per_s"] / batch["events_per_s"], 3
                 )
             self.results["rss_mb_backlog"] = memory.get("VmRSS")
@@ -1165,6 +1171,79 @@ class Bench:
         finally:
             self.receiver.call("close_blackhole")  # the hung request fails fast at stop
             self.stop_daemon()
+
+    def paired_backlog_rate(self, daemon: Daemon, blackhole: int) -> dict[str, Any]:
+        """The /v1/batch rate of `daemon` (its backlog filled) and of a second daemon on an
+        empty store, measured in alternating slices: the ratio of the two.
+
+        This machine's speed drifts by 20 % or more over a minute (other tenants), and the
+        empty-store figure is taken minutes before the backlog is full. Slices a few seconds
+        long, in the order ABBA ABBA…, cancel that drift: both daemons see the same machine.
+        """
+        plan = self.plan
+        fresh = Daemon(
+            "ingest_fresh", self.root, INGEST_DELIVERY, f"http://127.0.0.1:{blackhole}/hook"
+        )
+        self.phases["ingest_fresh_startup"] = {"seconds": round(fresh.startup_seconds, 2)}
+        sides = {"backlog": daemon, "fresh": fresh}
+        totals = {side: {"events": 0, "seconds": 0.0, "cpu": 0.0} for side in sides}
+
+        def ingest(side: str, seconds: float, prefix: str) -> dict[str, Any]:
+            target = sides[side]
+            cpu_before = cpu_seconds(target.pid)
+            out = self.generator.job(
+                "ingest",
+                seconds + 120,
+                port=target.port,
+                path="/v1/batch",
+                clients=plan.batch_clients,
+                batch=plan.batch_size,
+                duration=seconds,
+                prefix=prefix,
+            )
+            out["cpu"] = cpu_seconds(target.pid) - cpu_before
+            return out
+
+        try:
+            ingest("fresh", plan.warmup_seconds, "ibw")  # not counted, as for ingest_batch
+            with (
+                self.phase("ingest_batch_backlog", second_daemon=fresh.pid) as info,
+                self.profiler.record(
+                    "ingest_batch_backlog", daemon.pid, 2 * plan.pair_seconds * plan.pairs
+                ),
+            ):
+                for i in range(plan.pairs):
+                    order = ("fresh", "backlog") if i % 2 == 0 else ("backlog", "fresh")
+                    for side in order:
+                        out = ingest(side, plan.pair_seconds, f"ib{side[0]}{i}-")
+                        totals[side]["events"] += out["acked"]
+                        totals[side]["seconds"] += out["elapsed"]
+                        totals[side]["cpu"] += out["cpu"]
+                        if out["errors"]:
+                            info.setdefault("errors", {}).update(out["errors"])
+                rates = {
+                    side: t["events"] / t["seconds"] if t["seconds"] else 0.0
+                    for side, t in totals.items()
+                }
+                info.update(
+                    events=totals["backlog"]["events"],
+                    events_per_s=round(rates["backlog"], 1),
+                    fresh_events_per_s=round(rates["fresh"], 1),
+                    pairs=plan.pairs,
+                    pair_seconds=plan.pair_seconds,
+                    daemon_cpu_us_per_event_fresh=round(
+                        totals["fresh"]["cpu"] / max(1, totals["fresh"]["events"]) * 1e6, 1
+                    ),
+                )
+            info["daemon_cpu_us_per_event"] = round(
+                totals["backlog"]["cpu"] / max(1, totals["backlog"]["events"]) * 1e6, 1
+            )
+        finally:
+            stopped = fresh.stop()
+            stopped["log_lines"] = fresh.log_counts()
+            self.phases["ingest_fresh_stop"] = stopped
+        ratio = round(rates["backlog"] / rates["fresh"], 3) if rates["fresh"] else 0.0
+        return {"events_per_s": rates["backlog"], "ratio": ratio}
 
     def deliver_and_latency(self) -> None:
         port = self.receiver.hello["port"]
