@@ -1483,8 +1483,9 @@ def sqlite_raw(path: Path, seconds: float, max_rows: int, *, indexes: bool) -> d
     event a messages row and a deliveries row (random UUID-like messageIds).
 
     indexes=False: efd's tables with primary keys only, the machine's SQLite limit.
-    indexes=True: with efd's secondary indexes and its writer's checkpoint interval and page
-    cache too, the limit of efd's current schema."""
+    indexes=True: with efd's secondary indexes, its writer's checkpoint interval and its
+    in-memory deduplication index too, the limit of efd's current schema."""
+    from efd.store import dedupe
     from efd.store.dedupe import message_key
 
     _create_schema(path, indexes=indexes)
@@ -1494,7 +1495,7 @@ def sqlite_raw(path: Path, seconds: float, max_rows: int, *, indexes: bool) -> d
     db.execute("PRAGMA synchronous=FULL")
     if indexes:  # as efd/store/engine.py sets them
         db.execute("PRAGMA wal_autocheckpoint=10000")
-        db.execute("PRAGMA cache_size=-32768")
+        dedupe.attach(db)
     now = time.time()
     started = time.monotonic()
     done = 0
@@ -1517,6 +1518,11 @@ def sqlite_raw(path: Path, seconds: float, max_rows: int, *, indexes: bool) -> d
             " next_attempt_at, lease_token) VALUES (?, 'receiver', 'pending', 0, ?, ?, 0)",
             [(first + i, now, now) for i in range(len(chunk))],
         )
+        if indexes:
+            db.executemany(
+                "INSERT INTO dedupe.recent (message_key, message_pk) VALUES (?, ?)",
+                [(message_key("bench", mid), first + i) for i, mid in enumerate(chunk)],
+            )
         db.execute("COMMIT")
         done += len(chunk)
         transactions += 1

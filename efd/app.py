@@ -180,6 +180,8 @@ class Daemon:
             lambda: PersonasStore(store, capture=bool(self.computations))
         )
         if store.sqlite:
+            # Before the first request, so that it does not wait for this (and it is logged).
+            await self.db.write(store.index_recent_messages, time.time())
             released = await self.db.write(store.release_all_leases, time.time())
             if released:
                 log.info("resuming %d deliveries that were in flight at the last stop", released)

@@ -195,7 +195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     listen.set_defaults(func=cmd_listen)
 
     key = sub.add_parser(
-        "message-key", help="print messages.message_key, the indexed way to find a messageId"
+        "message-key",
+        help="print messages.message_key (indexed on PostgreSQL) of a source's messageId",
     )
     key.add_argument("source", help="the source's name, as in the configuration")
     key.add_argument("message_id", metavar="MESSAGE_ID")

@@ -79,6 +79,14 @@ async def test_kill_9_mid_retry_schedule_loses_nothing(db_url, receiver_factory,
 
         switch.up = True
         daemon.start()
+        # The messageIds survive too: a client that re-sends the batch after the crash gets
+        # 200, and nothing is stored or delivered twice (on SQLite the deduplication index
+        # lives in the writer's memory, rebuilt from the messages table at start).
+        status, _ = await post(daemon.port, "/v1/batch", {"batch": batch})
+        assert status == 200
+        assert sql(db_url, "SELECT count(*) FROM messages") == [(20,)]
+        if db_url.startswith("sqlite"):
+            assert "deduplication: 20 messageIds of the last 24 h indexed" in daemon.log()
         await eventually(
             lambda: (
                 sql(db_url, "SELECT count(*) FROM deliveries WHERE status = 'delivered'") == [(20,)]
@@ -86,6 +94,7 @@ async def test_kill_9_mid_retry_schedule_loses_nothing(db_url, receiver_factory,
             timeout=60,
         )
         assert set(_message_ids(receiver)) == {f"k{i}" for i in range(20)}
+        assert sql(db_url, "SELECT count(*) FROM deliveries") == [(20,)]
         # The schedule carried on: the window still counts from the first attempt.
         after = dict(sql(db_url, "SELECT id, first_attempt_at FROM deliveries"))
         assert after == before

@@ -11,7 +11,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect
 
-from efd.store import AttemptRow, NewMessage, Outcome, Store, migrate
+from efd.store import AttemptRow, NewMessage, Outcome, Store, dedupe, migrate
 from efd.store.dedupe import message_key
 from efd.store.engine import make_engine, normalise_url
 from efd.store.schema import metadata
@@ -207,14 +207,15 @@ def test_only_acknowledgements_wait_for_the_disk(store):
     assert (relaxed, durable) == (1, 2)  # NORMAL for claims and outcomes, FULL for ingestion
 
 
-def test_sqlite_writer_checkpoints_every_10000_pages_and_caches_32_mib(store):
+def test_sqlite_writer_checkpoints_every_10000_pages_and_indexes_keys_in_memory(store):
     if not store.sqlite:
         pytest.skip("SQLite's settings")
     with store.writer.begin() as conn:
         assert conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar() == 10000
-        assert conn.exec_driver_sql("PRAGMA cache_size").scalar() == -32768
+        databases = {row[1]: row[2] for row in conn.exec_driver_sql("PRAGMA database_list")}
+        assert databases["dedupe"] == ""  # an in-memory database
     with store.reader.begin() as conn:
-        assert conn.exec_driver_sql("PRAGMA cache_size").scalar() == -2000  # SQLite's default
+        assert "dedupe" not in {row[1] for row in conn.exec_driver_sql("PRAGMA database_list")}
 
 
 def test_a_colliding_message_key_never_drops_a_message(store, db_url):
@@ -222,8 +223,74 @@ def test_a_colliding_message_key_never_drops_a_message(store, db_url):
     now = time.time()
     store.insert_messages([message("a")], now)
     sql(db_url, "UPDATE messages SET message_key = :k", k=message_key("web", "b"))
+    store.writer.dispose()  # SQLite: the next writer connection indexes the changed key
     assert store.insert_messages([message("b")], now) == ["stored"]
     assert store.insert_messages([message("a"), message("b")], now) == ["duplicate", "duplicate"]
+
+
+def test_a_restarted_store_still_knows_the_last_24_hours(db_url):
+    """On SQLite the index is in the writer's memory: a new process rebuilds it."""
+    migrate.upgrade(db_url)
+    now = time.time()
+    first = Store(db_url)
+    try:
+        assert first.insert_messages([message("a"), message("b")], now) == ["stored"] * 2
+        sql(db_url, "UPDATE messages SET received_at = :t WHERE message_id = 'b'", t=now - 90_000)
+    finally:
+        first.dispose()
+    second = Store(db_url)
+    try:
+        second.index_recent_messages(now)
+        if second.sqlite:
+            assert _in_memory_keys(second) == [message_key("web", "a")]  # not b: too old
+        got = second.insert_messages([message("a"), message("b"), message("c")], now)
+        assert got == ["duplicate", "stored", "stored"]
+    finally:
+        second.dispose()
+
+
+def test_sqlite_drops_keys_from_memory_once_24_hours_old(store):
+    if not store.sqlite:
+        pytest.skip("the in-memory index is SQLite's")
+    now = time.time()
+    store.insert_messages([message("a"), message("b")], now)
+    later = now + 24 * 3600 + dedupe.PRUNE_EVERY_SECONDS
+
+    def received_later(mid: str) -> NewMessage:
+        m = message(mid)
+        m.received_at = later
+        return m
+
+    assert store.insert_messages([received_later("c")], later) == ["stored"]
+    assert _in_memory_keys(store) == [message_key("web", "c")]
+    got = store.insert_messages([received_later("a"), received_later("c")], later)
+    assert got == ["stored", "duplicate"]
+
+
+def test_a_message_deleted_then_sent_again_is_stored_once(store, db_url):
+    """SQLite numbers messages max(id) + 1, so the new row takes the deleted one's id, and
+    its key may still be in the writer's memory."""
+    now = time.time()
+    assert store.insert_messages([message("a")], now) == ["stored"]
+    sql(db_url, "DELETE FROM messages")
+    assert store.insert_messages([message("a")], now) == ["stored"]
+    assert store.insert_messages([message("a")], now) == ["duplicate"]
+    assert sql(db_url, "SELECT count(*) FROM messages") == [(1,)]
+
+
+def _in_memory_keys(store: Store) -> list[int]:
+    with store.writer.begin() as conn:
+        return [k for (k,) in conn.exec_driver_sql("SELECT message_key FROM dedupe.recent")]
+
+
+def test_migration_0005_keeps_the_key_index_on_postgresql_only(db_url):
+    migrate.upgrade(db_url)
+    sqlite = db_url.startswith("sqlite")
+    assert ("ix_messages_message_key" in _indexes(db_url)) is not sqlite
+    _downgrade(db_url, "0004")
+    assert "ix_messages_message_key" in _indexes(db_url)
+    migrate.upgrade(db_url)
+    assert ("ix_messages_message_key" in _indexes(db_url)) is not sqlite
 
 
 def test_migration_0004_keys_existing_messages(db_url):
@@ -248,6 +315,14 @@ def test_migration_0004_keys_existing_messages(db_url):
         assert s.insert_messages([message("b"), message("d")], now) == ["duplicate", "stored"]
     finally:
         s.dispose()
+
+
+def _indexes(url: str) -> set[str]:
+    engine = create_engine(normalise_url(url))
+    try:
+        return {i["name"] for i in inspect(engine).get_indexes("messages")}
+    finally:
+        engine.dispose()
 
 
 def _columns(url: str, table: str) -> set[str]:
@@ -275,6 +350,12 @@ def test_migrated_schema_matches_the_tables_efd_uses(db_url):
     engine = create_engine(normalise_url(db_url))
     try:
         with engine.connect() as conn:
-            assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+            # alembic does not read Index.ddl_if: the key index is PostgreSQL's only (0005).
+            def include(obj, name, kind, _reflected, _compare_to):  # type: ignore[no-untyped-def]
+                return not (kind == "index" and name == "ix_messages_message_key" and sqlite)
+
+            sqlite = conn.dialect.name == "sqlite"
+            context = MigrationContext.configure(conn, opts={"include_object": include})
+            assert compare_metadata(context, metadata) == []
     finally:
         engine.dispose()

@@ -3,7 +3,8 @@
     .venv/bin/python bench/experiments/dedupe_index.py
 
 Three indexes for deduplication: the text index on (source, message_id) that efd had until
-migration 0004, the 64-bit message_key efd indexes now (efd/store/dedupe.py), and none at all.
+migration 0004, the on-disk message_key index it had until migration 0005 (PostgreSQL keeps
+it; SQLite's writer now indexes the keys in memory, efd/store/dedupe.py), and none at all.
 Each with SQLite's default checkpoint interval (1,000 WAL pages) and efd's (10,000). 100 events
 a transaction, many rows per INSERT, WAL, synchronous=FULL, 5 seconds each, on a file in the
 temp directory. index_growth.py uses `open_tables` and `insert_events` too.
@@ -34,11 +35,13 @@ _MESSAGE_COLUMNS = (
 
 
 def open_tables(path: Path) -> sqlite3.Connection:
-    """efd's messages and deliveries tables as migrated, in WAL mode with synchronous=FULL."""
+    """efd's messages and deliveries tables, with the on-disk message_key index SQLite had
+    until migration 0005, in WAL mode with synchronous=FULL."""
     engine = create_engine(f"sqlite:///{path}")
     metadata.create_all(engine, tables=[metadata.tables["messages"], metadata.tables["deliveries"]])
     engine.dispose()
     db = sqlite3.connect(path, isolation_level=None)
+    db.execute("CREATE INDEX ix_messages_message_key ON messages (message_key)")
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=FULL")
     return db

@@ -1,9 +1,11 @@
-"""How SQLite's insert rate falls as efd's message_key index grows, and what does not help.
+"""How SQLite's insert rate falls as an on-disk message_key index grows, and what does not help.
 
     .venv/bin/python bench/experiments/index_growth.py [seconds]
 
-Raw inserts of efd's two rows per event (efd's schema and writer settings: WAL,
-synchronous=FULL, checkpoint every 10,000 pages, 32 MiB cache), 400 events a commit, with a
+The measurement behind migration 0005, which moved SQLite's deduplication index into the
+writer's memory. Raw inserts of efd's two rows per event (efd's schema and the writer settings
+of that time: WAL, synchronous=FULL, checkpoint every 10,000 pages, 32 MiB cache, the on-disk
+message_key index), 400 events a commit, with a
 rate printed every 3 seconds beside the number of messages stored. Then the same with
 synchronous=NORMAL, with a 1 GiB mmap, and without the message_key index.
 """

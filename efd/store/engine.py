@@ -8,6 +8,8 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 
+from efd.store import dedupe
+
 
 def normalise_url(url: str) -> URL:
     """Accept the URL forms operators write; pick the psycopg driver for PostgreSQL."""
@@ -64,10 +66,7 @@ def make_engine(url: str, *, writer: bool, synchronous: str = "FULL", pool_size:
         # (bench/experiments/dedupe_index.py), about 10 % more end to end.
         cursor.execute("PRAGMA wal_autocheckpoint=10000")
         if writer:
-            # 32 MiB of page cache, not SQLite's 2: the messageId index is written at random
-            # pages, and with a million messages stored it no longer fits in 2 MiB (ingest
-            # rate with 1,000,000 pending: 76 % of the empty store's -> 80 %).
-            cursor.execute("PRAGMA cache_size=-32768")
+            dedupe.attach(dbapi_connection)
         cursor.close()
 
     @event.listens_for(engine, "begin")

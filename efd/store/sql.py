@@ -33,6 +33,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from efd.store import dedupe
 from efd.store.dedupe import message_key
 from efd.store.engine import is_sqlite, make_engine, normalise_url
 from efd.store.schema import PENDING, attempts, deliveries, jobs, messages
@@ -209,7 +210,12 @@ def _chunk_sizes(count: int) -> Iterator[int]:
 
 
 def _executemany(
-    cursor: Any, table: Table, columns: tuple[str, ...], rows: list[tuple[Any, ...]]
+    cursor: Any,
+    table: Table,
+    columns: tuple[str, ...],
+    rows: list[tuple[Any, ...]],
+    *,
+    or_ignore: bool = False,
 ) -> None:
     """INSERT `rows` (tuples in `columns` order) into `table`, many rows per statement.
 
@@ -217,10 +223,12 @@ def _executemany(
     the event loop goes on parsing requests meanwhile. executemany would release and retake
     the GIL for every row, and each retake waits its turn behind the busy event loop.
     """
-    sql, order, _ = _sqlite_compiled(
-        ("insert", table.name, columns),
-        lambda: insert(table).values({c: bindparam(c) for c in columns}),
-    )
+
+    def build() -> Any:
+        statement = insert(table).values({c: bindparam(c) for c in columns})
+        return statement.prefix_with("OR IGNORE") if or_ignore else statement
+
+    sql, order, _ = _sqlite_compiled(("insert", table.fullname, columns, or_ignore), build)
     if order != list(columns):
         positions = [columns.index(name) for name in order]
         rows = [tuple(row[i] for i in positions) for row in rows]
@@ -372,7 +380,7 @@ class Store:
                 if who:
                     blocked = hooks.suppressed(conn, who)
             keys = [message_key(r.source, r.message_id) for r in rows]
-            seen = self._recent_message_ids(conn, keys, now - DEDUPE_WINDOW_SECONDS)
+            seen = self._recent_message_ids(conn, keys, now)
             fresh: list[NewMessage] = []
             fresh_keys: list[int] = []
             status: list[str] = []
@@ -394,6 +402,13 @@ class Store:
             if hooks is not None:
                 hooks.capture(conn, fresh)
             return status
+
+    def index_recent_messages(self, now: float) -> None:
+        """On SQLite, fill the writer's in-memory deduplication index now rather than at the
+        first insert (efd/store/dedupe.py). PostgreSQL's is a table index: nothing to do."""
+        if self.sqlite:
+            with self.writer.begin() as conn:
+                dedupe.ensure(conn, now, DEDUPE_WINDOW_SECONDS)
 
     def insert_with_deliveries(
         self,
@@ -433,12 +448,21 @@ class Store:
             for name in r.destinations
         ]
         if self.sqlite:
+            dedupe.ensure(conn, now, DEDUPE_WINDOW_SECONDS)
             with _driver_cursor(conn) as cursor:
                 _executemany(
                     cursor,
                     messages,
                     ("id", *_MESSAGE_COLUMNS),
                     [(pk, *t) for pk, t in zip(ids, message_tuples, strict=True)],
+                )
+                # OR IGNORE: a key may remain from a deleted message whose id is reused.
+                _executemany(
+                    cursor,
+                    dedupe.recent,
+                    ("message_key", "message_pk"),
+                    list(zip(keys, ids, strict=True)),
+                    or_ignore=True,
                 )
                 if delivery_tuples:
                     _executemany(cursor, deliveries, _DELIVERY_FIELDS, delivery_tuples)
@@ -453,15 +477,31 @@ class Store:
         return list(ids)
 
     def _recent_message_ids(
-        self, conn: Connection, keys: Sequence[int], since: float
+        self, conn: Connection, keys: Sequence[int], now: float
     ) -> set[tuple[str, str]]:
-        """(source, messageId) of the messages received after `since` whose key is in `keys`.
-        The caller compares these pairs, not the keys: a colliding key finds a pair that
-        matches nothing."""
+        """(source, messageId) of the messages received in the 24 hours before `now` whose
+        key is in `keys`. The caller compares these pairs, not the keys: a colliding key
+        finds a pair that matches nothing."""
+        since = now - DEDUPE_WINDOW_SECONDS
         seen: set[tuple[str, str]] = set()
+        if self.sqlite:
+            dedupe.ensure(conn, now, DEDUPE_WINDOW_SECONDS)
         for chunk in _chunks(sorted(set(keys))):
 
             def query(chunk: Sequence[int] = chunk) -> Any:
+                if self.sqlite:  # the writer's in-memory index (efd/store/dedupe.py)
+                    return (
+                        select(messages.c.source, messages.c.message_id)
+                        .select_from(
+                            dedupe.recent.join(
+                                messages, messages.c.id == dedupe.recent.c.message_pk
+                            )
+                        )
+                        .where(
+                            dedupe.recent.c.message_key.in_(chunk),
+                            messages.c.received_at > since,
+                        )
+                    )
                 return select(messages.c.source, messages.c.message_id).where(
                     messages.c.message_key.in_(chunk), messages.c.received_at > since
                 )
