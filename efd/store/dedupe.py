@@ -14,7 +14,7 @@ Where the keys are indexed depends on the database:
   random, so an on-disk index of them takes a write at a random page per message once it
   outgrows a commit: ingestion with a million messages stored ran at 71-80 % of the empty
   store's rate with it, at about 100 % without (bench/README.md). In memory it costs about
-  19 MB per million messages received in 24 hours.
+  20 MB per million messages received in 24 hours (0.9 s to fill at start).
 """
 
 from __future__ import annotations
