@@ -691,6 +691,19 @@ def generator_main(conn: Any, received: Any) -> None:
 # ----------------------------------------------------------------------------------------
 
 
+def _p99_by_second(acks: dict[str, float], receipts: dict[str, float]) -> list[float]:
+    """The ack-to-receipt p99 of the messages acknowledged in each second: shows whether the
+    tail is spread out or comes in bursts (a checkpoint, a pause, another tenant)."""
+    if not acks:
+        return []
+    start = min(acks.values())
+    seconds: dict[int, list[float]] = {}
+    for mid, acked in acks.items():
+        if mid in receipts:
+            seconds.setdefault(int(acked - start), []).append(receipts[mid] - acked)
+    return [_round(_pct(sorted(seconds.get(i, [0.0])), 99) * 1000) for i in range(max(seconds) + 1)]
+
+
 def _pct(sorted_values: list[float], p: float) -> float:
     if not sorted_values:
         return float("nan")
@@ -1341,6 +1354,7 @@ class Bench:
                 },
                 send_to_receipt_ms={p: _round(_pct(from_send, p) * 1000) for p in (50, 99)},
                 receipt_before_ack=sum(1 for v in from_ack if v < 0),
+                ack_to_receipt_p99_ms_by_second=_p99_by_second(acks, receipts),
             )
         # A receipt can precede the ack reaching the client (efd wakes the dispatcher
         # before the response is written); such latencies count as 0.
