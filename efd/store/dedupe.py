@@ -12,8 +12,8 @@ Where the keys are indexed depends on the database:
   a SQLite file (efd holds a lock), so no other process needs it, and nothing is lost in a
   crash: the messages table is the truth, and the index is rebuilt from it. Message ids are
   random, so an on-disk index of them takes a write at a random page per message once it
-  outgrows a commit: ingestion with a million messages stored ran at 71-80 % of the empty
-  store's rate with it, at about 100 % without (bench/README.md). In memory it costs about
+  outgrows a commit: ingestion with a million messages stored ran at 78-80 % of the empty
+  store's rate with it, at 104-107 % without (README, Benchmarks). In memory it costs about
   20 MB per million messages received in 24 hours (0.9 s to fill at start).
 """
 
