@@ -1028,6 +1028,21 @@ class Bench:
             time.sleep(0.02)
         return True, time.monotonic() - started
 
+    def ingest_job(
+        self, port: int, *, clients: int, seconds: float, path: str = "/v1/batch", **extra: Any
+    ) -> dict[str, Any]:
+        """The generator's closed-loop ingestion (job_ingest) against `port`, 100 a batch."""
+        return self.generator.job(
+            "ingest",
+            seconds + 120,
+            port=port,
+            path=path,
+            clients=clients,
+            batch=self.plan.batch_size,
+            duration=seconds,
+            **extra,
+        )
+
     def start_daemon(self, name: str, delivery: dict[str, Any], hook_url: str) -> Daemon:
         self.daemon = Daemon(name, self.root, delivery, hook_url)
         self.phases[f"{name}_startup"] = {"seconds": round(self.daemon.startup_seconds, 2)}
@@ -1089,14 +1104,11 @@ class Bench:
             self.phase(name) as info,
             self.profiler.record(name, self.daemon.pid, plan.ingest_seconds),
         ):
-            out = self.generator.job(
-                "ingest",
-                plan.ingest_seconds + 120,
-                port=self.daemon.port,
-                path=path,
+            out = self.ingest_job(
+                self.daemon.port,
                 clients=clients,
-                batch=plan.batch_size,
-                duration=plan.ingest_seconds,
+                seconds=plan.ingest_seconds,
+                path=path,
                 prefix=prefix,
             )
             rate = out["acked"] / out["elapsed"]
@@ -1118,14 +1130,10 @@ class Bench:
             # A short warm-up first (the daemon's first requests are slower: caches, the
             # first WAL growth, allocator): not counted, reported in context.phases.
             with self.phase("ingest_warmup") as info:
-                out = self.generator.job(
-                    "ingest",
-                    plan.warmup_seconds + 120,
-                    port=daemon.port,
-                    path="/v1/batch",
+                out = self.ingest_job(
+                    daemon.port,
                     clients=plan.batch_clients,
-                    batch=plan.batch_size,
-                    duration=plan.warmup_seconds,
+                    seconds=plan.warmup_seconds,
                     prefix="iw",
                 )
                 info.update(events=out["acked"], errors=out["errors"])
@@ -1138,14 +1146,10 @@ class Bench:
             with self.phase("backlog_fill") as info:
                 have = daemon.pending()
                 need = max(0, plan.backlog_target - have)
-                out = self.generator.job(
-                    "ingest",
-                    plan.backlog_fill_cap_seconds + 120,
-                    port=daemon.port,
-                    path="/v1/batch",
+                out = self.ingest_job(
+                    daemon.port,
                     clients=plan.fill_clients,
-                    batch=plan.batch_size,
-                    duration=plan.backlog_fill_cap_seconds,
+                    seconds=plan.backlog_fill_cap_seconds,
                     max_events=need,
                     prefix="fill",
                 )
@@ -1204,14 +1208,10 @@ class Bench:
         def ingest(side: str, seconds: float, prefix: str) -> dict[str, Any]:
             target = sides[side]
             cpu_before = cpu_seconds(target.pid)
-            out = self.generator.job(
-                "ingest",
-                seconds + 120,
-                port=target.port,
-                path="/v1/batch",
+            out = self.ingest_job(
+                target.port,
                 clients=plan.batch_clients,
-                batch=plan.batch_size,
-                duration=seconds,
+                seconds=seconds,
                 prefix=prefix,
             )
             out["cpu"] = cpu_seconds(target.pid) - cpu_before
@@ -1279,14 +1279,10 @@ class Bench:
         self.receiver.call("reset")
         total = plan.deliver_warmup_seconds + plan.deliver_seconds
         with self.phase("deliver") as info, self.profiler.record("deliver", daemon.pid, total):
-            out = self.generator.job(
-                "ingest",
-                total + 120,
-                port=daemon.port,
-                path="/v1/batch",
+            out = self.ingest_job(
+                daemon.port,
                 clients=plan.deliver_clients,
-                batch=plan.batch_size,
-                duration=total,
+                seconds=total,
                 prefix="dl",
                 window=plan.deliver_window,
                 sample_every=0.25,
@@ -1381,14 +1377,10 @@ class Bench:
                     "recovery_accept", daemon.pid, min(plan.recovery_accept_cap_seconds, 15)
                 ),
             ):
-                out = self.generator.job(
-                    "ingest",
-                    plan.recovery_accept_cap_seconds + 120,
-                    port=daemon.port,
-                    path="/v1/batch",
+                out = self.ingest_job(
+                    daemon.port,
                     clients=plan.batch_clients,
-                    batch=plan.batch_size,
-                    duration=plan.recovery_accept_cap_seconds,
+                    seconds=plan.recovery_accept_cap_seconds,
                     max_events=n,
                     prefix="rec",
                     keep_ids=True,
