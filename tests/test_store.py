@@ -249,6 +249,33 @@ def test_a_restarted_store_still_knows_the_last_24_hours(db_url):
         second.dispose()
 
 
+def test_a_rolled_back_fill_is_done_again(db_url):
+    """A new writer connection fills its in-memory index in its first transaction; if that
+    transaction rolls back, the fill goes with it, and the next one must fill again."""
+    if not db_url.startswith("sqlite"):
+        pytest.skip("the in-memory index is SQLite's")
+    migrate.upgrade(db_url)
+    now = time.time()
+    first = Store(db_url)
+    try:
+        assert first.insert_messages([message("a")], now) == ["stored"]
+    finally:
+        first.dispose()
+    second = Store(db_url)
+
+    def fill_then_fail() -> None:
+        with second.writer.begin() as conn:
+            dedupe.ensure(conn, now, 24 * 3600)
+            raise RuntimeError("the transaction fails after the fill")
+
+    try:
+        with pytest.raises(RuntimeError):
+            fill_then_fail()
+        assert second.insert_messages([message("a")], now) == ["duplicate"]
+    finally:
+        second.dispose()
+
+
 def test_sqlite_drops_keys_from_memory_once_24_hours_old(store):
     if not store.sqlite:
         pytest.skip("the in-memory index is SQLite's")

@@ -43,9 +43,6 @@ recent = Table(
     sqlite_with_rowid=False,
 )
 
-_LOADED = "efd_dedupe_loaded_to"  # keys in Connection.info: per SQLite connection
-_PRUNED = "efd_dedupe_pruned_at"
-
 
 def message_key(source: str, message_id: str) -> int:
     # Any collision, of the hash or of the joined text, only makes a candidate that the
@@ -62,6 +59,9 @@ def attach(dbapi_connection: Any) -> None:
         f"CREATE TABLE {SCHEMA}.recent (message_key INTEGER NOT NULL, "
         "message_pk INTEGER NOT NULL, PRIMARY KEY (message_key, message_pk)) WITHOUT ROWID"
     )
+    # One row once filled: kept in the same transactions as the keys, so a fill that is
+    # rolled back is also forgotten, and done again.
+    dbapi_connection.execute(f"CREATE TABLE {SCHEMA}.state (pruned_at REAL NOT NULL)")
 
 
 def ensure(conn: Connection, now: float, window: float) -> None:
@@ -70,8 +70,8 @@ def ensure(conn: Connection, now: float, window: float) -> None:
 
     Runs inside the caller's write transaction, so no message can be stored between the
     fill and the caller's own lookup."""
-    info = conn.info
-    if _LOADED not in info:
+    pruned_at = conn.exec_driver_sql(f"SELECT pruned_at FROM {SCHEMA}.state").scalar()
+    if pruned_at is None:
         started = time.monotonic()
         count = conn.exec_driver_sql(
             f"INSERT INTO {SCHEMA}.recent (message_key, message_pk) "
@@ -79,14 +79,14 @@ def ensure(conn: Connection, now: float, window: float) -> None:
             "WHERE received_at > ? AND message_key IS NOT NULL ORDER BY message_key, id",
             (now - window,),
         ).rowcount
-        info[_LOADED] = True
-        info[_PRUNED] = now
+        conn.exec_driver_sql(f"INSERT INTO {SCHEMA}.state (pruned_at) VALUES (?)", (now,))
         log.info(
-            "deduplication: %d messageIds of the last 24 h indexed in memory in %.1f s",
+            "deduplication: %d messageIds of the last %g h indexed in memory in %.1f s",
             count,
+            window / 3600,
             time.monotonic() - started,
         )
-    elif now - info[_PRUNED] >= PRUNE_EVERY_SECONDS:
+    elif now - pruned_at >= PRUNE_EVERY_SECONDS:
         # Every message with a smaller id was received before the window opened.
         [first] = conn.exec_driver_sql(
             "SELECT min(id) FROM main.messages WHERE received_at > ?", (now - window,)
@@ -95,4 +95,4 @@ def ensure(conn: Connection, now: float, window: float) -> None:
             conn.exec_driver_sql(f"DELETE FROM {SCHEMA}.recent")
         else:
             conn.exec_driver_sql(f"DELETE FROM {SCHEMA}.recent WHERE message_pk < ?", (first,))
-        info[_PRUNED] = now
+        conn.exec_driver_sql(f"UPDATE {SCHEMA}.state SET pruned_at = ?", (now,))
