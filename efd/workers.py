@@ -107,6 +107,7 @@ class _Pool:
     """Children of one kind; each request goes to the least busy running one."""
 
     def __init__(self, kind: str, processes: int, setup: dict[str, Any]) -> None:
+        setup = {"role": kind, **setup}  # which main the child runs (_child_main)
         self._children = [_Child(kind, index, setup) for index in range(processes)]
 
     @property
@@ -148,7 +149,6 @@ class SenderPool(_Pool):
         log_format: str,
     ) -> None:
         setup = {
-            "role": "sender",
             "options": options,
             "routes": list(routes),
             "log_level": log_level,
@@ -187,7 +187,6 @@ class ParserPool(_Pool):
         log_format: str,
     ) -> None:
         setup = {
-            "role": "parser",
             "sources": list(sources),
             "log_level": log_level,
             "log_format": log_format,
