@@ -5,10 +5,10 @@ Revises: 0004
 Create Date: 2026-11-21
 
 Message ids are random, so an on-disk index of their keys takes a write at a random page
-per message: with a million messages stored, SQLite ingested at 71-80 % of the empty
-store's rate. The SQLite writer now keeps the last 24 hours of keys in memory, rebuilt from
-this table when it connects (efd/store/dedupe.py). PostgreSQL keeps the table index: several
-processes share it.
+per message: with a million messages stored, SQLite ingested at 78-80 % of the empty
+store's rate (paired runs). The SQLite writer now keeps the last 24 hours of keys in memory,
+rebuilt from this table when it connects (efd/store/dedupe.py). PostgreSQL keeps the table
+index: several processes share it.
 """
 
 from __future__ import annotations
