@@ -13,6 +13,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
@@ -205,7 +206,9 @@ class Daemon:
             metrics=self.metrics,
             owner=self.owner,
         )
-        self._writer = GroupCommit(self._store_messages, max_items=5000, name="efd-ingest-writer")
+        self._writer = GroupCommit(
+            self._store_messages, max_items=5000, name="efd-ingest-writer", depth=2
+        )
         self._writer.start()
         self._dispatcher.start()
         self._regulations = RegulationRunner(
@@ -343,8 +346,14 @@ class Daemon:
         )
         self._listener.start()
 
-    async def _store_messages(self, rows: list[NewMessage]) -> list[str]:
-        return await self.db.write(self.db.store.insert_messages, rows, time.time())
+    async def _store_messages(self, take: Callable[[], list[NewMessage]]) -> list[str]:
+        store = self.db.store
+
+        def write() -> list[str]:
+            rows = take()  # in the writer thread: everything that arrived until now
+            return store.insert_messages(rows, time.time()) if rows else []
+
+        return await self.db.write(write)
 
     async def _healthz(self, _request: web.Request) -> web.Response:
         try:

@@ -2,12 +2,19 @@
 
 While a flush runs, new submissions queue up; the next flush takes them all. Under load
 this turns many small transactions into few large ones with no added latency when idle.
+
+The flush takes its group itself, by calling `take()` at the moment it writes. With
+`depth` 2 the next flush is already queued behind the running one (in the store's writer
+thread), so it starts the moment the last commit ends and takes everything that arrived
+meanwhile. With one flush at a time, the writer would wait for the event loop to hear of
+each commit, and under load the loop hears late: behind every request queued before it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
@@ -17,19 +24,57 @@ R = TypeVar("R")
 
 log = logging.getLogger(__name__)
 
+_Entry = tuple[list[T], "asyncio.Future[list[R]] | None"]
 
-class GroupCommit(Generic[T, R]):
+
+class _Take(Generic[T, R]):
+    """Removes the next group from the queue when first called, and remembers it."""
+
     def __init__(
         self,
-        flush: Callable[[list[T]], Awaitable[Sequence[R]]],
+        pending: deque[_Entry[T, R]],
+        lock: threading.Lock,
+        max_items: int,
+        fixed: list[_Entry[T, R]] | None,
+    ) -> None:
+        self._pending = pending
+        self._lock = lock
+        self._max_items = max_items
+        self.group: list[_Entry[T, R]] = fixed or []
+        self.taken = fixed is not None
+
+    def __call__(self) -> list[T]:
+        if not self.taken:
+            self.taken = True
+            # A take may run in the writer thread while the loop appends (atomic) or another
+            # flush takes: the lock keeps a peek and its popleft together.
+            with self._lock:
+                pending, count = self._pending, 0
+                while pending and (not self.group or count + len(pending[0][0]) <= self._max_items):
+                    entry = pending.popleft()
+                    self.group.append(entry)
+                    count += len(entry[0])
+        return [item for items, _ in self.group for item in items]
+
+
+class GroupCommit(Generic[T, R]):
+    """`flush(take)` writes the items `take()` returns (maybe none; a second call returns
+    the same) and returns their results in order. `take` may be called from any thread."""
+
+    def __init__(
+        self,
+        flush: Callable[[Callable[[], list[T]]], Awaitable[Sequence[R]]],
         *,
         max_items: int,
         name: str,
+        depth: int = 1,
     ) -> None:
         self._flush = flush
         self._max_items = max_items
         self._name = name
-        self._pending: deque[tuple[list[T], asyncio.Future[list[R]] | None]] = deque()
+        self._depth = depth
+        self._pending: deque[_Entry[T, R]] = deque()
+        self._take_lock = threading.Lock()
         self._ready = asyncio.Event()
         self._closing = False
         self._task: asyncio.Task[None] | None = None
@@ -62,35 +107,38 @@ class GroupCommit(Generic[T, R]):
             await self._task
 
     async def _run(self) -> None:
+        running: set[asyncio.Task[None]] = set()
+
+        def done(task: asyncio.Task[None]) -> None:
+            running.discard(task)
+            self._ready.set()
+
         while True:
             await self._ready.wait()
             self._ready.clear()
-            while self._pending:
-                group: list[tuple[list[T], asyncio.Future[list[R]] | None]] = []
-                count = 0
-                while self._pending and (
-                    not group or count + len(self._pending[0][0]) <= self._max_items
-                ):
-                    entry = self._pending.popleft()
-                    group.append(entry)
-                    count += len(entry[0])
-                await self._flush_group(group)
-            if self._closing:
+            while self._pending and len(running) < self._depth:
+                task = asyncio.create_task(self._flush_group(None))
+                running.add(task)
+                task.add_done_callback(done)
+            if self._closing and not self._pending and not running:
                 return
 
-    async def _flush_group(
-        self, group: list[tuple[list[T], asyncio.Future[list[R]] | None]]
-    ) -> None:
-        items = [item for entry, _ in group for item in entry]
+    async def _flush_group(self, fixed: list[_Entry[T, R]] | None) -> None:
+        take = _Take(self._pending, self._take_lock, self._max_items, fixed)
         try:
-            results = await self._flush(items)
+            results = await self._flush(take)
         except Exception as error:
+            take()  # if the flush failed before taking, the group it would have taken fails
+            group = take.group
             if len(group) == 1:
                 future = group[0][1]
                 if future is None:
-                    log.error("%s: %d items not flushed: %s", self._name, len(items), error)
+                    count = len(group[0][0])
+                    log.error("%s: %d items not flushed: %s", self._name, count, error)
                 elif not future.done():
                     future.set_exception(error)
+                return
+            if not group:
                 return
             # One submission may be to blame: retry each alone, so only it fails.
             log.warning(
@@ -100,7 +148,7 @@ class GroupCommit(Generic[T, R]):
                 await self._flush_group([single])
             return
         offset = 0
-        for submitted, result_future in group:
+        for submitted, result_future in take.group:
             if result_future is not None and not result_future.done():
                 result_future.set_result(list(results[offset : offset + len(submitted)]))
             offset += len(submitted)

@@ -15,7 +15,7 @@ import math
 import random
 import time
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -335,7 +335,10 @@ class Dispatcher:
                 decision.last_error,
             )
 
-    async def _record(self, items: list[tuple[Outcome, list[AttemptRow]]]) -> list[None]:
+    async def _record(
+        self, take: Callable[[], list[tuple[Outcome, list[AttemptRow]]]]
+    ) -> list[None]:
+        items = take()
         outcomes = [outcome for outcome, _ in items]
         rows = [row for _, attempt_rows in items for row in attempt_rows]
         delay = 0.5
