@@ -353,7 +353,7 @@ class Daemon:
             rows = take()  # in the writer thread: everything that arrived until now
             return store.insert_messages(rows, time.time()) if rows else []
 
-        return await self.db.write(write)
+        return await self.db.write_later(write)
 
     async def _healthz(self, _request: web.Request) -> web.Response:
         try:

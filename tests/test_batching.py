@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from efd.batching import GroupCommit
+from efd.store.runner import _WriterThread
 
 Flush = Callable[[Callable[[], list[int]]], Awaitable[list[int]]]
 
@@ -173,3 +174,27 @@ async def test_close_flushes_what_was_submitted_and_refuses_more() -> None:
     with pytest.raises(RuntimeError, match="shutting down"):
         await commit.submit([4])
     executor.shutdown()
+
+
+def test_the_writer_thread_runs_later_work_only_when_nothing_else_waits() -> None:
+    """Ingestion's flush queued ahead (`write_later`) must not delay a delivery's claim."""
+    writer = _WriterThread()
+    gate = threading.Event()
+    order: list[str] = []
+    running = writer.submit(lambda: gate.wait(5), later=False)
+    flush = writer.submit(lambda: order.append("queued flush"), later=True)
+    claim = writer.submit(lambda: order.append("claim"), later=False)
+    failing = writer.submit(lambda: 1 / 0, later=False)
+    gate.set()
+    assert running.result(5) is True
+    flush.result(5)
+    claim.result(5)
+    with pytest.raises(ZeroDivisionError):
+        failing.result(5)
+    assert order == ["claim", "queued flush"]
+    last = writer.submit(lambda: order.append("last"), later=True)
+    writer.shutdown()  # drains what was queued
+    assert last.done()
+    assert order[-1] == "last"
+    with pytest.raises(RuntimeError, match="shutdown"):
+        writer.submit(lambda: None, later=False)

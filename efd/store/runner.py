@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import threading
+from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import ParamSpec, TypeVar
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, ParamSpec, TypeVar
 
 from efd.store.sql import Store
 
@@ -18,21 +20,69 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+class _WriterThread:
+    """One thread running writes in order, except that work queued as `later` runs only when
+    nothing else waits. Ingestion queues its next flush ahead of time (efd/batching.py);
+    as `later` it cannot make a delivery's claim or outcome wait a whole commit longer."""
+
+    def __init__(self) -> None:
+        self._queues: tuple[deque[Any], deque[Any]] = (deque(), deque())  # (now, later)
+        self._wake = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="efd-db-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[[], R], *, later: bool) -> Future[R]:
+        future: Future[R] = Future()
+        with self._wake:
+            if self._closed:
+                raise RuntimeError("cannot schedule new writes after shutdown")
+            self._queues[later].append((fn, future))
+            self._wake.notify()
+        return future
+
+    def _loop(self) -> None:
+        while True:
+            with self._wake:
+                while not (self._queues[0] or self._queues[1] or self._closed):
+                    self._wake.wait()
+                queue = self._queues[0] or self._queues[1]
+                if not queue:
+                    return  # closed and drained
+                fn, future = queue.popleft()
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn())
+                except BaseException as error:
+                    future.set_exception(error)
+
+    def shutdown(self) -> None:
+        """Finish what was queued, then stop."""
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+        self._thread.join()
+
+
 class AsyncStore:
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._writer = ThreadPoolExecutor(1, thread_name_prefix="efd-db-writer")
+        self._writer = _WriterThread()
         self._reader = ThreadPoolExecutor(2, thread_name_prefix="efd-db-reader")
 
     async def write(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._writer, functools.partial(fn, *args, **kwargs))
+        call = functools.partial(fn, *args, **kwargs)
+        return await asyncio.wrap_future(self._writer.submit(call, later=False))
+
+    async def write_later(self, fn: Callable[[], R]) -> R:
+        """Like write, but after any other write that is waiting (see _WriterThread)."""
+        return await asyncio.wrap_future(self._writer.submit(fn, later=True))
 
     async def read(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._reader, functools.partial(fn, *args, **kwargs))
 
     def close(self) -> None:
-        self._writer.shutdown(wait=True)
+        self._writer.shutdown()
         self._reader.shutdown(wait=True)
         self.store.dispose()
