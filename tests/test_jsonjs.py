@@ -14,6 +14,7 @@ import random
 import shutil
 import struct
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -567,3 +568,39 @@ def test_checked_parse_agrees_with_the_exact_path_on_random_documents() -> None:
         text = json.dumps(document(), separators=(",", ":"))
         value, plain = jsonjs.loads_checked(text.encode())
         assert jsonjs.dumps(value, plain=plain) == jsonjs.dumps(value), text
+
+
+def test_checked_parse_starts_each_document_afresh() -> None:
+    # The decoder is reused across calls: a flag left by one document must not leak.
+    assert jsonjs.loads_checked(b"[10.0]")[1] is False
+    assert jsonjs.loads_checked(b"[1.5]") == ([1.5], True)
+    assert jsonjs.loads_checked(b'{"2":1}')[1] is False
+    assert jsonjs.loads_checked(b'{"a":1}') == ({"a": 1}, True)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        '{"a":"é"}'.encode(),
+        '\ufeff{"a":"é"}'.encode(),  # a UTF-8 byte order mark
+        '{"a":"é"}'.encode("utf-16"),
+        '{"a":"é"}'.encode("utf-16-le"),
+        '{"a":"é"}'.encode("utf-32"),
+        b'{"a":"\\ud800"}',
+    ],
+)
+def test_checked_parse_reads_bytes_as_json_loads_does(data: bytes) -> None:
+    assert jsonjs.loads_checked(data)[0] == json.loads(data)
+
+
+@pytest.mark.parametrize("data", [b'{"a":"\xff"}', b"[NaN]", b"{", b'{"a":1} x'])
+def test_checked_parse_refuses_what_json_loads_refuses(data: bytes) -> None:
+    def error(parse: Callable[[], object]) -> tuple[type, str]:
+        try:
+            parse()
+        except ValueError as e:
+            return type(e), str(e)
+        raise AssertionError(f"{data!r} was accepted")
+
+    expected = error(lambda: json.loads(data, parse_constant=jsonjs._reject_constant))
+    assert error(lambda: jsonjs.loads_checked(data)) == expected
