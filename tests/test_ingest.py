@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import gzip
 import json
 
@@ -87,6 +88,22 @@ async def test_missing_or_unknown_write_key_is_401(db_url, daemon, headers):
     assert answer["success"] is False
     assert answer["code"] == "unauthorized"
     assert stored(db_url) == []
+
+
+@pytest.mark.parametrize(
+    "credentials",
+    [
+        f"{WRITE_KEY}:",  # what Segment's libraries send
+        f"{WRITE_KEY}:any-password",  # the password is ignored
+        WRITE_KEY,  # no colon at all
+    ],
+)
+@pytest.mark.parametrize("scheme", ["Basic ", "basic  "])
+async def test_basic_auth_forms_name_the_source(db_url, daemon, scheme, credentials):
+    header = scheme + base64.b64encode(credentials.encode()).decode()
+    status, _ = await post(daemon.port, "/v1/track", TRACK, {"Authorization": header})
+    assert status == 200
+    assert len(stored(db_url)) == 1
 
 
 async def test_unknown_write_key_in_body_is_401(db_url, daemon):
