@@ -47,10 +47,14 @@ def _message_ids(receiver) -> Counter[str]:  # type: ignore[no-untyped-def]
 async def test_kill_9_mid_retry_schedule_loses_nothing(db_url, receiver_factory, tmp_path):
     switch = Switch()
     receiver = await receiver_factory(switch)
+    # On PostgreSQL, deliveries leased by the killed process wait for the lease to lapse
+    # (60 s by default): a short one keeps the test short, and still waits for it.
     settings = settings_dict(
         db_url,
         [receiver.url],
         delivery={
+            "timeout_seconds": 2,
+            "lease_seconds": 8,
             "retry_initial_seconds": 0.3,
             "retry_max_seconds": 0.6,
             "retry_window_seconds": 600,
