@@ -19,6 +19,9 @@ from decimal import Decimal
 from typing import Any
 
 _MAX_SAFE = 2**53
+# Deeper JSON is refused before it is parsed: no real message nests this far, and the
+# parser must never be the one to discover a body nested thousands of levels deep.
+MAX_DEPTH = 64
 _encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -140,15 +143,22 @@ def _escape_surrogate(match: re.Match[str]) -> str:
     return f"\\u{ord(match.group()):04x}"
 
 
+def has_lone_surrogate(text: str) -> bool:
+    """Whether `text` holds a surrogate code point (only a lone one survives parsing)."""
+    return not text.isascii() and _LONE_SURROGATE.search(text) is not None
+
+
 # An array-index-like key ('"2":'), which JavaScript lists first whatever its position.
 _INDEX_KEY = re.compile(rb'"[0-9]+"\s*:')
 
 
-def dumps(value: Any, *, plain: bool = False) -> bytes:
+def dumps(value: Any, *, plain: bool = False, replace_surrogates: bool = False) -> bytes:
     """Serialise `value` to the UTF-8 bytes ``JSON.stringify`` would produce.
 
     `plain=True` promises that `value` holds nothing Python writes differently from
     JavaScript (see `loads_checked`), so Python's C encoder output is used as it is.
+    Lone surrogates are written as ``\\udXXX`` escapes, as JSON.stringify does, or with
+    `replace_surrogates` as U+FFFD, which every receiver's JSON parser accepts.
     """
     if plain:
         text = _encoder.encode(value)
@@ -159,6 +169,8 @@ def dumps(value: Any, *, plain: bool = False) -> bytes:
         return text.encode("utf-8")
     except UnicodeEncodeError:
         # Lone surrogates (from "\ud800" escapes in the input): JS writes them escaped.
+        if replace_surrogates:
+            return _LONE_SURROGATE.sub("\ufffd", text).encode("utf-8")
         return _LONE_SURROGATE.sub(_escape_surrogate, text).encode("utf-8")
 
 
@@ -166,9 +178,72 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+class TooDeep(ValueError):
+    """The document nests arrays and objects deeper than MAX_DEPTH."""
+
+    def __init__(self) -> None:
+        super().__init__(f"arrays and objects may nest at most {MAX_DEPTH} levels deep")
+
+
+_ONLY_STRUCTURE = bytes(range(256)).translate(None, b'[]{}"')
+_AS_PARENS = bytes.maketrans(b"[]{}", b"()()")
+_STRING = re.compile(rb'"[^"]*"')
+
+
+def check_depth(data: bytes) -> None:
+    """Raise TooDeep if the UTF-8 JSON text `data` nests deeper than MAX_DEPTH.
+
+    Runs at C speed on bytes, without parsing: strings are cut out (escaped backslashes
+    and quotes first, so every quote left delimits one), leaving only the brackets,
+    whose nesting is then counted. For text that is not valid JSON the count is an
+    upper bound up to the point where a parser would stop, which is all that matters.
+    """
+    if b"\\" in data:
+        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+    # Quotes and brackets only; two adjacent quotes enclose nothing that counts.
+    shape = data.translate(None, _ONLY_STRUCTURE).replace(b'""', b"")
+    if b'"' in shape:
+        shape = _STRING.sub(b"", shape)
+    shape = shape.translate(_AS_PARENS)
+    if b"(" * (MAX_DEPTH + 1) in shape:
+        raise TooDeep
+    # Each pass removes the innermost level; real documents need only a few passes.
+    depth = 0
+    while depth < 8 and b"()" in shape:
+        shape = shape.replace(b"()", b"")
+        depth += 1
+    # What is left: deeper nesting (rare), or brackets never matched (invalid JSON, but a
+    # parser still descends into them). Count from the lowest point reached so far, so an
+    # unmatched closer cannot hide what follows it.
+    running = lowest = deepest = 0
+    for byte in shape:
+        running += 1 if byte == 40 else -1  # "(" or ")"
+        lowest = min(lowest, running)
+        deepest = max(deepest, running - lowest)
+    if depth + deepest > MAX_DEPTH:
+        raise TooDeep
+
+
+def _text(data: bytes) -> str:
+    """The JSON text of `data`, read as json.loads reads bytes (UTF-8, -16 or -32 by the
+    first bytes) but strictly: invalid sequences are refused, not smuggled through as lone
+    surrogates."""
+    encoding = json.detect_encoding(data)
+    if encoding.startswith("utf-8"):
+        check_depth(data)
+        return data.decode(encoding)
+    text = data.decode(encoding)
+    check_depth(text.encode("utf-8", "surrogatepass"))
+    return text
+
+
 def loads(data: bytes | str) -> Any:
-    """Parse strict JSON: NaN and Infinity are rejected, as JavaScript's JSON.parse does."""
-    return json.loads(data, parse_constant=_reject_constant)
+    """Parse strict JSON: NaN and Infinity are rejected, as JavaScript's JSON.parse does;
+    so is nesting deeper than MAX_DEPTH (TooDeep) and, in bytes, invalid Unicode."""
+    if isinstance(data, str):
+        check_depth(data.encode("utf-8", "surrogatepass"))
+        return json.loads(data, parse_constant=_reject_constant)
+    return json.loads(_text(data), parse_constant=_reject_constant)
 
 
 class _PlainCheck(threading.local):
@@ -205,8 +280,8 @@ def loads_checked(data: bytes) -> tuple[Any, bool]:
     ("10.0"), floats Python writes with an exponent (below 1e-4, from 1e16), integers
     past 2**53, and array-index keys.
     """
+    text = _text(data)
     check = _plain_check
     check.plain = _INDEX_KEY.search(data) is None
-    # As json.loads does for bytes: UTF-8, -16 or -32 by the first bytes; a UTF-8 BOM skipped.
-    value = check.decoder.decode(data.decode(json.detect_encoding(data), "surrogatepass"))
+    value = check.decoder.decode(text)
     return value, check.plain

@@ -47,8 +47,12 @@ def delete_body(user_id: str, timestamp: datetime) -> dict[str, Any]:
 
 def encode(body: dict[str, Any], *, plain: bool = False) -> bytes:
     """The exact bytes sent and signed (JSON.stringify-compatible). `plain`: the values came
-    from `jsonjs.loads_checked`, which found nothing Python writes differently."""
-    return jsonjs.dumps(body, plain=plain)
+    from `jsonjs.loads_checked`, which found nothing Python writes differently.
+
+    A lone surrogate (a client's "\\ud800" escape inside properties or traits) becomes
+    U+FFFD: written as an escape, as JSON.stringify would, it is refused by strict JSON
+    parsers (Rust's serde_json among them) and by UTF-8 databases downstream."""
+    return jsonjs.dumps(body, plain=plain, replace_surrogates=True)
 
 
 def sign(secret: str, body: bytes) -> str:
