@@ -9,10 +9,11 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from efd import jsonjs
@@ -69,20 +70,48 @@ class Message:
     fields: dict[str, Any]
 
 
+# The forms real clients send, and no others: date, T (or a space), time to the second,
+# an optional fraction, and Z, an offset with or without its colon, or nothing (UTC).
+_TIMESTAMP = re.compile(
+    r"(\d{4})-(\d\d)-(\d\d)[Tt ](\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?"
+    r"(?:([Zz])|([+-])(\d\d):?(\d\d))?",
+    re.ASCII,
+)
+
+
 def parse_timestamp(value: Any, field: str) -> datetime:
-    """Parse the ISO 8601 forms real clients send (Z, +00:00, +0000, any fraction)."""
+    """Parse `YYYY-MM-DDTHH:MM:SS[.fraction][Z|+HH:MM|+HHMM]` (no offset: UTC)."""
     if not isinstance(value, str):
         raise Rejection("invalid_field", f"{field} must be an ISO 8601 string", field=field)
+    match = _TIMESTAMP.fullmatch(value)
     try:
-        parsed = datetime.fromisoformat(value)
+        if match is None:
+            raise ValueError
+        year, month, day, hour, minute, second, fraction, _, sign, off_h, off_m = match.groups()
+        parsed = datetime(
+            int(year),
+            int(month),
+            int(day),
+            int(hour),
+            int(minute),
+            int(second),
+            int(fraction[:6].ljust(6, "0")) if fraction else 0,
+            tzinfo=UTC,
+        )
     except ValueError:
         raise Rejection(
-            "invalid_field", f"{field} is not an ISO 8601 date-time: {value[:40]!r}", field=field
+            "invalid_field",
+            f"{field} is not an ISO 8601 date-time such as 2026-11-24T10:00:00.000Z: "
+            f"{value[:40]!r}",
+            field=field,
         ) from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)  # no offset given: Segment reads it as UTC
+    if sign is None:
+        return parsed
+    if int(off_h) > 23 or int(off_m) > 59:
+        raise Rejection("invalid_field", f"{field} has an offset out of range", field=field)
+    offset = timedelta(hours=int(off_h), minutes=int(off_m))
     try:
-        return parsed.astimezone(UTC)
+        return parsed - offset if sign == "+" else parsed + offset
     except OverflowError:
         raise Rejection("invalid_field", f"{field} is out of range", field=field) from None
 
@@ -94,10 +123,19 @@ def format_timestamp(value: datetime) -> str:
     return naive.isoformat(timespec="milliseconds") + "Z"
 
 
+def _no_surrogates(value: str, key: str) -> str:
+    # The store writes identifiers into columns: text there must be valid Unicode.
+    if jsonjs.has_lone_surrogate(value):
+        raise Rejection(
+            "invalid_field", f"{key} holds an unpaired surrogate (\\ud800-\\udfff)", field=key
+        )
+    return value
+
+
 def _identity(raw: Mapping[str, Any], key: str) -> str | None:
     value = raw.get(key)
     if type(value) is str:  # the common case first: this runs twice per message
-        return value or None
+        return _no_surrogates(value, key) if value else None
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
@@ -169,6 +207,8 @@ def normalise(
             f"messageId is longer than {MAX_MESSAGE_ID_CHARS} characters",
             field="messageId",
         )
+    else:
+        _no_surrogates(message_id, "messageId")
 
     context = _object(raw, "context")
     if batch_context:
@@ -195,13 +235,14 @@ def _corrected_timestamp(
     raw: Mapping[str, Any], received_at: datetime, batch_sent_at: datetime | None
 ) -> datetime:
     # Segment's clock-skew rule: the client's timestamp moved by (receivedAt - sentAt), so a
-    # device whose clock is off still lands at the right server time.
-    if raw.get("timestamp") is None:
-        return received_at
-    timestamp = parse_timestamp(raw["timestamp"], "timestamp")
+    # device whose clock is off still lands at the right server time. Both are checked
+    # whether or not the other is there.
     sent_at = (
         parse_timestamp(raw["sentAt"], "sentAt") if raw.get("sentAt") is not None else batch_sent_at
     )
+    if raw.get("timestamp") is None:
+        return received_at
+    timestamp = parse_timestamp(raw["timestamp"], "timestamp")
     if sent_at is None:
         return timestamp
     try:
@@ -221,7 +262,10 @@ def _type_fields(msg_type: str, raw: Mapping[str, Any], user_id: str | None) -> 
             raise Rejection("missing_field", "track needs event", field="event")
         if not isinstance(event, str):
             raise Rejection("invalid_field", "event must be a string", field="event")
-        return {"event": event, "properties": _object(raw, "properties") or {}}
+        return {
+            "event": _no_surrogates(event, "event"),
+            "properties": _object(raw, "properties") or {},
+        }
     if msg_type == "identify":
         return {"traits": _object(raw, "traits") or {}}
     if msg_type == "group":
