@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -34,7 +35,20 @@ from efd.personas.keys import PERSONAS_SOURCE, snake_case
 from efd.webhooks import RESERVED_HEADERS
 
 MAX_HOOKS = 5
+MIN_ADMIN_TOKEN_CHARS = 16
 Seconds = Annotated[float, Field(gt=0)]
+# RFC 9110 token characters: what a header name may be made of.
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
+def _header_value_problem(value: str) -> str | None:
+    if any(ch in value for ch in "\r\n\x00"):
+        return "may not contain CR, LF or NUL"
+    if any((ord(ch) < 0x20 and ch != "\t") or ord(ch) == 0x7F for ch in value):
+        return "may not contain control characters"
+    if not value.isascii():
+        return "must be ASCII"
+    return None
 
 
 class _Strict(BaseModel):
@@ -44,10 +58,33 @@ class _Strict(BaseModel):
 class ServerConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(default=8088, ge=0, le=65535)
-    # Bearer token for the admin endpoints (/regulations); unset turns them off.
+    # Bearer token for the admin endpoints (/regulations, /metrics); unset turns them off.
     admin_token: SecretStr | None = None
     # Child processes that parse large ingestion bodies (0: the daemon parses everything).
     parse_processes: int = Field(default=1, ge=0, le=32)
+    # Connections open at once; one more is answered 503 and closed.
+    max_connections: int = Field(default=1024, ge=1, le=1_000_000)
+    # A request's headers and body must all arrive within this, from its first byte.
+    request_timeout_seconds: Seconds = 30
+    # An idle keep-alive connection is closed after this.
+    keepalive_timeout_seconds: Seconds = 15
+
+    @field_validator("admin_token")
+    @classmethod
+    def _strong_token(cls, token: SecretStr | None) -> SecretStr | None:
+        if token is None:
+            return None
+        value = token.get_secret_value()
+        if value != value.strip() or not value.strip():
+            raise ValueError("may not be empty or begin or end with whitespace")
+        if len(value) < MIN_ADMIN_TOKEN_CHARS:
+            raise ValueError(
+                f"must be at least {MIN_ADMIN_TOKEN_CHARS} characters (leave it unset to turn "
+                "the admin endpoints off)"
+            )
+        if not (value.isascii() and value.isprintable()) or " " in value:
+            raise ValueError("must be printable ASCII without spaces (it travels in a header)")
+        return token
 
 
 class StorageConfig(_Strict):
@@ -83,6 +120,14 @@ class DeliveryConfig(_Strict):
     # How long a claimed delivery is reserved; must outlast a round of attempts.
     lease_seconds: Seconds = 60
     response_head_bytes: int = Field(default=512, ge=0, le=65536)
+
+    @field_validator("user_agent")
+    @classmethod
+    def _header_value(cls, value: str) -> str:
+        problem = _header_value_problem(value)
+        if problem is not None or value != value.strip():
+            raise ValueError(problem or "may not begin or end with whitespace")
+        return value
 
     @field_validator("allowed_networks")
     @classmethod
@@ -125,10 +170,17 @@ class HookConfig(_Strict):
 
     @field_validator("headers")
     @classmethod
-    def _not_reserved(cls, headers: dict[str, str]) -> dict[str, str]:
-        reserved = sorted(k for k in headers if k.lower() in RESERVED_HEADERS)
-        if reserved:
-            raise ValueError(f"may not set {', '.join(reserved)}: efd sets it")
+    def _valid_headers(cls, headers: dict[str, str]) -> dict[str, str]:
+        problems = []
+        for name, value in headers.items():
+            if name.strip().lower() in RESERVED_HEADERS:
+                problems.append(f"{name!r}: efd sets it (or it changes the request's framing)")
+            elif not _TOKEN.fullmatch(name):
+                problems.append(f"{name!r} is not a valid header name")
+            elif (problem := _header_value_problem(value)) is not None:
+                problems.append(f"{name!r}: the value {problem}")
+        if problems:
+            raise ValueError("; ".join(problems))
         return headers
 
 

@@ -14,8 +14,22 @@ from efd import jsonjs
 from efd.messages import Message, format_timestamp
 
 SIGNATURE_HEADER = "X-Signature"
-# Headers efd owns; a hook's static headers may not override them.
-RESERVED_HEADERS = frozenset({"content-type", "user-agent", "x-signature"})
+# Headers efd owns, or that would change the request's framing or routing; a hook's static
+# headers may not set them.
+RESERVED_HEADERS = frozenset(
+    {
+        "content-type",
+        "content-length",
+        "transfer-encoding",
+        "host",
+        "connection",
+        "user-agent",
+        "x-signature",
+        "webhook-id",
+        "webhook-timestamp",
+        "webhook-signature",
+    }
+)
 
 
 def body_for(message: Message) -> dict[str, Any]:

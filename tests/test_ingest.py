@@ -280,13 +280,16 @@ async def test_healthz_and_metrics(db_url, daemon):
 
 async def test_metrics_need_the_admin_token_when_one_is_set(db_url, daemon_factory):
     daemon = await daemon_factory(
-        settings_dict(db_url, server={"host": "127.0.0.1", "port": 0, "admin_token": "s3cret"})
+        settings_dict(
+            db_url, server={"host": "127.0.0.1", "port": 0, "admin_token": "s3cret-metrics-token"}
+        )
     )
     async with aiohttp.ClientSession() as session:
         async with session.get(f"http://127.0.0.1:{daemon.port}/metrics") as response:
             assert response.status == 401
         async with session.get(
-            f"http://127.0.0.1:{daemon.port}/metrics", headers={"Authorization": "Bearer s3cret"}
+            f"http://127.0.0.1:{daemon.port}/metrics",
+            headers={"Authorization": "Bearer s3cret-metrics-token"},
         ) as response:
             assert response.status == 200
 

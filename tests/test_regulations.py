@@ -28,7 +28,7 @@ from tests.conftest import (
     write_toml,
 )
 
-TOKEN = "adm-secret"
+TOKEN = "adm-secret-0123456789"
 
 
 def reg_settings(

@@ -378,7 +378,19 @@ def test_static_headers_cannot_override_owned_headers() -> None:
 
 
 def test_reserved_headers() -> None:
-    assert frozenset({"content-type", "user-agent", "x-signature"}) == RESERVED_HEADERS
+    # efd's own headers, the framing and routing ones, and Standard Webhooks' three.
+    assert {
+        "content-type",
+        "content-length",
+        "transfer-encoding",
+        "host",
+        "connection",
+        "user-agent",
+        "x-signature",
+        "webhook-id",
+        "webhook-timestamp",
+        "webhook-signature",
+    } == RESERVED_HEADERS
 
 
 # -- redact_url ------------------------------------------------------------------------------
