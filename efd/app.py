@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import hmac
 import logging
 import math
 import os
@@ -25,7 +26,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from efd.batching import GroupCommit
 from efd.config import Settings
 from efd.dispatcher import Dispatcher, Rounds
-from efd.ingest import Ingest, json_response
+from efd.ingest import MAX_RAW_REQUEST_BYTES, Ingest
 from efd.metrics import Metrics
 from efd.personas.sync import (
     Computation,
@@ -36,6 +37,7 @@ from efd.personas.sync import (
 )
 from efd.regulations import RegulationRunner, RegulationsApi
 from efd.sender import Route, Sender
+from efd.server import Limits, Listener, json_response, quiet_parse_errors
 from efd.store import NewMessage, Store
 from efd.store import migrate as migrations
 from efd.store.engine import normalise_url, safe_url, sqlite_path
@@ -93,6 +95,7 @@ class Daemon:
         self._lock: _SqliteLock | None = None
         self._db: AsyncStore | None = None
         self._runner: web.AppRunner | None = None
+        self._listener: Listener | None = None
         self._writer: GroupCommit[NewMessage, str] | None = None
         self._dispatcher: Dispatcher | None = None
         self.computations: list[Computation] = computations(settings)
@@ -106,8 +109,8 @@ class Daemon:
         self._parsers: ParserPool | None = None  # large request bodies parsed there
         self._parsers_ready: asyncio.Future[None] | None = None
         self._scheduler: AsyncIOScheduler | None = None
-        self._listener: threading.Thread | None = None
-        self._listener_stop = threading.Event()
+        self._notifications: threading.Thread | None = None
+        self._notifications_stop = threading.Event()
         self._stopped = False
 
     @property
@@ -221,7 +224,7 @@ class Daemon:
         )
         self._regulations.start()
         if not store.sqlite:
-            self._start_listener(store)
+            self._start_notifications(store)
 
         self._scheduler = AsyncIOScheduler()
         self._scheduler.add_job(
@@ -245,7 +248,17 @@ class Daemon:
             )
         self._scheduler.start()
 
-        app = web.Application(client_max_size=1024**2)
+        server = settings.server
+        limits = Limits(
+            max_connections=server.max_connections,
+            request_timeout=server.request_timeout_seconds,
+            keepalive_timeout=server.keepalive_timeout_seconds,
+            max_body_bytes=max(MAX_RAW_REQUEST_BYTES, 1024**2),
+        )
+        self._listener = Listener(limits)
+        app = web.Application(
+            client_max_size=limits.max_body_bytes, middlewares=[self._listener.middleware]
+        )
         ingest = Ingest(
             settings,
             writer=self._writer,
@@ -265,14 +278,15 @@ class Daemon:
         )
         # efd inflates gzip bodies itself, with a bound: aiohttp would inflate without one.
         self._runner = web.AppRunner(
-            app, access_log=None, shutdown_timeout=10, auto_decompress=False
+            app,
+            access_log=None,
+            shutdown_timeout=10,
+            auto_decompress=False,
+            keepalive_timeout=limits.keepalive_timeout,
         )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, settings.server.host, settings.server.port)
-        await site.start()
-        server = site._server  # the bound port, for port 0
-        sockets = getattr(server, "sockets", None) or []
-        self.port = sockets[0].getsockname()[1] if sockets else settings.server.port
+        quiet_parse_errors()
+        self.port = await self._listener.start(self._runner, server.host, server.port)
         log.info(
             "efd listening on http://%s:%s (%d sources, %d destinations)",
             settings.server.host,
@@ -295,8 +309,10 @@ class Daemon:
             return
         self._stopped = True
         log.info("shutting down")
+        if self._listener is not None:
+            await self._listener.close()  # stop accepting
         if self._runner is not None:
-            await self._runner.cleanup()  # stops listening, lets running requests finish
+            await self._runner.cleanup()  # lets running requests finish
         if self._writer is not None:
             await self._writer.close()
         await _stop_children(self._parsers, self._parsers_ready, 5.0)
@@ -311,9 +327,9 @@ class Daemon:
         if self._dispatcher is not None:
             grace = self.settings.delivery.timeout_seconds + _SHUTDOWN_MARGIN
             await self._dispatcher.stop(grace)
-        if self._listener is not None:
-            self._listener_stop.set()
-            await asyncio.to_thread(self._listener.join)
+        if self._notifications is not None:
+            self._notifications_stop.set()
+            await asyncio.to_thread(self._notifications.join)
         if self._sender is not None:
             await self._sender.close()
         await _stop_children(
@@ -329,7 +345,7 @@ class Daemon:
 
     # -- pieces ---------------------------------------------------------------------------
 
-    def _start_listener(self, store: Store) -> None:
+    def _start_notifications(self, store: Store) -> None:
         """LISTEN for other processes' new work, so their messages wake our dispatcher too."""
         assert self._dispatcher is not None
         loop = asyncio.get_running_loop()
@@ -338,13 +354,13 @@ class Daemon:
         def wake() -> None:
             loop.call_soon_threadsafe(notify)
 
-        self._listener = threading.Thread(
+        self._notifications = threading.Thread(
             target=store.listen,
-            args=(wake, self._listener_stop.is_set),
+            args=(wake, self._notifications_stop.is_set),
             name="efd-listen",
             daemon=True,
         )
-        self._listener.start()
+        self._notifications.start()
 
     async def _store_messages(self, take: Callable[[], list[NewMessage]]) -> list[str]:
         store = self.db.store
@@ -366,8 +382,9 @@ class Daemon:
     async def _metrics(self, request: web.Request) -> web.Response:
         token = self.settings.server.admin_token
         if token is not None:
-            expected = f"Bearer {token.get_secret_value()}"
-            if request.headers.get("Authorization", "") != expected:
+            expected = f"Bearer {token.get_secret_value()}".encode()
+            given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
+            if not hmac.compare_digest(given, expected):
                 return json_response(
                     {"success": False, "code": "unauthorized", "message": "bearer token needed"},
                     401,

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import json
 import logging
+import re
+import secrets
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from operator import attrgetter
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from aiohttp import web
 from sqlalchemy.exc import SQLAlchemyError
@@ -19,8 +23,15 @@ from sqlalchemy.exc import SQLAlchemyError
 from efd import jsonjs, routing, webhooks
 from efd.batching import GroupCommit
 from efd.config import Settings, SourceConfig
-from efd.messages import MAX_REQUEST_BYTES, Message, Rejection, normalise_request
+from efd.messages import (
+    MAX_MESSAGE_BYTES,
+    MAX_REQUEST_BYTES,
+    Message,
+    Rejection,
+    normalise_request,
+)
 from efd.metrics import Metrics
+from efd.server import json_response
 from efd.store import NewMessage
 from efd.store.sql import DUPLICATE, STORED, SUPPRESSED
 from efd.workers import LOST, ParserPool
@@ -50,12 +61,6 @@ Writer = GroupCommit[NewMessage, str]  # per row: STORED, DUPLICATE or SUPPRESSE
 PARSE_ELSEWHERE_BYTES = 8192
 
 
-def json_response(body: dict[str, Any], status: int = 200) -> web.Response:
-    return web.Response(
-        body=json.dumps(body).encode(), status=status, content_type="application/json"
-    )
-
-
 # The answer to every accepted request, serialised once.
 _SUCCESS = json.dumps({"success": True}).encode()
 
@@ -68,29 +73,41 @@ def _too_large() -> Rejection:
     return Rejection("request_too_large", f"a request may be at most {MAX_REQUEST_BYTES} bytes")
 
 
+# Bytes as sent, before decompression: the 500 KiB limit plus room for gzip's framing on
+# incompressible data.
+MAX_RAW_REQUEST_BYTES = MAX_REQUEST_BYTES + 65536
+
+
+def gunzip(data: bytes) -> bytes:
+    """Exactly one complete gzip member, inflated to at most the request limit: a gzip
+    bomb never expands past it in memory; a missing or wrong trailer (CRC, size), bytes
+    after the member or a second member are refused."""
+    inflater = zlib.decompressobj(wbits=31)
+    try:
+        data = inflater.decompress(data, MAX_REQUEST_BYTES + 1)
+    except zlib.error as error:
+        raise Rejection("invalid_body", f"the body is not valid gzip: {error}") from None
+    if len(data) > MAX_REQUEST_BYTES or inflater.unconsumed_tail:
+        raise _too_large()
+    if not inflater.eof:
+        raise Rejection("invalid_body", "the gzip body is truncated: its trailer is missing")
+    if inflater.unused_data:
+        raise Rejection(
+            "invalid_body", "the gzip body has bytes after its end (one gzip member only)"
+        )
+    return data
+
+
 async def read_body(request: web.Request) -> bytes:
     """The request body, gunzipped if need be, refused past the 500 KiB limit."""
-    raw_limit = MAX_REQUEST_BYTES + 65536  # room for gzip's framing on incompressible data
-    if request.content_length is not None and request.content_length > raw_limit:
+    if request.content_length is not None and request.content_length > MAX_RAW_REQUEST_BYTES:
         raise _too_large()
-    chunks: list[bytes] = []
-    size = 0
-    while chunk := await request.content.read(65536):
-        size += len(chunk)
-        if size > raw_limit:
-            raise _too_large()
-        chunks.append(chunk)
-    data = b"".join(chunks)
+    data = await request.read()  # read in full by efd.server's middleware, within its clock
+    if len(data) > MAX_RAW_REQUEST_BYTES:
+        raise _too_large()
     encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
     if encoding == "gzip":
-        # Bounded decompression: a small gzip bomb never expands past the limit in memory.
-        inflater = zlib.decompressobj(wbits=31)
-        try:
-            data = inflater.decompress(data, MAX_REQUEST_BYTES + 1)
-        except zlib.error as error:
-            raise Rejection("invalid_body", f"the body is not valid gzip: {error}") from None
-        if len(data) > MAX_REQUEST_BYTES or inflater.unconsumed_tail:
-            raise _too_large()
+        data = gunzip(data)
     elif encoding not in ("identity", ""):
         raise Rejection(
             "unsupported_encoding", f"Content-Encoding {encoding!r} is not supported (use gzip)"
@@ -98,6 +115,72 @@ async def read_body(request: web.Request) -> bytes:
     if len(data) > MAX_REQUEST_BYTES:
         raise _too_large()
     return data
+
+
+class Source(Protocol):
+    """What parsing needs of a source: SourceConfig in the daemon, a stand-in in a child."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def destinations(self) -> Sequence[str]: ...
+
+
+S = TypeVar("S", bound=Source)
+_BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}", re.ASCII)
+
+
+class WriteKeys(Generic[S]):
+    """Finds a source by its write key without comparing secrets byte by byte: keys are
+    looked up by a keyed hash (this process's random key), then confirmed with a
+    constant-time comparison."""
+
+    def __init__(self, sources: Mapping[str, S]) -> None:
+        self._salt = secrets.token_bytes(32)
+        self._by_digest = {self._digest(key): (key, source) for key, source in sources.items()}
+        # The header Segment's libraries send (the key, a colon, no password), looked up
+        # whole before any decoding: the common case costs one hash and one lookup.
+        self._by_header = {
+            self._digest(_basic_header(key)): (_basic_header(key), source)
+            for key, source in sources.items()
+        }
+
+    def _digest(self, value: str) -> bytes:
+        return hmac.digest(self._salt, value.encode("utf-8", "surrogateescape"), hashlib.sha256)
+
+    def find(self, key: str) -> S | None:
+        """The source whose write key is `key`, or None."""
+        found = self._by_digest.get(self._digest(key))
+        if found is None or not hmac.compare_digest(found[0].encode(), key.encode()):
+            return None
+        return found[1]
+
+    def find_header(self, header: str) -> S | None:
+        """The source of an exact `Basic base64(key:)` header, or None (not that form)."""
+        found = self._by_header.get(self._digest(header))
+        if found is None or not hmac.compare_digest(found[0].encode(), header.encode()):
+            return None
+        return found[1]
+
+
+def _basic_header(key: str) -> str:
+    return "Basic " + base64.b64encode(f"{key}:".encode()).decode()
+
+
+def decode_basic(value: str) -> str:
+    """The user name (the write key) of Basic credentials: standard base64 of UTF-8 text,
+    nothing else (no URL-safe alphabet, no missing or extra padding)."""
+    value = value.strip()
+    if not value.isascii() or len(value) % 4 or not _BASE64.fullmatch(value):
+        raise Rejection("unauthorized", "malformed Basic credentials", status=401)
+    try:
+        raw = base64.b64decode(value, validate=True)
+        if base64.b64encode(raw).decode("ascii") != value:
+            raise ValueError("non-canonical base64")
+        return raw.decode("utf-8").partition(":")[0]
+    except (binascii.Error, ValueError):
+        raise Rejection("unauthorized", "malformed Basic credentials", status=401) from None
 
 
 class Ingest:
@@ -110,13 +193,9 @@ class Ingest:
         on_stored: Callable[[], None],
         parsers: ParserPool | None = None,
     ) -> None:
-        self._sources = {s.write_key.get_secret_value(): s for s in settings.sources}
-        # The header Segment's libraries send (the key, a colon, no password), looked up
-        # whole before any decoding: the common case costs one dict lookup.
-        self._by_header = {
-            "Basic " + base64.b64encode(f"{key}:".encode()).decode(): source
-            for key, source in self._sources.items()
-        }
+        self._keys: WriteKeys[SourceConfig] = WriteKeys(
+            {s.write_key.get_secret_value(): s for s in settings.sources}
+        )
         self._by_name = {s.name: s for s in settings.sources}
         self._parsers = parsers
         self._writer = writer
@@ -141,17 +220,13 @@ class Ingest:
         header = request.headers.get("Authorization")
         if header is None:
             return None
-        known = self._by_header.get(header)
+        known = self._keys.find_header(header)
         if known is not None:
             return known
         scheme, _, value = header.partition(" ")
         if scheme.lower() != "basic":
             raise Rejection("unauthorized", "use HTTP Basic auth with the write key", status=401)
-        try:
-            decoded = base64.b64decode(value.strip(), validate=True).decode("utf-8")
-        except (binascii.Error, UnicodeDecodeError):
-            raise Rejection("unauthorized", "malformed Basic credentials", status=401) from None
-        source = self._sources.get(decoded.partition(":")[0])
+        source = self._keys.find(decode_basic(value))
         if source is None:
             raise Rejection("unauthorized", "unknown write key", status=401)
         return source
@@ -203,21 +278,10 @@ class Ingest:
                 _, name, rows = result
                 return self._by_name[name], [NewMessage(*row) for row in rows]
         return parse_request(
-            data, source=source, sources=self._sources, type_=type_, received_at=received_at
+            data, source=source, keys=self._keys, type_=type_, received_at=received_at
         )
 
 
-class Source(Protocol):
-    """What parsing needs of a source: SourceConfig in the daemon, a stand-in in a child."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def destinations(self) -> Sequence[str]: ...
-
-
-S = TypeVar("S", bound=Source)
 _row_values = attrgetter(*(field.name for field in fields(NewMessage)))
 
 
@@ -231,17 +295,19 @@ def parse_request(
     data: bytes,
     *,
     source: S | None,
-    sources: Mapping[str, S],
+    keys: WriteKeys[S],
     type_: str | None,
     received_at: datetime,
 ) -> tuple[S, list[NewMessage]]:
     """The body of an ingestion request → the rows to store (pure; raises Rejection).
 
     `source` is the one named by the Basic auth header, if any; otherwise the body's
-    writeKey is looked up in `sources` (write key → source).
+    writeKey is looked up in `keys`.
     """
     try:
         payload, plain = jsonjs.loads_checked(data)
+    except jsonjs.TooDeep as error:
+        raise Rejection("too_deep", f"the body is nested too deeply: {error}") from None
     except (ValueError, UnicodeDecodeError) as error:
         raise Rejection("invalid_json", f"the body is not valid JSON: {error}") from None
     if source is None:
@@ -252,21 +318,31 @@ def parse_request(
                 "no write key: use HTTP Basic auth or writeKey in the body",
                 status=401,
             )
-        source = sources.get(key)
+        source = keys.find(key)
         if source is None:
             raise Rejection("unauthorized", "unknown write key", status=401)
     messages = normalise_request(
         payload, received_at=received_at, type_=type_, body_bytes=len(data)
     )
-    return source, [message_row(source, message, received_at, plain) for message in messages]
+    rows = []
+    for index, message in enumerate(messages):
+        try:
+            rows.append(message_row(source, message, received_at, plain))
+        except Rejection as rejection:
+            if type_ is None:  # a batch: say which message
+                rejection.index = index
+                rejection.message = f"batch[{index}]: {rejection.message}"
+            raise
+    return source, rows
 
 
 class ChildParser:
     """parse_request in a parser process (efd.workers), its answers as plain tuples."""
 
     def __init__(self, sources: Sequence[tuple[str, str, tuple[str, ...]]]) -> None:
-        self._by_key = {key: _ChildSource(name, dests) for key, name, dests in sources}
-        self._by_name = {source.name: source for source in self._by_key.values()}
+        by_key = {key: _ChildSource(name, dests) for key, name, dests in sources}
+        self._keys = WriteKeys(by_key)
+        self._by_name = {source.name: source for source in by_key.values()}
 
     def __call__(
         self, data: bytes, source_name: str | None, type_: str | None, received_at: float
@@ -275,7 +351,7 @@ class ChildParser:
             source, rows = parse_request(
                 data,
                 source=self._by_name[source_name] if source_name is not None else None,
-                sources=self._by_key,
+                keys=self._keys,
                 type_=type_,
                 received_at=datetime.fromtimestamp(received_at, UTC),
             )
@@ -285,7 +361,16 @@ class ChildParser:
 
 
 def message_row(source: Source, message: Message, received_at: datetime, plain: bool) -> NewMessage:
-    body = webhooks.encode(webhooks.body_for(message), plain=plain).decode("utf-8")
+    data = webhooks.encode(webhooks.body_for(message), plain=plain)
+    if len(data) > MAX_MESSAGE_BYTES:
+        # Checked as stored and sent: a batch's shared context and integrations are merged
+        # into each message, so small messages can grow past the limit here.
+        raise Rejection(
+            "message_too_large",
+            f"a message may be at most {MAX_MESSAGE_BYTES} bytes as delivered; this one is "
+            f"{len(data)} bytes with the batch's context and integrations merged in",
+        )
+    body = data.decode("utf-8")
     return NewMessage(
         source=source.name,
         message_id=message.message_id,

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import json
 import logging
 import time
 import uuid
@@ -29,10 +28,11 @@ from typing import Any
 from aiohttp import web
 from sqlalchemy.exc import SQLAlchemyError
 
+from efd import jsonjs
 from efd.config import Settings, SourceConfig
-from efd.ingest import json_response
 from efd.messages import format_timestamp
 from efd.metrics import Metrics
+from efd.server import json_response
 from efd.store.personas import (
     DELETE_TYPES,
     REGULATION_TYPES,
@@ -106,11 +106,16 @@ def parse_request(payload: Any) -> tuple[str, list[str]]:
             field="subjectIds",
         )
     for index, value in enumerate(ids):
-        if not isinstance(value, str) or not value or len(value) > MAX_SUBJECT_CHARS:
+        if (
+            not isinstance(value, str)
+            or not value
+            or len(value) > MAX_SUBJECT_CHARS
+            or jsonjs.has_lone_surrogate(value)
+        ):
             raise BadRequest(
                 "invalid_field",
                 f"subjectIds[{index}] must be a userId: a non-empty string of at most "
-                f"{MAX_SUBJECT_CHARS} characters",
+                f"{MAX_SUBJECT_CHARS} characters of valid Unicode",
                 field=f"subjectIds[{index}]",
             )
     return type_, list(dict.fromkeys(ids))
@@ -177,7 +182,9 @@ class RegulationsApi:
                     "unknown_source", f"no source named {scope!r}", field="source", status=404
                 )
             try:
-                payload = json.loads(await request.read())
+                payload = jsonjs.loads(await request.read())
+            except jsonjs.TooDeep as error:
+                raise BadRequest("too_deep", f"the body is nested too deeply: {error}") from None
             except (ValueError, UnicodeDecodeError) as error:
                 raise BadRequest("invalid_json", f"the body is not valid JSON: {error}") from None
             type_, ids = parse_request(payload)

@@ -8,6 +8,7 @@ a large commit.
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -32,6 +33,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import DBAPIError
 
 from efd.store import dedupe
 from efd.store.dedupe import message_key
@@ -168,10 +170,15 @@ def _sqlite_compiled(
 
 @contextmanager
 def _driver_cursor(conn: Connection) -> Iterator[Any]:
-    """A sqlite3 cursor inside `conn`'s transaction, for the statements on the hot path."""
+    """A sqlite3 cursor inside `conn`'s transaction, for the statements on the hot path.
+
+    The driver's errors are raised as SQLAlchemy's, as every other statement's are, so
+    callers handle one kind (a full disk is a 503, not a crash)."""
     cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
     try:
         yield cursor
+    except sqlite3.Error as error:
+        raise DBAPIError(None, None, error) from error
     finally:
         cursor.close()
 
