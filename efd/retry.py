@@ -16,12 +16,13 @@ class Verdict(StrEnum):
 
 
 # Transport failures. A request that never reached the receiver (TLS refused, address
-# blocked, bad URL) is final for that hook; the others may succeed on a later try.
+# blocked, bad URL, a request that cannot be built) is final for that hook; the others
+# may succeed on a later try.
 # `interrupted`: the sender process died mid-round; `internal`: a bug in efd's sending code.
 RETRYABLE_ERRORS = frozenset(
     {"timeout", "connect", "dns", "reset", "protocol", "interrupted", "internal"}
 )
-FINAL_ERRORS = frozenset({"tls", "blocked", "invalid_url"})
+FINAL_ERRORS = frozenset({"tls", "blocked", "invalid_url", "invalid_request"})
 
 
 def classify_status(status: int) -> Verdict:

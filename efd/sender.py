@@ -194,6 +194,13 @@ class Sender:
             if blocked := _blocked_reason(error):
                 return self._error(url, started_at, clock, "blocked", blocked)
             return self._error(url, started_at, clock, "connect", str(error))
+        except (ValueError, TypeError, UnicodeError) as error:
+            # The request could not be built (a header aiohttp refuses, say): final for
+            # this hook, and only for it; the round's other hooks keep their answers.
+            return self._error(url, started_at, clock, "invalid_request", str(error))
+        except Exception as error:
+            log.exception("sending to %s failed inside efd", webhooks.redact_url(url))
+            return self._error(url, started_at, clock, "internal", repr(error))
         duration = time.monotonic() - clock
         verdict = classify_status(status)
         retry_after = None

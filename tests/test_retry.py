@@ -71,7 +71,7 @@ def test_error_class_sets() -> None:
         frozenset({"timeout", "connect", "dns", "reset", "protocol", "interrupted", "internal"})
         == RETRYABLE_ERRORS
     )
-    assert frozenset({"tls", "blocked", "invalid_url"}) == FINAL_ERRORS
+    assert frozenset({"tls", "blocked", "invalid_url", "invalid_request"}) == FINAL_ERRORS
     assert not RETRYABLE_ERRORS & FINAL_ERRORS
 
 
