@@ -300,10 +300,14 @@ async def test_delete_purges_payloads_profiles_and_memberships(
     assert rows.pop("m-anon")
     assert rows.pop("m-u1")
     assert not rows.pop("m-u2")
-    purged_identify = sql(
-        db_url, "SELECT body FROM messages WHERE source = 'personas' AND user_id = 'u1'"
+    personas = sql(
+        db_url,
+        "SELECT coalesce(user_id, '-'), body IS NULL FROM messages WHERE source = 'personas'",
     )
-    assert purged_identify == [(None,)]
+    assert sorted((user, bool(purged)) for user, purged in personas) == [
+        ("-", True),
+        ("u2", False),
+    ]
     assert sql(db_url, "SELECT count(*) FROM messages WHERE type = 'delete' AND body IS NULL") == [
         (0,)
     ]
@@ -463,3 +467,86 @@ async def test_kill_9_right_after_the_request_and_the_regulation_finishes_after_
         assert sql(db_url, "SELECT count(*) FROM suppressions") == [(5000,)]
     finally:
         process.ensure_stopped()
+
+
+# -- a finished deletion leaves nothing of the user ------------------------------------------
+
+FORGET = ("user-to-forget-7c1", "anon-to-forget-9d2", "Event Only They Did", "prop-value-3e8")
+KEEP = ("user-kept-4a5", "Event Others Did")
+# The regulation's own records, and the delete notifications with their deliveries and
+# attempts, name the user on purpose; everything else must not.
+_ALLOWED_TABLES = {"regulations", "regulation_subjects", "suppressions"}
+
+
+def _texts_naming(db_url: str, needles: tuple[str, ...]) -> list[tuple[str, str, str]]:
+    """(table, column, value) of every stored text that contains one of `needles`, outside
+    the regulation's records and the delete notifications."""
+    from efd.store.schema import metadata
+
+    found = []
+    notifications = "SELECT id FROM messages WHERE type = 'delete'"
+    exclude = {
+        "messages": f"id NOT IN ({notifications})",
+        "deliveries": f"message_pk NOT IN ({notifications})",
+        "attempts": "delivery_id NOT IN (SELECT id FROM deliveries WHERE message_pk IN "
+        f"({notifications}))",
+    }
+    for table in metadata.sorted_tables:
+        if table.name in _ALLOWED_TABLES:
+            continue
+        where = exclude.get(table.name, "1 = 1")
+        for column in table.columns:
+            for (value,) in sql(db_url, f"SELECT {column.name} FROM {table.name} WHERE {where}"):
+                text = str(value)
+                if any(needle in text for needle in needles):
+                    found.append((table.name, column.name, text[:120]))
+    return found
+
+
+@pytest.mark.parametrize("kind", ["DELETE_ONLY", "SUPPRESS_WITH_DELETE"])
+async def test_a_finished_deletion_leaves_nothing_of_the_user(
+    db_url, daemon_factory, receiver_factory, kind
+):
+    async def echo(request: web.Request, _n: int) -> web.StreamResponse:
+        return web.Response(body=await request.read())  # receivers often echo the body
+
+    hooks, mobile = await receiver_factory(echo), await receiver_factory(echo)
+    settings = reg_settings(db_url, [hooks.url], mobile.url)
+    settings["audiences"] = [
+        {
+            "name": "Doers",
+            "destinations": ["mobile"],
+            "condition": f"event('{FORGET[2]}').count() >= 1",
+        }
+    ]
+    daemon = await daemon_factory(settings)
+    user, anonymous, event, value = FORGET
+    batch = [
+        {"type": "page", "anonymousId": anonymous, "properties": {"q": value}},
+        {"type": "identify", "userId": user, "anonymousId": anonymous, "traits": {"t": value}},
+        {"type": "track", "userId": user, "event": event, "properties": {"p": value}},
+        {"type": "track", "userId": KEEP[0], "event": KEEP[1]},
+    ]
+    assert (await post(daemon.port, "/v1/batch", {"batch": batch}))[0] == 200
+    await daemon.sync(daemon.computation("Doers"))
+    await eventually(lambda: len(hooks.received) >= 4 and len(mobile.received) >= 1)
+    await eventually(
+        lambda: sql(db_url, "SELECT count(*) FROM deliveries WHERE status <> 'delivered'") == [(0,)]
+    )
+    assert {t for t, _, _ in _texts_naming(db_url, FORGET)} >= {
+        "messages", "attempts", "profiles", "identities", "events", "computed_values"
+    }  # fmt: skip
+
+    reg_id = await regulate(daemon.port, request(kind, user))
+    await finished(daemon.port, reg_id)
+    await eventually(lambda: len(deletes(hooks)) == 1)
+
+    assert _texts_naming(db_url, FORGET) == []
+    assert _texts_naming(db_url, KEEP) != []  # the other user's data is untouched
+    # What the audit keeps: every row, its ids, statuses, times and status codes.
+    assert sql(db_url, "SELECT count(*) FROM messages WHERE type <> 'delete'") == [(5,)]
+    assert sql(
+        db_url,
+        "SELECT count(*) FROM attempts a JOIN deliveries d ON d.id = a.delivery_id "
+        "WHERE a.status_code = 200 AND d.status = 'delivered'",
+    ) >= [(5,)]

@@ -43,6 +43,7 @@ from efd.store.schema import (
     FINISHED,
     INITIALIZED,
     RUNNING,
+    attempts,
     computations,
     computed_values,
     deliveries,
@@ -653,25 +654,37 @@ class PersonasStore:
     def purge_messages(
         self, claim: RegulationClaim, low: int, high: int, lease_until: float
     ) -> int:
-        """Remove the payload of the subjects' messages with pk in (low, high]: their
-        userId, or no userId and their anonymousId. Delete notifications stay; delivery
-        rows stay, for audit. The count is recorded in the same transaction."""
+        """Remove what the subjects' messages with pk in (low, high] say about them: their
+        userId, or no userId and their anonymousId. The payload, ids and event name go;
+        so do the attempts' excerpts of the receivers' answers (which often echo the body)
+        and error texts. Kept for the audit: the rows, their ids, type, times, statuses,
+        status codes and error classes. Delete notifications stay. The count is recorded
+        in the same transaction."""
         subjects = self._subjects(claim)
+        targets = (
+            messages.c.id > low,
+            messages.c.id <= high,
+            messages.c.body.is_not(None),
+            messages.c.type != "delete",
+            or_(
+                messages.c.user_id.in_(subjects),
+                and_(messages.c.user_id.is_(None), messages.c.anonymous_id.in_(subjects)),
+            ),
+        )
         with self.store.writer.begin() as conn:
             self._fence(conn, claim, lease_until)
+            their_deliveries = select(deliveries.c.id).where(
+                deliveries.c.message_pk.in_(select(messages.c.id).where(*targets))
+            )
+            conn.execute(
+                update(attempts)
+                .where(attempts.c.delivery_id.in_(their_deliveries))
+                .values(response_head=None, error=None)
+            )
             purged = conn.execute(
                 update(messages)
-                .where(
-                    messages.c.id > low,
-                    messages.c.id <= high,
-                    messages.c.body.is_not(None),
-                    messages.c.type != "delete",
-                    or_(
-                        messages.c.user_id.in_(subjects),
-                        and_(messages.c.user_id.is_(None), messages.c.anonymous_id.in_(subjects)),
-                    ),
-                )
-                .values(body=None)
+                .where(*targets)
+                .values(body=None, user_id=None, anonymous_id=None, event=None)
             ).rowcount
             progress = self._count_purged(conn, claim, {"messages": purged}, done=False)
         claim.progress = progress
