@@ -16,7 +16,7 @@ from typing import Any, Protocol, TypeVar
 from aiohttp import web
 from sqlalchemy.exc import SQLAlchemyError
 
-from efd import jsonjs, routing, webhooks
+from efd import cors, jsonjs, routing, webhooks
 from efd.batching import GroupCommit
 from efd.config import Settings, SourceConfig
 from efd.messages import MAX_REQUEST_BYTES, Message, Rejection, normalise_request
@@ -118,6 +118,11 @@ class Ingest:
             for key, source in self._sources.items()
         }
         self._by_name = {s.name: s for s in settings.sources}
+        self._origins = {
+            s.name: cors.AllowedOrigins(s.allowed_origins)
+            for s in settings.sources
+            if s.allowed_origins is not None
+        }
         self._parsers = parsers
         self._writer = writer
         self._metrics = metrics
@@ -136,6 +141,16 @@ class Ingest:
 
     async def _single(self, request: web.Request) -> web.Response:
         return await self._handle(request, SINGLE_TYPES[request.path.rsplit("/", 1)[1]])
+
+    def _check_origin(self, source: SourceConfig, request: web.Request) -> None:
+        allowed = self._origins.get(source.name)
+        origin = request.headers.get("Origin")
+        if allowed is not None and origin is not None and not allowed.allows(origin):
+            raise Rejection(
+                "origin_not_allowed",
+                f"origin {origin[:200]!r} is not in this source's allowed_origins",
+                status=403,
+            )
 
     def _source_from_header(self, request: web.Request) -> SourceConfig | None:
         header = request.headers.get("Authorization")
@@ -162,6 +177,7 @@ class Ingest:
             source = self._source_from_header(request)
             data = await read_body(request)
             source, rows = await self._parse(data, source, type_, received_at)
+            self._check_origin(source, request)
         except Rejection as rejection:
             self._metrics.rejected[rejection.code] += 1
             log.info("rejected %s from %s: %s", request.path, request.remote, rejection.message)
