@@ -132,6 +132,8 @@ class Ingest:
         routes = [
             web.post("/v1/batch", self._batch),
             web.post("/v1/import", self._batch),
+            web.post("/v1/b", self._batch),  # analytics.js in batching mode
+            web.post("/v1/m", self._telemetry),
         ]
         routes += [web.post(f"/v1/{path}", self._single) for path in SINGLE_TYPES]
         return routes
@@ -141,6 +143,16 @@ class Ingest:
 
     async def _single(self, request: web.Request) -> web.Response:
         return await self._handle(request, SINGLE_TYPES[request.path.rsplit("/", 1)[1]])
+
+    async def _telemetry(self, request: web.Request) -> web.Response:
+        """analytics.js's own telemetry, meant for Segment: read, counted and dropped, so
+        that pages that send it see no error."""
+        try:
+            await read_body(request)
+        except Rejection as rejection:
+            return _reject(rejection)
+        self._metrics.telemetry_discarded += 1
+        return web.Response(body=_SUCCESS, content_type="application/json")
 
     def _check_origin(self, source: SourceConfig, request: web.Request) -> None:
         allowed = self._origins.get(source.name)

@@ -16,7 +16,7 @@ from tests.conftest import WRITE_KEY, basic, settings_dict, sql
 
 PAGE = "http://localhost:5173"
 TRACK = {"type": "track", "userId": "u-1", "event": "Signed Up"}
-INGEST_PATHS = ["/v1/batch", "/v1/import"] + [f"/v1/{p}" for p in SINGLE_TYPES]
+INGEST_PATHS = ["/v1/batch", "/v1/import", "/v1/b", "/v1/m"] + [f"/v1/{p}" for p in SINGLE_TYPES]
 # What Chromium asks before analytics.js's POST (lower case, sorted, as browsers send it).
 REQUESTED = "authorization,content-type,x-retry-count"
 
@@ -84,10 +84,11 @@ async def test_every_answer_to_a_page_carries_its_origin(sqlite_url, daemon_fact
     too_large = {"batch": [{**TRACK, "properties": {"x": "y" * 30000}}] * 20}
     cases = [
         (200, "POST", "/v1/t", TRACK, {**origin, **basic()}),
+        (200, "POST", "/v1/m", {"series": []}, origin),
         (400, "POST", "/v1/t", b"{", {**origin, **basic()}),
         (401, "POST", "/v1/t", TRACK, {**origin, **basic("wrong")}),
         (401, "POST", "/v1/t", TRACK, origin),
-        (400, "POST", "/v1/batch", too_large, {**origin, **basic()}),  # request_too_large
+        (400, "POST", "/v1/b", too_large, {**origin, **basic()}),  # request_too_large
         (404, "POST", "/v1/nope", TRACK, origin),
         (405, "GET", "/v1/t", None, origin),
     ]
@@ -280,3 +281,51 @@ def test_bad_patterns_say_what_is_wrong(pattern: str, words: str) -> None:
     with pytest.raises(ValueError, match="must be an origin") as caught:
         check_pattern(pattern)
     assert words in str(caught.value)
+
+
+# -- the routes analytics.js uses ------------------------------------------------------------
+
+
+async def test_batching_mode_posts_to_v1_b(db_url, daemon_factory):
+    daemon = await daemon_factory(settings_dict(db_url))
+    # analytics.js's batching mode: text/plain, the key in the body and in Basic auth.
+    body = {
+        "writeKey": WRITE_KEY,
+        "batch": [{**TRACK, "messageId": f"b{i}"} for i in range(3)],
+        "sentAt": "2026-11-24T10:00:00.000Z",
+    }
+    status, headers, answer = await request(
+        "POST",
+        daemon.port,
+        "/v1/b",
+        body,
+        {"Origin": PAGE, "Content-Type": "text/plain", "X-Retry-Count": "1", **basic()},
+    )
+    assert (status, answer) == (200, {"success": True})
+    assert headers["Access-Control-Allow-Origin"] == PAGE
+    assert [m for _, m in stored(db_url)] == ["b0", "b1", "b2"]
+
+
+async def test_telemetry_is_accepted_counted_and_dropped(db_url, daemon_factory):
+    daemon = await daemon_factory(settings_dict(db_url))
+    series = {
+        "series": [
+            {
+                "type": "Counter",
+                "metric": "analytics_js.invoke",
+                "value": 1,
+                "tags": {"0": "track", "library": "analytics.js"},
+            }
+        ]
+    }
+    for _ in range(2):
+        status, headers, answer = await request(
+            "POST", daemon.port, "/v1/m", series, {"Origin": PAGE, "Content-Type": "text/plain"}
+        )
+        assert (status, answer) == (200, {"success": True})
+        assert headers["Access-Control-Allow-Origin"] == PAGE
+    status, _, answer = await request("POST", daemon.port, "/v1/m", b"x" * (MAX_REQUEST_BYTES + 1))
+    assert (status, answer["code"]) == (400, "request_too_large")
+    _, _, metrics = await request("GET", daemon.port, "/metrics")
+    assert "efd_telemetry_discarded_total 2\n" in metrics
+    assert stored(db_url) == []
