@@ -54,7 +54,10 @@ class Browser:
         from playwright.async_api import async_playwright
 
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="playwright")
+        # A daemon thread: should the launch fail, pytest still exits.
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="playwright", daemon=True
+        )
         self._thread.start()
 
         async def launch() -> tuple[Any, Any]:
@@ -157,6 +160,19 @@ class Page:
 
     def posts_to(self, port: int) -> list[Sent]:
         return [s for s in self.sent if s.method == "POST" and urlsplit(s.url).port == port]
+
+    async def answered_posts(self, port: int, messages: int) -> list[Sent]:
+        """The POSTs of messages (not telemetry) to efd, once they carry `messages` messages
+        and their answers: the browser reports them on its own time."""
+
+        def answered() -> list[Sent] | None:
+            posts = [post for post in self.posts_to(port) if post.path != "/v1/m"]
+            count = sum(len(post.message_ids()) for post in posts)
+            done = count >= messages and all(post.status or post.failed for post in posts)
+            return posts if done else None
+
+        posts: list[Sent] = await eventually(answered)
+        return posts
 
     def check_clean(self) -> None:
         """No CORS error, no script error, and no request to anyone but this machine."""
@@ -333,18 +349,16 @@ async def test_every_call_arrives_once_signed(
         page = await pages(f"{site.origin}/snippet.html")
 
     await receiver.wait_for(5, timeout=30)
-    posts = page.posts_to(daemon.port)
+    posts = await page.answered_posts(daemon.port, 5)
     sent = [message_id for post in posts for message_id in post.message_ids()]
     bodies = await delivered_once(sqlite_url, receiver, sent)
     if setup == "npm":
         assert sorted(sent) == sorted(e["messageId"] for e in result["events"])
     # Nothing resent: each POST answered 200, on the route its mode uses.
-    paths = {post.path for post in posts if post.path != "/v1/m"}
+    paths = {post.path for post in posts}
     assert paths == ({"/v1/b"} if batching else {"/v1/i", "/v1/t", "/v1/p", "/v1/g", "/v1/a"})
     assert {post.status for post in posts} == {200}
-    assert all(
-        post.headers["authorization"].startswith("Basic ") for post in posts if post.path != "/v1/m"
-    )
+    assert all(post.headers["authorization"].startswith("Basic ") for post in posts)
 
     by_type = {body["type"]: body for body in bodies}
     assert sorted(by_type) == sorted(TYPES)
@@ -393,7 +407,7 @@ async def test_a_refusal_is_a_failed_delivery_not_a_retry(
     # reports each event as failed instead of queueing it for a retry.
     assert [e["failed"] for e in result["events"]] == [f"Non-retryable error: {status}"] * 5
     assert result["errors"] == ["delivery_failure"] * 5
-    posts = page.posts_to(daemon.port)
+    posts = await page.answered_posts(daemon.port, 5)
     assert [post.status for post in posts] == [status] * 5
     assert sql(sqlite_url, "SELECT count(*) FROM messages") == [(0,)]
     page.check_clean()
@@ -416,14 +430,24 @@ async def test_events_sent_while_efd_is_down_arrive_once_with_x_retry_count(
     )
     # analytics.js kept them to retry: nothing failed for good.
     assert [e["failed"] for e in result["events"]] == [None] * 5
-    assert all(s.failed for s in page.sent if urlsplit(s.url).port == port)
+    # Each first attempt failed: nothing listened there yet.
+    await eventually(lambda: len([s for s in page.posts_to(port) if s.failed]) >= 5)
     settings = settings_dict(sqlite_url, [receiver.url])
     settings["server"]["port"] = port
     await daemon_factory(settings)
 
     await delivered_once(sqlite_url, receiver, [e["messageId"] for e in result["events"]])
-    answered = [post for post in page.posts_to(port) if post.status is not None]
-    assert {post.status for post in answered} == {200}
+
+    def succeeded() -> list[Sent] | None:
+        ok = [post for post in page.posts_to(port) if post.status == 200]
+        return ok if len(ok) >= 5 else None
+
+    answered: list[Sent] = await eventually(succeeded)
+    # Before efd listened the browser got no answer at all; after, only 200s.
+    assert {post.status for post in page.posts_to(port)} <= {None, 200}
+    assert sorted(m for post in answered for m in post.message_ids()) == sorted(
+        e["messageId"] for e in result["events"]
+    )
     # Retries say so; the browser sent that header after a preflight that allowed it.
     assert all(int(post.headers["x-retry-count"]) >= 1 for post in answered)
     page.check_clean()
