@@ -134,7 +134,7 @@ async def _preflight(_request: web.Request) -> web.Response:
 
 async def _allow_origin(request: web.Request, response: web.StreamResponse) -> None:
     """On every answer under /v1/ to a request with an Origin, errors included (aiohttp's
-    own 404, 405 and 413 too): without it the browser hides the status from the page and
+    own 404, 405 and 500 too): without it the browser hides the status from the page and
     analytics.js retries what efd refused."""
     origin = request.headers.get("Origin")
     if origin is None or not request.path.startswith(PREFIX):
