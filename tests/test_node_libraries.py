@@ -15,6 +15,12 @@ from tests.jsclients import JS, delivered_once, node
 COUNT = 100
 
 
+@pytest.fixture
+def node_program() -> str:
+    """node, checked before any database is made for a test that would skip."""
+    return node()
+
+
 @pytest.mark.parametrize(
     "library",
     [
@@ -23,15 +29,14 @@ COUNT = 100
     ],
 )
 async def test_node_library_delivers_every_event_once(
-    library, db_url, receiver_factory, daemon_factory
+    library, node_program, db_url, receiver_factory, daemon_factory
 ):
-    program = node()
     receiver = await receiver_factory()
     daemon = await daemon_factory(settings_dict(db_url, [receiver.url]))
     done = await asyncio.to_thread(
         subprocess.run,
         [
-            program,
+            node_program,
             "node-senders.mjs",
             library,
             f"http://127.0.0.1:{daemon.port}",
