@@ -23,6 +23,7 @@ from aiohttp import web
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from sqlalchemy.exc import SQLAlchemyError
 
+from efd import cors
 from efd.batching import GroupCommit
 from efd.config import Settings
 from efd.dispatcher import Dispatcher, Rounds
@@ -266,7 +267,9 @@ class Daemon:
             on_stored=self._dispatcher.notify,
             parsers=self._parsers,
         )
-        app.add_routes(ingest.routes())
+        ingest_routes = ingest.routes()
+        app.add_routes(ingest_routes)
+        cors.install(app, [route.path for route in ingest_routes])  # web pages send too
         app.add_routes([web.get("/healthz", self._healthz), web.get("/metrics", self._metrics)])
         app.add_routes(
             RegulationsApi(

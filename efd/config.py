@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -31,6 +32,7 @@ from pydantic_settings import (
 )
 
 from efd.audiences import ParseError, parse_condition, parse_expression
+from efd.cors import check_pattern
 from efd.personas.keys import PERSONAS_SOURCE, snake_case
 from efd.webhooks import RESERVED_HEADERS
 
@@ -195,6 +197,8 @@ class SourceConfig(_Strict):
     name: str = Field(min_length=1)
     write_key: SecretStr
     destinations: list[str] = Field(default_factory=list)
+    # Origins whose web pages may send with this key (efd.cors); None: any origin.
+    allowed_origins: list[Annotated[str, AfterValidator(check_pattern)]] | None = None
 
     @field_validator("write_key")
     @classmethod

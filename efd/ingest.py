@@ -20,7 +20,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from aiohttp import web
 from sqlalchemy.exc import SQLAlchemyError
 
-from efd import jsonjs, routing, webhooks
+from efd import cors, jsonjs, routing, webhooks
 from efd.batching import GroupCommit
 from efd.config import Settings, SourceConfig
 from efd.messages import (
@@ -197,6 +197,11 @@ class Ingest:
             {s.write_key.get_secret_value(): s for s in settings.sources}
         )
         self._by_name = {s.name: s for s in settings.sources}
+        self._origins = {
+            s.name: cors.AllowedOrigins(s.allowed_origins)
+            for s in settings.sources
+            if s.allowed_origins is not None
+        }
         self._parsers = parsers
         self._writer = writer
         self._metrics = metrics
@@ -206,6 +211,8 @@ class Ingest:
         routes = [
             web.post("/v1/batch", self._batch),
             web.post("/v1/import", self._batch),
+            web.post("/v1/b", self._batch),  # analytics.js in batching mode
+            web.post("/v1/m", self._telemetry),
         ]
         routes += [web.post(f"/v1/{path}", self._single) for path in SINGLE_TYPES]
         return routes
@@ -215,6 +222,26 @@ class Ingest:
 
     async def _single(self, request: web.Request) -> web.Response:
         return await self._handle(request, SINGLE_TYPES[request.path.rsplit("/", 1)[1]])
+
+    async def _telemetry(self, request: web.Request) -> web.Response:
+        """analytics.js's own telemetry, meant for Segment: read, counted and dropped, so
+        that pages that send it see no error."""
+        try:
+            await read_body(request)
+        except Rejection as rejection:
+            return _reject(rejection)
+        self._metrics.telemetry_discarded += 1
+        return web.Response(body=_SUCCESS, content_type="application/json")
+
+    def _check_origin(self, source: SourceConfig, request: web.Request) -> None:
+        allowed = self._origins.get(source.name)
+        origin = request.headers.get("Origin")
+        if allowed is not None and origin is not None and not allowed.allows(origin):
+            raise Rejection(
+                "origin_not_allowed",
+                f"origin {origin[:200]!r} is not in this source's allowed_origins",
+                status=403,
+            )
 
     def _source_from_header(self, request: web.Request) -> SourceConfig | None:
         header = request.headers.get("Authorization")
@@ -237,6 +264,7 @@ class Ingest:
             source = self._source_from_header(request)
             data = await read_body(request)
             source, rows = await self._parse(data, source, type_, received_at)
+            self._check_origin(source, request)
         except Rejection as rejection:
             self._metrics.rejected[rejection.code] += 1
             log.info("rejected %s from %s: %s", request.path, request.remote, rejection.message)

@@ -36,6 +36,7 @@ class Metrics:
         self.expired: Counter[str] = Counter()
         self.attempts: Counter[tuple[str, str]] = Counter()  # by (destination, outcome)
         self.stale_outcomes = 0
+        self.telemetry_discarded = 0  # analytics.js telemetry requests (/v1/m)
         self.latency: dict[str, Histogram] = {}
         self.backlog: dict[str, int] = {}
 
@@ -116,6 +117,12 @@ class Metrics:
         )
         lines.append("# TYPE efd_stale_outcomes_total counter")
         lines.append(f"efd_stale_outcomes_total {self.stale_outcomes}")
+        lines.append(
+            "# HELP efd_telemetry_discarded_total analytics.js telemetry requests "
+            "(POST /v1/m), accepted and dropped."
+        )
+        lines.append("# TYPE efd_telemetry_discarded_total counter")
+        lines.append(f"efd_telemetry_discarded_total {self.telemetry_discarded}")
         lines.append(
             "# HELP efd_backlog_pending Pending deliveries per destination, in flight included."
         )

@@ -404,6 +404,37 @@ def test_field_rules(tmp_path: Path, text: str, key: str) -> None:
     assert keys_of(problems_of(tmp_path, text)) == {key}
 
 
+ORIGINS = '[[sources]]\nname = "s"\nwrite_key = "k"\nallowed_origins = {}\n'
+
+
+def test_allowed_origins_load(tmp_path: Path) -> None:
+    origins = '["https://shop.example", "http://localhost:3000", "https://*.shop.example"]'
+    [source] = config.load(write(tmp_path, ORIGINS.format(origins))).sources
+    assert source.allowed_origins == [
+        "https://shop.example",
+        "http://localhost:3000",
+        "https://*.shop.example",
+    ]
+    [source] = config.load(write(tmp_path, ORIGINS.format("[]"))).sources
+    assert source.allowed_origins == []  # no web page at all: server-side libraries only
+    [source] = config.load(write(tmp_path, GOOD)).sources
+    assert source.allowed_origins is None  # any origin
+
+
+def test_each_bad_allowed_origin_is_named(tmp_path: Path) -> None:
+    text = ORIGINS.format('["https://shop.example", "shop.example", "https://a.example/", 3]')
+    problems = problems_of(tmp_path, text)
+    assert keys_of(problems) == {
+        "sources[0].allowed_origins[1]",
+        "sources[0].allowed_origins[2]",
+        "sources[0].allowed_origins[3]",
+    }
+    assert "sources[0].allowed_origins[1]: must be an origin: scheme://host[:port]" in problems[0]
+    done = run_check_config(write(tmp_path, text))
+    assert done.returncode != 0
+    assert "  sources[0].allowed_origins[2]: must be an origin" in done.stderr
+
+
 # -- unknown keys, at every depth ------------------------------------------------------------
 
 
