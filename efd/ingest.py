@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import hmac
 import json
 import logging
 import re
-import secrets
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -132,36 +130,36 @@ _BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}", re.ASCII)
 
 
 class WriteKeys(Generic[S]):
-    """Finds a source by its write key without comparing secrets byte by byte: keys are
-    looked up by a keyed hash (this process's random key), then confirmed with a
-    constant-time comparison."""
+    """Finds a source by its write key without comparing secrets byte by byte: a dict
+    lookup compares the keyed, per-process random hash of the string (Python's SipHash)
+    before any bytes, so its time says nothing about how much of a guess was right; a
+    found key is then confirmed with a constant-time comparison."""
 
     def __init__(self, sources: Mapping[str, S]) -> None:
-        self._salt = secrets.token_bytes(32)
-        self._by_digest = {self._digest(key): (key, source) for key, source in sources.items()}
+        self._by_key = {key: (key.encode(), source) for key, source in sources.items()}
         # The header Segment's libraries send (the key, a colon, no password), looked up
-        # whole before any decoding: the common case costs one hash and one lookup.
+        # whole before any decoding: the common case costs one lookup.
         self._by_header = {
-            self._digest(_basic_header(key)): (_basic_header(key), source)
+            _basic_header(key): (_basic_header(key).encode(), source)
             for key, source in sources.items()
         }
 
-    def _digest(self, value: str) -> bytes:
-        return hmac.digest(self._salt, value.encode("utf-8", "surrogateescape"), hashlib.sha256)
-
     def find(self, key: str) -> S | None:
         """The source whose write key is `key`, or None."""
-        found = self._by_digest.get(self._digest(key))
-        if found is None or not hmac.compare_digest(found[0].encode(), key.encode()):
-            return None
-        return found[1]
+        return _confirmed(self._by_key.get(key), key)
 
     def find_header(self, header: str) -> S | None:
         """The source of an exact `Basic base64(key:)` header, or None (not that form)."""
-        found = self._by_header.get(self._digest(header))
-        if found is None or not hmac.compare_digest(found[0].encode(), header.encode()):
-            return None
-        return found[1]
+        return _confirmed(self._by_header.get(header), header)
+
+
+def _confirmed(found: tuple[bytes, S] | None, given: str) -> S | None:
+    if found is None:
+        return None
+    expected, source = found
+    return (
+        source if hmac.compare_digest(expected, given.encode("utf-8", "surrogateescape")) else None
+    )
 
 
 def _basic_header(key: str) -> str:

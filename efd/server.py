@@ -2,9 +2,9 @@
 
 - At most `max_connections` connections at once; one more is answered 503 and closed.
 - A request whose headers and body have not all arrived within `request_timeout` seconds
-  of its first byte is answered 408 and closed, so a slow client holds only its own
-  connection. The body is read here, before the route's handler runs, so no handler
-  waits on a client.
+  of its first byte is answered 408 and closed (checked about once a second), so a slow
+  client holds only its own connection. The body is read here, before the route's handler
+  runs, so no handler waits on a client.
 - Idle keep-alive connections close after `keepalive_timeout` (aiohttp's own timer).
 - A client that disconnects mid-request, or speaks something other than HTTP, is logged
   in one line (info, or debug for aiohttp's parser), never as an error with a traceback.
@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -57,16 +58,16 @@ def _raw_answer(status: str, code: str, message: str) -> bytes:
 
 
 class _Connection(asyncio.Protocol):
-    """Stands between the transport and aiohttp's protocol for one connection: starts a
-    request's clock at its first byte, and answers 408 when the headers are still
-    incomplete at the deadline (the body's share of the deadline is the middleware's)."""
+    """Stands between the transport and aiohttp's protocol for one connection: notes when a
+    request's first byte arrives, and answers 408 when the headers are still incomplete at
+    the deadline (the body's share of the deadline is the middleware's). The Listener's
+    sweep checks the deadlines: one timer for all connections, not one per request."""
 
     def __init__(self, listener: Listener, inner: asyncio.Protocol) -> None:
         self._listener = listener
         self._inner = inner
         self._transport: asyncio.Transport | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._deadline: float | None = None
+        self.started: float | None = None  # loop time of the current request's first byte
         self._handling = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -77,10 +78,8 @@ class _Connection(asyncio.Protocol):
         self._inner.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
-        if self._deadline is None and not self._handling:
-            loop = asyncio.get_running_loop()
-            self._deadline = loop.time() + self._listener.limits.request_timeout
-            self._timer = loop.call_at(self._deadline, self._expired)
+        if self.started is None and not self._handling:
+            self.started = self._listener.loop.time()
         self._inner.data_received(data)
 
     def eof_received(self) -> bool | None:
@@ -93,43 +92,46 @@ class _Connection(asyncio.Protocol):
         self._inner.resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         if self._transport is not None:
             self._listener.connections.pop(self._transport, None)
         self._inner.connection_lost(exc)
 
-    def _expired(self) -> None:
-        self._timer = None
-        if self._handling or self._transport is None or self._transport.is_closing():
+    def expire_if_late(self, now: float) -> None:
+        started = self.started
+        if (
+            started is None
+            or self._handling
+            or now - started < self._listener.limits.request_timeout
+        ):
             return
-        peer = self._transport.get_extra_info("peername")
-        log.info("request from %s timed out before its headers arrived; closing", peer)
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        log.info(
+            "request from %s timed out before its headers arrived; closing",
+            transport.get_extra_info("peername"),
+        )
         self._listener.timed_out += 1
-        self._transport.write(
+        transport.write(
             _raw_answer(
                 "408 Request Timeout",
                 "request_timeout",
                 f"the request did not arrive within {self._listener.limits.request_timeout:g} s",
             )
         )
-        self._transport.close()
+        transport.close()
 
     def request_started(self) -> float:
         """The headers are in: the body must follow by the returned (loop) time."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         self._handling = True
-        deadline = self._deadline
-        if deadline is None:  # a pipelined request, already buffered
-            deadline = asyncio.get_running_loop().time() + self._listener.limits.request_timeout
-        return deadline
+        started = self.started
+        if started is None:  # a pipelined request, already buffered
+            started = self._listener.loop.time()
+        return started + self._listener.limits.request_timeout
 
     def request_finished(self) -> None:
         self._handling = False
-        self._deadline = None
+        self.started = None
 
 
 class _Refuse(asyncio.Protocol):
@@ -159,6 +161,8 @@ class Listener:
         self.timed_out = 0  # requests answered 408
         self._last_refusal_log = 0.0
         self._server: asyncio.Server | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self.loop = asyncio.get_event_loop()
 
     def _protocol(self) -> asyncio.Protocol:
         if len(self.connections) >= self.limits.max_connections:
@@ -181,26 +185,39 @@ class Listener:
         """Listen for `runner` (set up, with `middleware` outermost in its application);
         return the bound port (useful with port 0)."""
         self._runner = runner
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
+        self.loop = asyncio.get_running_loop()
+        self._server = await self.loop.create_server(
             self._protocol, host, port, reuse_address=True, backlog=1024
         )
+        self._sweeper = asyncio.create_task(self._sweep(), name="efd-request-clock")
         return int(self._server.sockets[0].getsockname()[1])
+
+    async def _sweep(self) -> None:
+        interval = min(1.0, self.limits.request_timeout / 4)
+        while True:
+            await asyncio.sleep(interval)
+            now = self.loop.time()
+            for connection in list(self.connections.values()):
+                connection.expire_if_late(now)
 
     async def close(self) -> None:
         """Stop accepting; connections already open finish through the runner's cleanup."""
         if self._server is not None:
             self._server.close()
             self._server = None
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         connection = self.connections.get(request.transport)  # type: ignore[arg-type]
-        loop = asyncio.get_running_loop()
         if connection is not None:
             deadline = connection.request_started()
         else:
-            deadline = loop.time() + self.limits.request_timeout
+            deadline = self.loop.time() + self.limits.request_timeout
         try:
             try:
                 if request.body_exists:
@@ -209,8 +226,13 @@ class Listener:
                             max_size=self.limits.max_body_bytes,
                             actual_size=request.content_length or 0,
                         )
-                    async with asyncio.timeout_at(deadline):
-                        await request.read()  # kept by aiohttp: the handler's read() is free
+                    # Kept by aiohttp, so the handler's read() is free. A body that has all
+                    # arrived (most do, with their headers) needs no clock.
+                    if request.content.is_eof():
+                        await request.read()
+                    else:
+                        async with asyncio.timeout_at(deadline):
+                            await request.read()
             except TimeoutError:
                 self.timed_out += 1
                 log.info("request from %s: its body did not arrive in time", request.remote)
