@@ -186,8 +186,14 @@ func (c *Client) Alias(msg *Alias) error {
 	if err := validateAlias(msg); err != nil {
 		return err
 	}
-	m := *msg
+	m := aliasWire{Alias: *msg}
 	return c.enqueue("alias", &m, &m.Message, &m.Context)
+}
+
+// aliasWire gives an alias the context every message carries.
+type aliasWire struct {
+	Context map[string]interface{} `json:"context,omitempty"`
+	Alias
 }
 
 // enqueue completes, encodes and queues a validated copy of a message.

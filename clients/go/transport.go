@@ -163,13 +163,18 @@ func parseRetryAfter(v string) time.Duration {
 	return time.Duration(s) * time.Second
 }
 
-// backoff is exponential from backoffMin, capped at backoffMax, with "equal
-// jitter" (half fixed, half random) so retries from many clients spread out
-// yet never collapse to zero. A server's Retry-After is honoured up to the cap.
+// backoff is exponential from backoffMin (Backo's base, by its factor),
+// capped at backoffMax, with "equal jitter" (half fixed, half random) so
+// retries from many clients spread out yet never collapse to zero. A server's
+// Retry-After is honoured up to the cap.
 func (c *Client) backoff(attempt int, retryAfter time.Duration) time.Duration {
+	factor := c.cfg.backoffFactor
+	if factor == 0 {
+		factor = 2
+	}
 	d := c.cfg.backoffMin
 	for i := 0; i < attempt && d < c.cfg.backoffMax; i++ {
-		d *= 2
+		d = time.Duration(float64(d) * factor)
 	}
 	d = min(d, c.cfg.backoffMax)
 	d = d/2 + rand.N(d/2+1)

@@ -28,7 +28,7 @@ func TestValidation(t *testing.T) {
 		{"group without groupId", func() error { return c.Group(&Group{UserId: "u"}) }, ErrInvalidMessage, "GroupId is required"},
 		{"alias without userId", func() error { return c.Alias(&Alias{PreviousId: "p"}) }, ErrInvalidMessage, "UserId is required"},
 		{"alias without previousId", func() error { return c.Alias(&Alias{UserId: "u"}) }, ErrInvalidMessage, "PreviousId is required"},
-		{"alias with only anonymous id is not enough", func() error { return c.Alias(&Alias{PreviousId: "p", Context: map[string]interface{}{"x": 1}}) }, ErrInvalidMessage, "alias"},
+		{"alias with only a previous id is not enough", func() error { return c.Alias(&Alias{PreviousId: "p", Message: Message{MessageId: "m"}}) }, ErrInvalidMessage, "alias"},
 		{"nil identify", func() error { return c.Identify(nil) }, ErrInvalidMessage, "nil"},
 		{"nil track", func() error { return c.Track(nil) }, ErrInvalidMessage, "nil"},
 		{"nil page", func() error { return c.Page(nil) }, ErrInvalidMessage, "nil"},
