@@ -27,6 +27,7 @@ func benchClient(b *testing.B, url string, flushAt int) *Client {
 	c.Endpoint = url
 	c.FlushAt = flushAt
 	c.MaxQueueSize = b.N + 1 // measure the client, not refusals
+	c.MaxQueueBytes = 1 << 40
 	c.Logger = log.New(io.Discard, "", 0)
 	return c
 }

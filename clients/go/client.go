@@ -138,8 +138,8 @@ func (c *Client) Identify(msg *Identify) error {
 	if err := validateIdentify(msg); err != nil {
 		return err
 	}
-	m := *msg // the caller's struct and maps are never modified
-	return c.enqueue("identify", &m, &m.Message, &m.Context)
+	return c.enqueue(&wire{typ: "identify", msg: &msg.Message, context: msg.Context, integrations: msg.Integrations,
+		bodyKey: "traits", body: msg.Traits, anonymousID: msg.AnonymousId, userID: msg.UserId})
 }
 
 // Track queues a track message.
@@ -150,8 +150,8 @@ func (c *Client) Track(msg *Track) error {
 	if err := validateTrack(msg); err != nil {
 		return err
 	}
-	m := *msg
-	return c.enqueue("track", &m, &m.Message, &m.Context)
+	return c.enqueue(&wire{typ: "track", msg: &msg.Message, context: msg.Context, integrations: msg.Integrations,
+		bodyKey: "properties", body: msg.Properties, anonymousID: msg.AnonymousId, userID: msg.UserId, event: msg.Event})
 }
 
 // Page queues a page message.
@@ -162,8 +162,9 @@ func (c *Client) Page(msg *Page) error {
 	if err := validatePage(msg); err != nil {
 		return err
 	}
-	m := *msg
-	return c.enqueue("page", &m, &m.Message, &m.Context)
+	return c.enqueue(&wire{typ: "page", msg: &msg.Message, context: msg.Context, integrations: msg.Integrations,
+		bodyKey: "properties", body: msg.Traits, anonymousID: msg.AnonymousId, userID: msg.UserId,
+		name: msg.Name, category: msg.Category})
 }
 
 // Group queues a group message.
@@ -174,8 +175,8 @@ func (c *Client) Group(msg *Group) error {
 	if err := validateGroup(msg); err != nil {
 		return err
 	}
-	m := *msg
-	return c.enqueue("group", &m, &m.Message, &m.Context)
+	return c.enqueue(&wire{typ: "group", msg: &msg.Message, context: msg.Context, integrations: msg.Integrations,
+		bodyKey: "traits", body: msg.Traits, anonymousID: msg.AnonymousId, userID: msg.UserId, groupID: msg.GroupId})
 }
 
 // Alias queues an alias message.
@@ -186,39 +187,40 @@ func (c *Client) Alias(msg *Alias) error {
 	if err := validateAlias(msg); err != nil {
 		return err
 	}
-	m := aliasWire{Alias: *msg}
-	return c.enqueue("alias", &m, &m.Message, &m.Context)
+	return c.enqueue(&wire{typ: "alias", msg: &msg.Message, userID: msg.UserId, previousID: msg.PreviousId})
 }
 
-// aliasWire gives an alias the context every message carries.
-type aliasWire struct {
-	Context map[string]interface{} `json:"context,omitempty"`
-	Alias
-}
+// scratch buffers for encoding, so a call allocates nothing of its own once
+// warm. Oversized ones are dropped rather than kept.
+var scratchPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
-// enqueue completes, encodes and queues a validated copy of a message.
-func (c *Client) enqueue(typ string, v interface{}, m *Message, ctx *map[string]interface{}) error {
+// enqueue encodes a validated message on the caller's goroutine, so the
+// caller may change its maps as soon as the call returns, and queues it.
+func (c *Client) enqueue(w *wire) error {
 	c.startOnce.Do(c.start)
 	if c.isClosed.Load() {
 		return ErrClosed
 	}
-	if err := prepare(typ, m, ctx, c.cfg.context, c.now()); err != nil {
-		return err
+	bp := scratchPool.Get().(*[]byte)
+	data, idStart, idEnd, err := encodeMessage((*bp)[:0], w, c.cfg.context, c.now())
+	if err == nil {
+		err = c.push(w.typ, data, idStart, idEnd)
 	}
-	data, err := encode(typ, v)
-	if err != nil {
-		return err
+	if cap(data) <= 64<<10 {
+		*bp = data[:0]
+		scratchPool.Put(bp)
 	}
-	return c.push(typ, item{id: m.MessageId, data: data})
+	return err
 }
 
-func (c *Client) push(typ string, it item) error {
+// push copies an encoded message into the queue.
+func (c *Client) push(typ string, data []byte, idStart, idEnd int) error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return ErrClosed
 	}
-	if !c.q.fits(len(it.data), c.cfg.maxQueue, c.cfg.maxQueueBytes) {
+	if !c.q.fits(len(data), c.cfg.maxQueue, c.cfg.maxQueueBytes) {
 		report := c.refused.add(time.Now())
 		c.mu.Unlock()
 		c.stats.queueFull.Add(1)
@@ -227,12 +229,14 @@ func (c *Client) push(typ string, it item) error {
 		}
 		return fmt.Errorf("%w (MaxQueueSize %d or MaxQueueBytes %d reached)", ErrQueueFull, c.cfg.maxQueue, c.cfg.maxQueueBytes)
 	}
-	c.q.push(it)
+	it := c.q.push(data, idStart, idEnd)
 	queued, wake := c.q.len(), c.q.ready(c.cfg.flushAt)
 	c.mu.Unlock()
 
 	c.stats.accepted.Add(1)
-	c.debugf("buffer: %s %s (%d/%d queued)", typ, it.id, queued, c.cfg.flushAt)
+	if c.cfg.verbose {
+		c.debugf("buffer: %s %s (%d/%d queued)", typ, it.id(), queued, c.cfg.flushAt)
+	}
 	if wake {
 		select {
 		case c.wake <- struct{}{}:

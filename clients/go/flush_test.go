@@ -179,7 +179,7 @@ func TestFieldsFrozenAtFirstUse(t *testing.T) {
 func TestQueueTakeKeepsOrderAndLimits(t *testing.T) {
 	var q queue
 	for i := range 7 {
-		q.push(item{id: string(rune('a' + i)), data: []byte(`{}`)})
+		q.push([]byte(string(rune('a'+i))+"}"), 0, 1) // the id is the first byte
 	}
 	var taken [][]item
 	take := func(all bool) []item {
@@ -189,16 +189,16 @@ func TestQueueTakeKeepsOrderAndLimits(t *testing.T) {
 		}
 		return b
 	}
-	if b := take(false); len(b) != 3 || b[0].id != "a" || b[2].id != "c" {
+	if b := take(false); len(b) != 3 || b[0].id() != "a" || b[2].id() != "c" {
 		t.Fatalf("first take %v", b)
 	}
-	if b := take(false); len(b) != 3 || b[0].id != "d" {
+	if b := take(false); len(b) != 3 || b[0].id() != "d" {
 		t.Fatalf("second take %v", b)
 	}
 	if b := take(false); b != nil {
 		t.Fatalf("a partial batch was taken without all: %v", b)
 	}
-	if b := take(true); len(b) != 1 || b[0].id != "g" {
+	if b := take(true); len(b) != 1 || b[0].id() != "g" {
 		t.Fatalf("final take %v", b)
 	}
 	if q.len() != 0 || q.bytes != 0 || q.held != 7 || q.heldBytes != 14 {

@@ -5,6 +5,7 @@ package analytics
 // that is what MaxQueueSize and MaxQueueBytes bound, so a dead server cannot
 // make memory grow through batches waiting in retries.
 type queue struct {
+	chunk     []byte // encoded messages are copied here, many per allocation
 	buf       []item
 	head      int // buf[head:] are the queued items
 	bytes     int // encoded size of queued items, one separator each
@@ -14,11 +15,24 @@ type queue struct {
 
 func (q *queue) len() int { return len(q.buf) - q.head }
 
-func (q *queue) push(it item) {
+// chunkSize is the allocation unit for encoded messages: about 200 typical
+// ones. A chunk lives while any message in it is queued or in flight; as the
+// queue is FIFO that pins at most a chunk or two beyond what is held.
+const chunkSize = 64 << 10
+
+// push copies an encoded message into the current chunk and queues it.
+func (q *queue) push(data []byte, idStart, idEnd int) item {
+	if cap(q.chunk)-len(q.chunk) < len(data) {
+		q.chunk = make([]byte, 0, max(chunkSize, len(data)))
+	}
+	off := len(q.chunk)
+	q.chunk = append(q.chunk, data...)
+	it := item{data: q.chunk[off:len(q.chunk):len(q.chunk)], idStart: uint16(idStart), idEnd: uint16(idEnd)}
 	q.buf = append(q.buf, it)
 	q.bytes += len(it.data) + 1
 	q.held++
 	q.heldBytes += len(it.data)
+	return it
 }
 
 // fits reports whether a message of n bytes may be held.

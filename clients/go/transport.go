@@ -49,7 +49,7 @@ func ids(batch []item) string {
 		if i > 0 {
 			b.WriteString(" ")
 		}
-		b.WriteString(it.id)
+		b.WriteString(it.id())
 	}
 	b.WriteString("]")
 	return b.String()

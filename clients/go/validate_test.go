@@ -85,9 +85,8 @@ func TestSizeLimitBoundary(t *testing.T) {
 	m := &Track{UserId: "u", Event: "e", Properties: map[string]interface{}{"blob": ""}}
 	m.MessageId = "fixed-id"
 	m.Timestamp = "2026-11-21T10:00:00.000Z"
-	base := *m
-	mustNil(t, prepare("track", &base.Message, &base.Context, nil, time.Now()))
-	data, err := encode("track", &base)
+	w := &wire{typ: "track", msg: &m.Message, bodyKey: "properties", body: m.Properties, userID: m.UserId, event: m.Event}
+	data, _, _, err := encodeMessage(nil, w, nil, time.Now())
 	mustNil(t, err)
 	m.Properties["blob"] = strings.Repeat("x", MaxMessageBytes-len(data))
 
