@@ -69,6 +69,7 @@ type Client struct {
 	closing   chan struct{} // Close was called: flush everything and stop
 	done      chan struct{} // batcher and senders have exited
 	batches   chan []item
+	idle      chan struct{} // one token per free sender
 
 	closeOnce sync.Once
 	closeErr  error
@@ -114,6 +115,7 @@ func (c *Client) start() {
 	c.closing = make(chan struct{})
 	c.done = make(chan struct{})
 	c.batches = make(chan []item)
+	c.idle = make(chan struct{}, c.cfg.concurrency)
 
 	var wg sync.WaitGroup
 	wg.Add(1 + c.cfg.concurrency)

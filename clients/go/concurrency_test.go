@@ -52,9 +52,9 @@ func TestManyGoroutines(t *testing.T) {
 	if len(msgs) != goroutines*each || len(seen) != len(msgs) {
 		t.Fatalf("delivered %d messages (%d unique ids), want %d", len(msgs), len(seen), goroutines*each)
 	}
-	for _, size := range s.batchSizes() {
-		if size > DefaultFlushAt {
-			t.Fatalf("a request held %d messages, over FlushAt", size)
+	for _, r := range s.requests() {
+		if len(r.Body.Batch) > MaxBatchMessages || len(r.Raw) > MaxBatchBytes {
+			t.Fatalf("a request held %d messages in %d bytes, over the limits", len(r.Body.Batch), len(r.Raw))
 		}
 	}
 	if st := c.Stats(); st.Delivered != goroutines*each || st.Dropped() != 0 {

@@ -45,29 +45,23 @@ func (q *queue) ready(flushAt int) bool {
 	return q.len() >= flushAt || batchOverhead+q.bytes > MaxBatchBytes
 }
 
-// take removes the next batch: at most flushAt messages whose batch body
-// fits MaxBatchBytes. Unless all is set it takes only a full batch. reason
-// says what limited the batch ("count" or "size"), or is empty when the
-// queue simply ran out.
-func (q *queue) take(flushAt int, all bool) (batch []item, reason string) {
+// take removes the next batch: as many queued messages, up to limit, as fit
+// one request body (MaxBatchBytes). bySize reports that the byte limit, not
+// the count or the queue's end, cut it.
+func (q *queue) take(limit int) (batch []item, bySize bool) {
 	pending := q.buf[q.head:]
 	n, size := 0, batchOverhead
-	for n < len(pending) && n < flushAt {
+	for n < len(pending) && n < limit {
 		s := len(pending[n].data) + 1
 		if size+s > MaxBatchBytes {
+			bySize = true
 			break
 		}
 		size += s
 		n++
 	}
-	switch {
-	case n == flushAt:
-		reason = "count"
-	case n < len(pending):
-		reason = "size"
-	}
-	if n == 0 || (!all && reason == "") {
-		return nil, ""
+	if n == 0 {
+		return nil, false
 	}
 	batch = make([]item, n)
 	copy(batch, pending)
@@ -83,7 +77,7 @@ func (q *queue) take(flushAt int, all bool) (batch []item, reason string) {
 		clear(q.buf[m:])
 		q.buf, q.head = q.buf[:m], 0
 	}
-	return batch, reason
+	return batch, bySize
 }
 
 // release forgets a batch that was delivered or dropped.

@@ -15,9 +15,16 @@ import (
 
 var errAbandoned = errors.New("client closed (CloseTimeout reached) before the batch was delivered")
 
-// sender sends batches until the batcher closes the channel.
+// sender sends batches until the batcher closes the channel. It announces
+// itself free before each, so the batcher takes a batch only when it can go
+// out at once, and takes it as large as the queue allows.
 func (c *Client) sender() {
-	for batch := range c.batches {
+	for {
+		c.idle <- struct{}{} // never blocks: one slot per sender
+		batch, ok := <-c.batches
+		if !ok {
+			return
+		}
 		c.finish(batch, c.send(batch))
 	}
 }
