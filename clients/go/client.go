@@ -79,6 +79,7 @@ type Client struct {
 	closed  bool
 	q       queue
 	refused refusals
+	flow    flow
 
 	stats counters
 }
@@ -215,21 +216,42 @@ func (c *Client) enqueue(w *wire) error {
 	return err
 }
 
-// push copies an encoded message into the queue.
+// push copies an encoded message into the queue. When the queue is full it
+// waits for room only while the daemon is visibly draining it (see flow);
+// otherwise, or once that stops, the call is refused at once.
 func (c *Client) push(typ string, data []byte, idStart, idEnd int) error {
 	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return ErrClosed
-	}
-	if !c.q.fits(len(data), c.cfg.maxQueue, c.cfg.maxQueueBytes) {
-		report := c.refused.add(time.Now())
-		c.mu.Unlock()
-		c.stats.queueFull.Add(1)
-		if report > 0 {
-			c.logRefused(report)
+	waited := false
+	for {
+		if c.closed {
+			c.mu.Unlock()
+			return ErrClosed
 		}
-		return fmt.Errorf("%w (MaxQueueSize %d or MaxQueueBytes %d reached)", ErrQueueFull, c.cfg.maxQueue, c.cfg.maxQueueBytes)
+		if c.q.fits(len(data), c.cfg.maxQueue, c.cfg.maxQueueBytes) {
+			break
+		}
+		room, left := c.flow.wait(time.Now())
+		if room == nil {
+			report := c.refused.add(time.Now())
+			c.mu.Unlock()
+			c.stats.queueFull.Add(1)
+			if report > 0 {
+				c.logRefused(report)
+			}
+			return fmt.Errorf("%w (MaxQueueSize %d or MaxQueueBytes %d reached)", ErrQueueFull, c.cfg.maxQueue, c.cfg.maxQueueBytes)
+		}
+		c.mu.Unlock()
+		if !waited {
+			waited = true
+			c.stats.waited.Add(1)
+		}
+		t := time.NewTimer(left)
+		select {
+		case <-room:
+		case <-t.C:
+		}
+		t.Stop()
+		c.mu.Lock()
 	}
 	it := c.q.push(data, idStart, idEnd)
 	queued, wake := c.q.len(), c.q.ready(c.cfg.flushAt)
@@ -262,6 +284,7 @@ func (c *Client) shutdown() error {
 	c.mu.Lock()
 	c.closed = true
 	c.isClosed.Store(true)
+	c.flow.wakeAll() // waiting calls return ErrClosed
 	queued := c.q.len()
 	unreported := c.refused.flush()
 	c.mu.Unlock()
@@ -296,6 +319,74 @@ func (c *Client) shutdown() error {
 		return fmt.Errorf("%w: %d message(s) dropped; see the log", ErrNotDelivered, s.Failed)
 	}
 	return nil
+}
+
+// flow is what push knows of the senders' progress (guarded by Client.mu).
+// A full queue is taken to be draining, and a call waits for room, only
+// while the last request attempt succeeded and one succeeded (or the first
+// was sent) within the last few request times: a tight loop against a
+// healthy daemon is slowed to the daemon's pace instead of losing messages,
+// while a daemon that stalls, fails or refuses makes calls fail fast, with
+// memory still bounded.
+type flow struct {
+	failing  bool          // the last attempt failed: refuse at once
+	progress time.Time     // last success, or the first request's start
+	latency  time.Duration // moving average of successful requests
+	room     chan struct{} // closed when held messages are released
+}
+
+// window is how long after the last progress the queue is still taken to be
+// draining: eight request times, and at least 100 ms so that a loaded
+// machine's scheduling delays are not taken for a stall; at most 2 s.
+func (f *flow) window() time.Duration {
+	return min(max(100*time.Millisecond, 8*f.latency), 2*time.Second)
+}
+
+// wait returns a channel closed when room may have been made and how long to
+// wait for it at most, or nil when the call must be refused now.
+func (f *flow) wait(now time.Time) (<-chan struct{}, time.Duration) {
+	if f.failing || f.progress.IsZero() {
+		return nil, 0
+	}
+	left := f.progress.Add(f.window()).Sub(now)
+	if left <= 0 {
+		return nil, 0
+	}
+	if f.room == nil {
+		f.room = make(chan struct{})
+	}
+	return f.room, left
+}
+
+// wakeAll lets every waiting call look at the queue again.
+func (f *flow) wakeAll() {
+	if f.room != nil {
+		close(f.room)
+		f.room = nil
+	}
+}
+
+// noteSent and noteAttempt feed flow from the senders.
+func (c *Client) noteSent(now time.Time) {
+	c.mu.Lock()
+	if c.flow.progress.IsZero() {
+		c.flow.progress = now
+	}
+	c.mu.Unlock()
+}
+
+func (c *Client) noteAttempt(ok bool, took time.Duration) {
+	c.mu.Lock()
+	c.flow.failing = !ok
+	if ok {
+		c.flow.progress = time.Now()
+		if c.flow.latency == 0 {
+			c.flow.latency = took
+		} else {
+			c.flow.latency += (took - c.flow.latency) / 8
+		}
+	}
+	c.mu.Unlock()
 }
 
 // refusals aggregates ErrQueueFull logging: a full queue under load would

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestQueueBoundIncludesInFlight(t *testing.T) {
@@ -75,5 +77,59 @@ func TestQueueBoundByBytes(t *testing.T) {
 	mustNil(t, c.Close())
 	if st := c.Stats(); st.Delivered != 3 || st.QueueFull != 1 {
 		t.Fatalf("stats %+v", st)
+	}
+}
+
+// While requests succeed, a call that finds the queue full waits for room
+// instead of being refused; once they fail, calls are refused at once.
+func TestFullQueueWaitsOnlyWhileDraining(t *testing.T) {
+	release := make(chan struct{})
+	var fail atomic.Bool
+	s := newServer(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		if n == 2 {
+			<-release // the second request is slow, not stalled
+		}
+		if fail.Load() {
+			status(503, `{}`)(w)
+			return
+		}
+		ok(w)
+	})
+	c, _ := newTestClient(t, s)
+	c.Size = 1
+	c.MaxConcurrentRequests = 1
+	c.MaxQueueSize = 3
+	c.backoffMin, c.backoffMax = time.Hour, time.Hour
+	c.CloseTimeout = 100 * time.Millisecond // the failing batches are abandoned
+
+	mustNil(t, c.Track(track(0)))
+	s.next(t) // one request has succeeded: the daemon is draining
+	for i := range 3 {
+		mustNil(t, c.Track(track(i))) // held: in the second request, or queued
+	}
+	s.next(t)
+	done := make(chan error, 1)
+	go func() { done <- c.Track(track(9)) }() // full: waits for room
+	close(release)
+	select {
+	case err := <-done:
+		mustNil(t, err)
+	case <-time.After(wait):
+		t.Fatal("the waiting call never returned")
+	}
+	if st := c.Stats(); st.Waited < 1 || st.QueueFull != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+
+	fail.Store(true) // from now on every attempt fails and is retried an hour later
+	for i := 0; ; i++ {
+		err := c.Track(track(i))
+		if errors.Is(err, ErrQueueFull) {
+			break
+		}
+		mustNil(t, err)
+		if i > 100 {
+			t.Fatal("calls are still accepted with every request failing")
+		}
 	}
 }
