@@ -2,6 +2,7 @@ package analytics
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"net/http"
@@ -232,11 +233,14 @@ func (c *Client) push(typ string, data []byte, idStart, idEnd int) error {
 		}
 		room, left := c.flow.wait(time.Now())
 		if room == nil {
-			report := c.refused.add(time.Now())
+			report, later := c.refused.add(time.Now())
 			c.mu.Unlock()
 			c.stats.queueFull.Add(1)
 			if report > 0 {
 				c.logRefused(report)
+			}
+			if later > 0 {
+				time.AfterFunc(later, c.reportRefusals)
 			}
 			return fmt.Errorf("%w (MaxQueueSize %d or MaxQueueBytes %d reached)", ErrQueueFull, c.cfg.maxQueue, c.cfg.maxQueueBytes)
 		}
@@ -312,13 +316,21 @@ func (c *Client) shutdown() error {
 
 	s := c.Stats()
 	c.debugf("close: done: %d delivered, %d failed, %d refused (queue full)", s.Delivered, s.Failed, s.QueueFull)
+	var errs []error
 	if s.Failed > 0 {
 		if timedOut {
-			return fmt.Errorf("%w: %d message(s) dropped (close timed out after %s); see the log", ErrNotDelivered, s.Failed, c.cfg.closeTimeout)
+			errs = append(errs, fmt.Errorf("%w: %d message(s) dropped (close timed out after %s); see the log", ErrNotDelivered, s.Failed, c.cfg.closeTimeout))
+		} else {
+			errs = append(errs, fmt.Errorf("%w: %d message(s) dropped; see the log", ErrNotDelivered, s.Failed))
 		}
-		return fmt.Errorf("%w: %d message(s) dropped; see the log", ErrNotDelivered, s.Failed)
 	}
-	return nil
+	if s.QueueFull > 0 {
+		// Told again here for programs that ignore the calls' errors, as v2
+		// programs do.
+		errs = append(errs, fmt.Errorf("%w: %d call(s) refused since the client started (MaxQueueSize %d, MaxQueueBytes %d)",
+			ErrQueueFull, s.QueueFull, c.cfg.maxQueue, c.cfg.maxQueueBytes))
+	}
+	return errors.Join(errs...)
 }
 
 // flow is what push knows of the senders' progress (guarded by Client.mu).
@@ -390,26 +402,48 @@ func (c *Client) noteAttempt(ok bool, took time.Duration) {
 }
 
 // refusals aggregates ErrQueueFull logging: a full queue under load would
-// otherwise log thousands of lines a second. Each one is still counted, and
-// reported within a second (or at Close).
+// otherwise log thousands of lines a second. Each refusal is counted; the
+// first is logged at once, the rest at most once a second, and what is left
+// at Close then.
 type refusals struct {
 	pending int64
 	last    time.Time
+	armed   bool // a report is scheduled
 }
 
-func (r *refusals) add(now time.Time) int64 {
+// add counts a refusal. It returns how many to log now, or how long until a
+// report must be made (once per burst), or neither.
+func (r *refusals) add(now time.Time) (report int64, later time.Duration) {
 	r.pending++
-	if now.Sub(r.last) < time.Second {
-		return 0
+	if now.Sub(r.last) >= time.Second {
+		r.last = now
+		return r.flush(), 0
 	}
-	r.last = now
-	return r.flush()
+	if !r.armed {
+		r.armed = true
+		return 0, r.last.Add(time.Second).Sub(now)
+	}
+	return 0, 0
 }
 
 func (r *refusals) flush() int64 {
 	n := r.pending
 	r.pending = 0
 	return n
+}
+
+// reportRefusals logs the refusals of the last second, if any.
+func (c *Client) reportRefusals() {
+	c.mu.Lock()
+	c.refused.armed = false
+	n := c.refused.flush()
+	if n > 0 {
+		c.refused.last = time.Now()
+	}
+	c.mu.Unlock()
+	if n > 0 {
+		c.logRefused(n)
+	}
 }
 
 func (c *Client) logRefused(n int64) {

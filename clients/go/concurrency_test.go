@@ -94,7 +94,10 @@ func TestCloseRacingCalls(t *testing.T) {
 		}()
 	}
 	<-started
-	mustNil(t, c.Close())
+	// Refusals, if any, are reported again by Close; nothing may be lost.
+	if err := c.Close(); err != nil && (!errors.Is(err, ErrQueueFull) || errors.Is(err, ErrNotDelivered)) {
+		t.Fatal(err)
+	}
 	wg.Wait()
 	if got := int64(len(s.messages())); got != accepted.Load() {
 		t.Fatalf("%d calls accepted, %d delivered", accepted.Load(), got)

@@ -139,8 +139,8 @@ func TestHungServerBoundsMemoryAndRefuses(t *testing.T) {
 		t.Errorf("%d refused of %d calls, %d held, stats %+v", refused, calls, held, st)
 	}
 	err := c.Close()
-	if !errors.Is(err, ErrNotDelivered) {
-		t.Errorf("Close = %v, want it to report the undelivered", err)
+	if !errors.Is(err, ErrQueueFull) || !errors.Is(err, ErrNotDelivered) {
+		t.Errorf("Close = %v, want it to report the refusals and the undelivered", err)
 	}
 	logs.mustContain(t, "queue full")
 	t.Logf("heap growth %.1f MB; %d of %d calls refused; Close: %v", float64(growth)/(1<<20), refused, calls, err)
