@@ -113,6 +113,7 @@ func (c *Client) start() {
 		c.now = time.Now
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.flow.progress = time.Now()
 	c.wake = make(chan struct{}, 1)
 	c.closing = make(chan struct{})
 	c.done = make(chan struct{})
@@ -335,29 +336,31 @@ func (c *Client) shutdown() error {
 
 // flow is what push knows of the senders' progress (guarded by Client.mu).
 // A full queue is taken to be draining, and a call waits for room, only
-// while the last request attempt succeeded and one succeeded (or the first
-// was sent) within the last few request times: a tight loop against a
+// while the last request attempt succeeded and one succeeded (or the client
+// started: callers can fill the queue before a sender is even scheduled)
+// within the last few request times: a tight loop against a
 // healthy daemon is slowed to the daemon's pace instead of losing messages,
 // while a daemon that stalls, fails or refuses makes calls fail fast, with
 // memory still bounded.
 type flow struct {
 	failing  bool          // the last attempt failed: refuse at once
-	progress time.Time     // last success, or the first request's start
+	progress time.Time     // last success, or the client's start
 	latency  time.Duration // moving average of successful requests
 	room     chan struct{} // closed when held messages are released
 }
 
 // window is how long after the last progress the queue is still taken to be
-// draining: eight request times, and at least 100 ms so that a loaded
-// machine's scheduling delays are not taken for a stall; at most 2 s.
+// draining: eight request times, and at least a second, as a loaded machine
+// can hold a sender back for a tenth of one; at most 5 s. It is also the
+// longest a call can wait, once, when the daemon stops answering.
 func (f *flow) window() time.Duration {
-	return min(max(100*time.Millisecond, 8*f.latency), 2*time.Second)
+	return min(max(time.Second, 8*f.latency), 5*time.Second)
 }
 
 // wait returns a channel closed when room may have been made and how long to
 // wait for it at most, or nil when the call must be refused now.
 func (f *flow) wait(now time.Time) (<-chan struct{}, time.Duration) {
-	if f.failing || f.progress.IsZero() {
+	if f.failing {
 		return nil, 0
 	}
 	left := f.progress.Add(f.window()).Sub(now)
@@ -378,15 +381,7 @@ func (f *flow) wakeAll() {
 	}
 }
 
-// noteSent and noteAttempt feed flow from the senders.
-func (c *Client) noteSent(now time.Time) {
-	c.mu.Lock()
-	if c.flow.progress.IsZero() {
-		c.flow.progress = now
-	}
-	c.mu.Unlock()
-}
-
+// noteAttempt feeds flow from the senders.
 func (c *Client) noteAttempt(ok bool, took time.Duration) {
 	c.mu.Lock()
 	c.flow.failing = !ok

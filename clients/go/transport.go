@@ -115,7 +115,6 @@ func (c *Client) post(batch []item, attempt int) outcome {
 	c.stats.requests.Add(1)
 	c.debugf("request: POST %s: %d messages, %d bytes (attempt %d)", c.cfg.url, len(batch), len(body), attempt+1)
 	start := time.Now()
-	c.noteSent(start)
 	resp, err := c.cfg.http.Do(req)
 	took := time.Since(start).Round(time.Microsecond)
 	c.noteAttempt(err == nil && resp.StatusCode >= 200 && resp.StatusCode < 300, took)
