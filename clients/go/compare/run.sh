@@ -8,13 +8,14 @@
 # V3_DIR holds a local copy of analytics-go v3.3.0 and its two dependencies as
 # module directories: analytics-go/ (github.com/segmentio/analytics-go/v3),
 # backo-go/ (github.com/segmentio/backo-go) and uuid/ (github.com/google/uuid).
-# BASE is the commit whose clients/go is measured as "clients/go at base".
+# BASE is the commit whose clients/go is measured as "clients/go at base"
+# (default: where this branch left main).
 # COMPARE_ROUNDS (default 7) sets the rounds; COMPARE_FAILURES=1 adds the
 # hung-server and outage rows (about 30 s more).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 v3=${V3_DIR:-$here/.v3}
-base=${BASE:-main}
+base=${BASE:-$(git -C "$here" merge-base main HEAD)}
 for d in analytics-go backo-go uuid; do
   [ -f "$v3/$d/go.mod" ] || { echo "no module in $v3/$d (set V3_DIR)" >&2; exit 2; }
 done
@@ -47,4 +48,4 @@ replace github.com/google/uuid => $v3/uuid
 EOF
 echo "clients/go at $(git -C "$here" rev-parse --short HEAD)$(git -C "$here" diff --quiet HEAD -- . || echo '+changes'), base $base at $(git -C "$here" rev-parse --short "$base")"
 cd "$work"
-GOFLAGS=-mod=mod GOPROXY=off GOWORK=off go test -tags v3compare -run TestCompare -count=1 -timeout 60m -v "$@" . | grep -v '^=== RUN'
+GOFLAGS=-mod=mod GOPROXY=off GOWORK=off go test -tags v3compare -run TestCompare -count=1 -timeout 60m -v "$@" . | grep --line-buffered -v '^=== RUN'
