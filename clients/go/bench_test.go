@@ -112,7 +112,7 @@ func BenchmarkThroughput(b *testing.B) {
 	}
 }
 
-// BenchmarkTightLoop is the tight loop: each op is 1,000,000 Track
+// BenchmarkTightLoop is the README's tight loop: each op is 1,000,000 Track
 // calls at the defaults from 1 or 2 goroutines; it reports the calls refused
 // and the messages lost (accepted but not received).
 func BenchmarkTightLoop(b *testing.B) {

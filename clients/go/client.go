@@ -20,9 +20,10 @@ type Client struct {
 	Endpoint string
 
 	// FlushAt and Size (the v2 name) are one setting, the flush count: a
-	// batch is sent once this many messages are queued, and no request holds
-	// more. New sets both to 20. Change either; if both are changed to
-	// different values, the smaller wins.
+	// flush starts once this many messages are queued, and its request
+	// carries everything then queued, up to MaxBatchMessages and
+	// MaxBatchBytes. New sets both to 20. Change either; if both are changed
+	// to different values, the smaller wins.
 	FlushAt int
 	Size    int
 
@@ -51,7 +52,8 @@ type Client struct {
 	// MaxRetries is how many times a batch is retried after its first
 	// attempt fails with a network error, 429 or 5xx; 0 disables retries.
 	MaxRetries int
-	// MaxConcurrentRequests is the number of batches sent at once.
+	// MaxConcurrentRequests bounds the requests in flight; more than one goes
+	// out only while another flush's worth is queued.
 	MaxConcurrentRequests int
 	// CloseTimeout bounds how long Close waits for queued and in-flight
 	// messages; what is still unsent then is dropped, logged and counted.

@@ -14,8 +14,8 @@ import (
 	"testing"
 )
 
-// loopCalls is how many calls the tight-loop tests make: 1,000,000 as the
-// issue states it, 100,000 under -race or -short (still ten full queues, so a
+// loopCalls is how many calls the tight-loop tests make: 1,000,000, as in
+// the README's comparison, or 100,000 under -race or -short (still ten full queues, so a
 // client that cannot keep up refuses calls), or EFD_TIGHT_LOOP_CALLS.
 func loopCalls(t *testing.T) int {
 	if v := os.Getenv("EFD_TIGHT_LOOP_CALLS"); v != "" {
