@@ -2,10 +2,15 @@ package analytics
 
 import "time"
 
-// loop turns the queue into batches: when a full batch (by count or size)
-// is waiting, when FlushAfter has passed since the last flush, and finally
-// on Close. It hands batches to the senders; while they are all busy it
-// blocks here, not in the callers, and the queue absorbs the backlog.
+// loop decides when batches go out: when FlushAt messages (or a full request
+// body) are queued, when FlushAfter has passed since the last flush, and
+// finally on Close. A batch is taken only once a sender is free, and then
+// carries everything queued, up to one request's limits (MaxBatchMessages,
+// MaxBatchBytes). So a trickle goes out FlushAt at a time, while a backlog
+// goes out in full requests and, as long as a flush's worth is still queued,
+// on more senders at once: throughput grows with the backlog, and callers
+// are not refused for want of it. While every sender is busy the queue
+// absorbs the calls; the loop never blocks them.
 func (c *Client) loop() {
 	defer close(c.batches)
 	timer := time.NewTimer(c.cfg.flushAfter)
@@ -13,7 +18,7 @@ func (c *Client) loop() {
 	for {
 		select {
 		case <-c.wake:
-			if c.flush(false, "") {
+			if c.flush(false, "count") {
 				timer.Reset(c.cfg.flushAfter)
 			}
 		case <-timer.C:
@@ -28,26 +33,46 @@ func (c *Client) loop() {
 	}
 }
 
-// flush hands over every batch available and reports whether there was any.
+// flush hands batches to free senders while a flush is due (or, with all,
+// while anything is queued) and reports whether it handed any.
 func (c *Client) flush(all bool, why string) bool {
 	flushed := false
 	for {
 		c.mu.Lock()
-		batch, reason := c.q.take(c.cfg.flushAt, all)
-		left := c.q.len()
+		due := c.q.len() > 0 && (all || c.q.ready(c.cfg.flushAt))
 		c.mu.Unlock()
-		if batch == nil {
+		if !due {
 			return flushed
 		}
+		select {
+		case <-c.idle:
+		case <-c.ctx.Done():
+			c.abandonQueued()
+			return true
+		}
+		c.mu.Lock()
+		batch, bySize := c.q.take(MaxBatchMessages)
+		left := c.q.len()
+		c.mu.Unlock()
 		flushed = true
-		if reason == "" {
-			reason = why
+		reason := why
+		if bySize {
+			reason = "size"
 		}
 		c.debugf("flush (%s): %d messages, %d still queued", reason, len(batch), left)
-		select {
-		case c.batches <- batch:
-		case <-c.ctx.Done():
-			c.finish(batch, errAbandoned)
+		c.batches <- batch // to the sender whose token was just taken
+	}
+}
+
+// abandonQueued drops what is still queued once CloseTimeout has passed.
+func (c *Client) abandonQueued() {
+	for {
+		c.mu.Lock()
+		batch, _ := c.q.take(MaxBatchMessages)
+		c.mu.Unlock()
+		if batch == nil {
+			return
 		}
+		c.finish(batch, errAbandoned)
 	}
 }

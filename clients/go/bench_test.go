@@ -3,90 +3,96 @@ package analytics
 import (
 	"io"
 	"log"
-	"net/http"
-	"net/http/httptest"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
 
 // Run with: go test -run '^$' -bench . -benchmem
+// (add -benchtime=1x for BenchmarkTightLoop alone: each op is 1,000,000 calls).
+//
+// Every benchmark uses the default settings against a local server that
+// answers 200 at once, and counts what it receives.
 
-func benchServer(b *testing.B) *httptest.Server {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		_, _ = io.WriteString(w, `{"success":true}`)
-	}))
-	b.Cleanup(srv.Close)
-	return srv
-}
-
-func benchClient(b *testing.B, url string, flushAt int) *Client {
+func benchClient(b *testing.B, url string) *Client {
 	b.Setenv("DEBUG", "")
 	c := New("wk_bench")
 	c.Endpoint = url
-	c.FlushAt = flushAt
-	c.MaxQueueSize = b.N + 1 // measure the client, not refusals
 	c.Logger = log.New(io.Discard, "", 0)
 	return c
 }
 
-var benchProps = map[string]interface{}{"revenue": 42.5, "currency": "EUR", "sku": "A-1"}
-
-// isolated returns a client that sends nothing until Close, so a benchmark
-// measures the call alone and not the senders sharing the CPU.
-func isolated(b *testing.B) *Client {
-	c := benchClient(b, benchServer(b).URL, 1<<30)
-	c.FlushAfter = time.Hour
-	return c
+func benchTrack() *Track {
+	return &Track{UserId: "user-1", Event: "Order Completed", Properties: loopProps}
 }
 
-// BenchmarkTrack is the cost of one call as the caller sees it: validate,
-// encode, queue.
+// BenchmarkTrack is one call as the caller sees it, at the defaults, with the
+// client sending in the background: allocs/op counts the whole process, so
+// the senders' (and the test server's) share is included.
 func BenchmarkTrack(b *testing.B) {
-	c := isolated(b)
-	msg := &Track{UserId: "user-1", Event: "Order Completed", Properties: benchProps}
+	s := newCountingServer(b)
+	c := benchClient(b, s.URL)
+	msg := benchTrack()
+	var refused int
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		if err := c.Track(msg); err != nil {
-			b.Fatal(err)
+		if c.Track(msg) != nil {
+			refused++
 		}
 	}
 	b.StopTimer()
-	if err := c.Close(); err != nil {
-		b.Fatal(err)
-	}
+	_ = c.Close()
+	b.ReportMetric(float64(refused), "refused")
 }
 
-// BenchmarkTrackParallel is the same call from many goroutines at once, as
-// in a busy web server.
+// BenchmarkTrackParallel is the same call from GOMAXPROCS goroutines, as in a
+// busy web server.
 func BenchmarkTrackParallel(b *testing.B) {
-	c := isolated(b)
+	s := newCountingServer(b)
+	c := benchClient(b, s.URL)
+	var refused atomic.Int64
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
-		msg := &Track{UserId: "user-1", Event: "Order Completed", Properties: benchProps}
+		msg := benchTrack()
 		for pb.Next() {
-			if err := c.Track(msg); err != nil {
-				b.Error(err)
-				return
+			if c.Track(msg) != nil {
+				refused.Add(1)
 			}
 		}
 	})
 	b.StopTimer()
-	if err := c.Close(); err != nil {
-		b.Fatal(err)
+	_ = c.Close()
+	b.ReportMetric(float64(refused.Load()), "refused")
+}
+
+// BenchmarkEncode is the per-call work alone: encoding the message.
+func BenchmarkEncode(b *testing.B) {
+	msg := benchTrack()
+	w := &wire{typ: "track", msg: &msg.Message, bodyKey: "properties", body: msg.Properties, userID: msg.UserId, event: msg.Event}
+	buf := make([]byte, 0, 1024)
+	now := time.Now()
+	b.ReportAllocs()
+	for range b.N {
+		var err error
+		if buf, _, _, err = encodeMessage(buf[:0], w, nil, now); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 
-// BenchmarkThroughput is sustained delivery: b.N events from call to a 200
-// from a local server, Close included, reported as events/s.
+// BenchmarkThroughput is sustained delivery: b.N events from the first call
+// to Close's return, reported as events/s, every one counted at the server.
 func BenchmarkThroughput(b *testing.B) {
-	for _, flushAt := range []int{DefaultFlushAt, 100} {
+	for _, flushAt := range []int{DefaultFlushAt, 250} {
 		b.Run("FlushAt="+strconv.Itoa(flushAt), func(b *testing.B) {
-			c := benchClient(b, benchServer(b).URL, flushAt)
-			msg := &Track{UserId: "user-1", Event: "Order Completed", Properties: benchProps}
+			s := newCountingServer(b)
+			c := benchClient(b, s.URL)
+			c.FlushAt = flushAt
+			msg := benchTrack()
 			b.ReportAllocs()
 			b.ResetTimer()
 			start := time.Now()
@@ -99,9 +105,47 @@ func BenchmarkThroughput(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
-			if st := c.Stats(); st.Delivered != int64(b.N) {
-				b.Fatalf("delivered %d of %d", st.Delivered, b.N)
+			if got := s.got.Load(); got != int64(b.N) {
+				b.Fatalf("server received %d of %d", got, b.N)
 			}
+		})
+	}
+}
+
+// BenchmarkTightLoop is the README's tight loop: each op is 1,000,000 Track
+// calls at the defaults from 1 or 2 goroutines; it reports the calls refused
+// and the messages lost (accepted but not received).
+func BenchmarkTightLoop(b *testing.B) {
+	const calls = 1_000_000
+	for _, g := range []int{1, 2} {
+		b.Run("goroutines="+strconv.Itoa(g), func(b *testing.B) {
+			var refused, lost int64
+			start := time.Now()
+			for range b.N {
+				s := newCountingServer(b)
+				c := benchClient(b, s.URL)
+				var ref atomic.Int64
+				var wg sync.WaitGroup
+				for range g {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						msg := benchTrack()
+						for range calls / g {
+							if c.Track(msg) != nil {
+								ref.Add(1)
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				_ = c.Close()
+				refused += ref.Load()
+				lost += calls - ref.Load() - s.got.Load()
+			}
+			b.ReportMetric(float64(refused)/float64(b.N), "refused/op")
+			b.ReportMetric(float64(lost)/float64(b.N), "lost/op")
+			b.ReportMetric(float64(calls*b.N)/time.Since(start).Seconds(), "calls/s")
 		})
 	}
 }

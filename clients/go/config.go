@@ -26,9 +26,10 @@ const (
 	defaultBackoffMax = 10 * time.Second
 )
 
-// Endpoint is the Endpoint New gives a client. It is a variable, as in early
-// v2 releases, so programs that read or set analytics.Endpoint still compile.
-var Endpoint = DefaultEndpoint
+// Endpoint is the Endpoint New gives a client. It is a constant, as in v2.1,
+// so programs may use it in constant expressions; set Client.Endpoint to send
+// elsewhere.
+const Endpoint = DefaultEndpoint
 
 // DefaultContext is merged into the context of every message, under the
 // message's own keys, as v2 merged it into every batch. It is read once, at
@@ -51,6 +52,7 @@ type config struct {
 	closeTimeout  time.Duration
 	backoffMin    time.Duration
 	backoffMax    time.Duration
+	backoffFactor float64
 	http          http.Client
 	ownTransport  *http.Transport
 	logger        *log.Logger
@@ -86,6 +88,10 @@ func positive[T int | time.Duration](v, def T) T {
 }
 
 func (c *Client) resolve() config {
+	policy := DefaultBacko()
+	if Backo != nil && Backo.base > 0 && Backo.cap > 0 {
+		policy = Backo
+	}
 	cfg := config{
 		flushAt:       resolveAlias(c.FlushAt, c.Size, DefaultFlushAt),
 		flushAfter:    resolveAlias(c.FlushAfter, c.Interval, DefaultFlushAfter),
@@ -94,8 +100,9 @@ func (c *Client) resolve() config {
 		maxRetries:    max(c.MaxRetries, 0),
 		concurrency:   positive(c.MaxConcurrentRequests, DefaultMaxConcurrentRequests),
 		closeTimeout:  positive(c.CloseTimeout, DefaultCloseTimeout),
-		backoffMin:    positive(c.backoffMin, defaultBackoffMin),
-		backoffMax:    positive(c.backoffMax, defaultBackoffMax),
+		backoffMin:    positive(c.backoffMin, policy.base),
+		backoffMax:    positive(c.backoffMax, policy.cap),
+		backoffFactor: max(float64(policy.factor), 1),
 		http:          c.Client,
 		logger:        c.Logger,
 		verbose:       c.Verbose || debugEnv(os.Getenv("DEBUG")),

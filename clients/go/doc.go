@@ -15,10 +15,13 @@
 //	})
 //
 // Calls validate the message, encode it and put it on a bounded in-memory
-// queue; they never wait on the network. Background goroutines send the queue
-// to POST {Endpoint}/v1/batch in batches of at most FlushAt messages and
-// 500 KiB, retrying network errors, 429 and 5xx with backoff and jitter.
-// Close sends everything still queued and waits, up to CloseTimeout, for it.
+// queue; they do not wait on the network, except for room in a full queue
+// while the daemon is draining it. Background goroutines send the queue to
+// POST {Endpoint}/v1/batch: a flush starts at FlushAt messages (or after
+// FlushAfter) and a request carries everything queued, up to 2,500 messages
+// and 500 KiB, retrying network errors, 429 and 5xx with backoff and jitter.
+// Close sends everything still queued and waits, up to CloseTimeout, for it;
+// its error reports messages not delivered and calls refused.
 //
 // Configure a Client by setting its fields after New and before the first
 // call; the first call (or Close) freezes the configuration.

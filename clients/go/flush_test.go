@@ -1,6 +1,7 @@
 package analytics
 
 import (
+	"net/http"
 	"reflect"
 	"strings"
 	"testing"
@@ -138,15 +139,49 @@ func TestFlushAtAndSizeResolve(t *testing.T) {
 
 func TestFlushAtAndSizeBothSet(t *testing.T) {
 	s := newServer(t, nil)
-	c, _ := newTestClient(t, s)
+	c, _ := newTestClient(t, s) // FlushAfter is an hour: only the count can flush
 	c.FlushAt = 50
 	c.Size = 2
-	for i := range 5 {
+	for i := range 2 {
 		mustNil(t, c.Track(track(i)))
 	}
+	// Two messages start a flush before Close: the smaller count wins.
+	if got := len(s.next(t).Body.Batch); got != 2 {
+		t.Fatalf("first request holds %d messages, want 2", got)
+	}
+}
+
+// A flush starts at FlushAt, but a backlog goes out in requests as large as
+// the limits allow rather than FlushAt at a time.
+func TestBacklogGoesOutInFullRequests(t *testing.T) {
+	arrived, release := make(chan struct{}, 10), make(chan struct{})
+	s := newServer(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		if n == 1 {
+			arrived <- struct{}{}
+			<-release
+		}
+		ok(w)
+	})
+	c, _ := newTestClient(t, s)
+	c.FlushAt = 2
+	c.MaxConcurrentRequests = 1
+	mustNil(t, c.Track(track(0)))
+	mustNil(t, c.Track(track(1)))
+	<-arrived // the only sender is busy: what follows queues up
+	for range 3000 {
+		// Small enough that the count, not the 500 KiB, limits a request.
+		mustNil(t, c.Track(&Track{UserId: "u", Event: "e"}))
+	}
+	close(release)
+	if got := len(s.next(t).Body.Batch); got != 2 {
+		t.Fatalf("first request holds %d messages, want 2", got)
+	}
+	if got := len(s.next(t).Body.Batch); got != MaxBatchMessages {
+		t.Fatalf("second request holds %d messages, want the backlog up to %d", got, MaxBatchMessages)
+	}
 	mustNil(t, c.Close())
-	if got := s.batchSizes(); !reflect.DeepEqual(got, []int{2, 2, 1}) {
-		t.Fatalf("batch sizes %v, want [2 2 1]", got)
+	if got := len(s.messages()); got != 3002 {
+		t.Fatalf("delivered %d, want 3002", got)
 	}
 }
 
@@ -179,27 +214,27 @@ func TestFieldsFrozenAtFirstUse(t *testing.T) {
 func TestQueueTakeKeepsOrderAndLimits(t *testing.T) {
 	var q queue
 	for i := range 7 {
-		q.push(item{id: string(rune('a' + i)), data: []byte(`{}`)})
+		q.push([]byte(string(rune('a'+i))+"}"), 0, 1) // the id is the first byte
 	}
 	var taken [][]item
-	take := func(all bool) []item {
-		b, _ := q.take(3, all)
+	take := func() []item {
+		b, _ := q.take(3)
 		if b != nil {
 			taken = append(taken, b)
 		}
 		return b
 	}
-	if b := take(false); len(b) != 3 || b[0].id != "a" || b[2].id != "c" {
+	if b := take(); len(b) != 3 || b[0].id() != "a" || b[2].id() != "c" {
 		t.Fatalf("first take %v", b)
 	}
-	if b := take(false); len(b) != 3 || b[0].id != "d" {
+	if b := take(); len(b) != 3 || b[0].id() != "d" {
 		t.Fatalf("second take %v", b)
 	}
-	if b := take(false); b != nil {
-		t.Fatalf("a partial batch was taken without all: %v", b)
-	}
-	if b := take(true); len(b) != 1 || b[0].id != "g" {
+	if b := take(); len(b) != 1 || b[0].id() != "g" {
 		t.Fatalf("final take %v", b)
+	}
+	if b := take(); b != nil {
+		t.Fatalf("take from an empty queue: %v", b)
 	}
 	if q.len() != 0 || q.bytes != 0 || q.held != 7 || q.heldBytes != 14 {
 		t.Fatalf("queue after takes: len %d bytes %d held %d/%d bytes", q.len(), q.bytes, q.held, q.heldBytes)

@@ -65,12 +65,12 @@ type Group struct {
 }
 
 // Alias associates a new identity (UserId) with a previous one
-// (PreviousId). Context and Integrations are additions over v2.
+// (PreviousId). Its fields are exactly v2's, in v2's order, so positional
+// literals such as Alias{"prev", "user", msg} compile; it therefore has no
+// Context or Integrations of its own.
 type Alias struct {
-	Context      map[string]interface{} `json:"context,omitempty"`
-	Integrations map[string]interface{} `json:"integrations,omitempty"`
-	PreviousId   string                 `json:"previousId"`
-	UserId       string                 `json:"userId"`
+	PreviousId string `json:"previousId"`
+	UserId     string `json:"userId"`
 	Message
 }
 

@@ -5,6 +5,7 @@ package analytics
 // that is what MaxQueueSize and MaxQueueBytes bound, so a dead server cannot
 // make memory grow through batches waiting in retries.
 type queue struct {
+	chunk     []byte // encoded messages are copied here, many per allocation
 	buf       []item
 	head      int // buf[head:] are the queued items
 	bytes     int // encoded size of queued items, one separator each
@@ -14,11 +15,24 @@ type queue struct {
 
 func (q *queue) len() int { return len(q.buf) - q.head }
 
-func (q *queue) push(it item) {
+// chunkSize is the allocation unit for encoded messages: about 200 typical
+// ones. A chunk lives while any message in it is queued or in flight; as the
+// queue is FIFO that pins at most a chunk or two beyond what is held.
+const chunkSize = 64 << 10
+
+// push copies an encoded message into the current chunk and queues it.
+func (q *queue) push(data []byte, idStart, idEnd int) item {
+	if cap(q.chunk)-len(q.chunk) < len(data) {
+		q.chunk = make([]byte, 0, max(chunkSize, len(data)))
+	}
+	off := len(q.chunk)
+	q.chunk = append(q.chunk, data...)
+	it := item{data: q.chunk[off:len(q.chunk):len(q.chunk)], idStart: uint16(idStart), idEnd: uint16(idEnd)}
 	q.buf = append(q.buf, it)
 	q.bytes += len(it.data) + 1
 	q.held++
 	q.heldBytes += len(it.data)
+	return it
 }
 
 // fits reports whether a message of n bytes may be held.
@@ -31,29 +45,23 @@ func (q *queue) ready(flushAt int) bool {
 	return q.len() >= flushAt || batchOverhead+q.bytes > MaxBatchBytes
 }
 
-// take removes the next batch: at most flushAt messages whose batch body
-// fits MaxBatchBytes. Unless all is set it takes only a full batch. reason
-// says what limited the batch ("count" or "size"), or is empty when the
-// queue simply ran out.
-func (q *queue) take(flushAt int, all bool) (batch []item, reason string) {
+// take removes the next batch: as many queued messages, up to limit, as fit
+// one request body (MaxBatchBytes). bySize reports that the byte limit, not
+// the count or the queue's end, cut it.
+func (q *queue) take(limit int) (batch []item, bySize bool) {
 	pending := q.buf[q.head:]
 	n, size := 0, batchOverhead
-	for n < len(pending) && n < flushAt {
+	for n < len(pending) && n < limit {
 		s := len(pending[n].data) + 1
 		if size+s > MaxBatchBytes {
+			bySize = true
 			break
 		}
 		size += s
 		n++
 	}
-	switch {
-	case n == flushAt:
-		reason = "count"
-	case n < len(pending):
-		reason = "size"
-	}
-	if n == 0 || (!all && reason == "") {
-		return nil, ""
+	if n == 0 {
+		return nil, false
 	}
 	batch = make([]item, n)
 	copy(batch, pending)
@@ -69,7 +77,7 @@ func (q *queue) take(flushAt int, all bool) (batch []item, reason string) {
 		clear(q.buf[m:])
 		q.buf, q.head = q.buf[:m], 0
 	}
-	return batch, reason
+	return batch, bySize
 }
 
 // release forgets a batch that was delivered or dropped.

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -45,15 +46,24 @@ import (
 	"`+path+`"
 )
 
+// v2.1's Endpoint is a constant.
+const segment = analytics.Endpoint
+
 func main() {
 	client := analytics.New("h97jamjwbh")
 	client.Endpoint = os.Args[1]
 	client.Size = 1
 	client.Track(&analytics.Track{Event: "Download", UserId: "123456",
 		Properties: map[string]interface{}{"platform": "osx"}})
+	// Positional literals, in v2's field order.
+	msg := analytics.Message{"", "", "", ""}
+	client.Alias(&analytics.Alias{"anon-1", "123456", msg})
+	client.Identify(&analytics.Identify{nil, nil, map[string]interface{}{"plan": "pro"}, "", "123456", msg})
+	_ = analytics.Backo.Duration(1)
 	if err := client.Close(); err != nil {
 		panic(err)
 	}
+	_ = segment
 }
 `)
 			bin := filepath.Join(dir, "v2app")
@@ -68,12 +78,12 @@ func main() {
 			var events []string
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				var body struct {
-					Batch []struct{ Event string } `json:"batch"`
+					Batch []struct{ Type, Event string } `json:"batch"`
 				}
 				_ = json.NewDecoder(r.Body).Decode(&body)
 				mu.Lock()
 				for _, m := range body.Batch {
-					events = append(events, m.Event)
+					events = append(events, m.Type+":"+m.Event)
 				}
 				mu.Unlock()
 				io.WriteString(w, `{"success":true}`)
@@ -84,7 +94,8 @@ func main() {
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			if strings.Join(events, ",") != "Download" {
+			sort.Strings(events) // concurrent senders: any order
+			if strings.Join(events, ",") != "alias:,identify:,track:Download" {
 				t.Fatalf("server got events %v", events)
 			}
 		})

@@ -188,3 +188,20 @@ func TestBackoffGrowsWithJitter(t *testing.T) {
 		t.Errorf("Retry-After beyond the cap gave %s", d)
 	}
 }
+
+// analytics.Backo, as set before the client's first use, shapes its retries.
+func TestBackoPolicyIsUsed(t *testing.T) {
+	saved := Backo
+	t.Cleanup(func() { Backo = saved })
+	Backo = NewBacko(time.Second, 3, 0, 30*time.Second)
+	c := New("k")
+	c.cfg = c.resolve()
+	if c.cfg.backoffMin != time.Second || c.cfg.backoffMax != 30*time.Second || c.cfg.backoffFactor != 3 {
+		t.Fatalf("config from Backo: min %s max %s factor %v", c.cfg.backoffMin, c.cfg.backoffMax, c.cfg.backoffFactor)
+	}
+	for range 20 {
+		if d := c.backoff(2, 0); d < 4500*time.Millisecond || d > 9*time.Second {
+			t.Fatalf("third retry waits %s, want within [4.5s, 9s] (1s × 3², equal jitter)", d)
+		}
+	}
+}

@@ -10,6 +10,7 @@ type Stats struct {
 	Delivered int64 // messages acknowledged by the server
 	Failed    int64 // accepted messages dropped while sending (4xx, retries exhausted, Close timeout)
 	QueueFull int64 // calls refused with ErrQueueFull (dropped at call time)
+	Waited    int64 // calls that found the queue full and waited for room while the daemon drained it
 	Requests  int64 // HTTP requests made, retries included
 	Retries   int64 // HTTP requests that were retries
 }
@@ -19,7 +20,7 @@ type Stats struct {
 func (s Stats) Dropped() int64 { return s.QueueFull + s.Failed }
 
 type counters struct {
-	accepted, delivered, failed, queueFull, requests, retries atomic.Int64
+	accepted, delivered, failed, queueFull, waited, requests, retries atomic.Int64
 }
 
 // Stats returns the client's counters; safe to call at any time.
@@ -34,6 +35,7 @@ func (c *Client) Stats() Stats {
 		Delivered: c.stats.delivered.Load(),
 		Failed:    c.stats.failed.Load(),
 		QueueFull: c.stats.queueFull.Load(),
+		Waited:    c.stats.waited.Load(),
 		Requests:  c.stats.requests.Load(),
 		Retries:   c.stats.retries.Load(),
 	}

@@ -15,9 +15,16 @@ import (
 
 var errAbandoned = errors.New("client closed (CloseTimeout reached) before the batch was delivered")
 
-// sender sends batches until the batcher closes the channel.
+// sender sends batches until the batcher closes the channel. It announces
+// itself free before each, so the batcher takes a batch only when it can go
+// out at once, and takes it as large as the queue allows.
 func (c *Client) sender() {
-	for batch := range c.batches {
+	for {
+		c.idle <- struct{}{} // never blocks: one slot per sender
+		batch, ok := <-c.batches
+		if !ok {
+			return
+		}
 		c.finish(batch, c.send(batch))
 	}
 }
@@ -34,6 +41,7 @@ func (c *Client) finish(batch []item, err error) {
 	}
 	c.mu.Lock()
 	c.q.release(batch)
+	c.flow.wakeAll()
 	c.mu.Unlock()
 }
 
@@ -49,7 +57,7 @@ func ids(batch []item) string {
 		if i > 0 {
 			b.WriteString(" ")
 		}
-		b.WriteString(it.id)
+		b.WriteString(it.id())
 	}
 	b.WriteString("]")
 	return b.String()
@@ -109,6 +117,7 @@ func (c *Client) post(batch []item, attempt int) outcome {
 	start := time.Now()
 	resp, err := c.cfg.http.Do(req)
 	took := time.Since(start).Round(time.Microsecond)
+	c.noteAttempt(err == nil && resp.StatusCode >= 200 && resp.StatusCode < 300, took)
 	if err != nil {
 		if c.ctx.Err() != nil {
 			return outcome{err: errAbandoned}
@@ -163,13 +172,18 @@ func parseRetryAfter(v string) time.Duration {
 	return time.Duration(s) * time.Second
 }
 
-// backoff is exponential from backoffMin, capped at backoffMax, with "equal
-// jitter" (half fixed, half random) so retries from many clients spread out
-// yet never collapse to zero. A server's Retry-After is honoured up to the cap.
+// backoff is exponential from backoffMin (Backo's base, by its factor),
+// capped at backoffMax, with "equal jitter" (half fixed, half random) so
+// retries from many clients spread out yet never collapse to zero. A server's
+// Retry-After is honoured up to the cap.
 func (c *Client) backoff(attempt int, retryAfter time.Duration) time.Duration {
+	factor := c.cfg.backoffFactor
+	if factor == 0 {
+		factor = 2
+	}
 	d := c.cfg.backoffMin
 	for i := 0; i < attempt && d < c.cfg.backoffMax; i++ {
-		d *= 2
+		d = time.Duration(float64(d) * factor)
 	}
 	d = min(d, c.cfg.backoffMax)
 	d = d/2 + rand.N(d/2+1)

@@ -28,7 +28,7 @@ func TestValidation(t *testing.T) {
 		{"group without groupId", func() error { return c.Group(&Group{UserId: "u"}) }, ErrInvalidMessage, "GroupId is required"},
 		{"alias without userId", func() error { return c.Alias(&Alias{PreviousId: "p"}) }, ErrInvalidMessage, "UserId is required"},
 		{"alias without previousId", func() error { return c.Alias(&Alias{UserId: "u"}) }, ErrInvalidMessage, "PreviousId is required"},
-		{"alias with only anonymous id is not enough", func() error { return c.Alias(&Alias{PreviousId: "p", Context: map[string]interface{}{"x": 1}}) }, ErrInvalidMessage, "alias"},
+		{"alias with only a previous id is not enough", func() error { return c.Alias(&Alias{PreviousId: "p", Message: Message{MessageId: "m"}}) }, ErrInvalidMessage, "alias"},
 		{"nil identify", func() error { return c.Identify(nil) }, ErrInvalidMessage, "nil"},
 		{"nil track", func() error { return c.Track(nil) }, ErrInvalidMessage, "nil"},
 		{"nil page", func() error { return c.Page(nil) }, ErrInvalidMessage, "nil"},
@@ -85,9 +85,8 @@ func TestSizeLimitBoundary(t *testing.T) {
 	m := &Track{UserId: "u", Event: "e", Properties: map[string]interface{}{"blob": ""}}
 	m.MessageId = "fixed-id"
 	m.Timestamp = "2026-11-21T10:00:00.000Z"
-	base := *m
-	mustNil(t, prepare("track", &base.Message, &base.Context, nil, time.Now()))
-	data, err := encode("track", &base)
+	w := &wire{typ: "track", msg: &m.Message, bodyKey: "properties", body: m.Properties, userID: m.UserId, event: m.Event}
+	data, _, _, err := encodeMessage(nil, w, nil, time.Now())
 	mustNil(t, err)
 	m.Properties["blob"] = strings.Repeat("x", MaxMessageBytes-len(data))
 

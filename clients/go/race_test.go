@@ -1,0 +1,7 @@
+//go:build race
+
+package analytics
+
+// raceEnabled shortens the long loops: the race detector slows every call
+// about tenfold.
+const raceEnabled = true
