@@ -257,9 +257,8 @@ class Daemon:
             max_body_bytes=max(MAX_RAW_REQUEST_BYTES, 1024**2),
         )
         self._listener = Listener(limits)
-        app = web.Application(
-            client_max_size=limits.max_body_bytes, middlewares=[self._listener.middleware]
-        )
+        app = web.Application(client_max_size=limits.max_body_bytes)
+        app.on_response_prepare.append(self._listener.response_prepared)
         ingest = Ingest(
             settings,
             writer=self._writer,
@@ -268,16 +267,21 @@ class Daemon:
             parsers=self._parsers,
         )
         ingest_routes = ingest.routes()
-        app.add_routes(ingest_routes)
+        guard = self._listener.guard_routes
+        app.add_routes(guard(ingest_routes))
         cors.install(app, [route.path for route in ingest_routes])  # web pages send too
-        app.add_routes([web.get("/healthz", self._healthz), web.get("/metrics", self._metrics)])
         app.add_routes(
-            RegulationsApi(
-                settings,
-                db=self.db,
-                personas=self.personas,
-                on_created=self._regulations.notify,
-            ).routes()
+            guard([web.get("/healthz", self._healthz), web.get("/metrics", self._metrics)])
+        )
+        app.add_routes(
+            guard(
+                RegulationsApi(
+                    settings,
+                    db=self.db,
+                    personas=self.personas,
+                    on_created=self._regulations.notify,
+                ).routes()
+            )
         )
         # efd inflates gzip bodies itself, with a bound: aiohttp would inflate without one.
         self._runner = web.AppRunner(

@@ -18,7 +18,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from aiohttp import web
 from sqlalchemy.exc import SQLAlchemyError
 
-from efd import cors, jsonjs, routing, webhooks
+from efd import cors, jsonjs, routing, server, webhooks
 from efd.batching import GroupCommit
 from efd.config import Settings, SourceConfig
 from efd.messages import (
@@ -100,7 +100,7 @@ async def read_body(request: web.Request) -> bytes:
     """The request body, gunzipped if need be, refused past the 500 KiB limit."""
     if request.content_length is not None and request.content_length > MAX_RAW_REQUEST_BYTES:
         raise _too_large()
-    data = await request.read()  # read in full by efd.server's middleware, within its clock
+    data = await server.read_body(request, MAX_RAW_REQUEST_BYTES)
     if len(data) > MAX_RAW_REQUEST_BYTES:
         raise _too_large()
     encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
@@ -262,7 +262,8 @@ class Ingest:
             source = self._source_from_header(request)
             data = await read_body(request)
             source, rows = await self._parse(data, source, type_, received_at)
-            self._check_origin(source, request)
+            if self._origins:
+                self._check_origin(source, request)
         except Rejection as rejection:
             self._metrics.rejected[rejection.code] += 1
             log.info("rejected %s from %s: %s", request.path, request.remote, rejection.message)

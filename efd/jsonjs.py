@@ -226,10 +226,16 @@ def check_depth(data: bytes) -> None:
         raise TooDeep
 
 
+_ASCII_OPENERS = (b"{", b"[")
+
+
 def _text(data: bytes) -> str:
     """The JSON text of `data`, read as json.loads reads bytes (UTF-8, -16 or -32 by the
     first bytes) but strictly: invalid sequences are refused, not smuggled through as lone
     surrogates."""
+    if data[:1] in _ASCII_OPENERS and data[1:2] != b"\x00":  # UTF-8, as nearly all are
+        check_depth(data)
+        return data.decode("utf-8")
     encoding = json.detect_encoding(data)
     if encoding.startswith("utf-8"):
         check_depth(data)

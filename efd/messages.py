@@ -120,7 +120,9 @@ def _no_surrogates(value: str, key: str) -> str:
 def _identity(raw: Mapping[str, Any], key: str) -> str | None:
     value = raw.get(key)
     if type(value) is str:  # the common case first: this runs twice per message
-        return _no_surrogates(value, key) if value else None
+        if value.isascii():
+            return value or None
+        return _no_surrogates(value, key)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
@@ -192,7 +194,7 @@ def normalise(
             f"messageId is longer than {MAX_MESSAGE_ID_CHARS} characters",
             field="messageId",
         )
-    else:
+    elif not message_id.isascii():
         _no_surrogates(message_id, "messageId")
 
     context = _object(raw, "context")
@@ -248,7 +250,7 @@ def _type_fields(msg_type: str, raw: Mapping[str, Any], user_id: str | None) -> 
         if not isinstance(event, str):
             raise Rejection("invalid_field", "event must be a string", field="event")
         return {
-            "event": _no_surrogates(event, "event"),
+            "event": event if event.isascii() else _no_surrogates(event, "event"),
             "properties": _object(raw, "properties") or {},
         }
     if msg_type == "identify":

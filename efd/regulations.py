@@ -28,7 +28,7 @@ from typing import Any
 from aiohttp import web
 from sqlalchemy.exc import SQLAlchemyError
 
-from efd import jsonjs
+from efd import jsonjs, server
 from efd.config import Settings, SourceConfig
 from efd.messages import format_timestamp
 from efd.metrics import Metrics
@@ -51,6 +51,7 @@ SUBJECT_TYPE = "USER_ID"
 _FIELDS = ("regulationType", "subjectType", "subjectIds")
 _POLL = 5.0  # seconds: how often other processes' regulations and lapsed leases are looked for
 _PURGE_STEP = 20_000  # message pks per purge transaction
+MAX_BODY_BYTES = 1024**2
 
 
 class BadRequest(Exception):
@@ -182,7 +183,7 @@ class RegulationsApi:
                     "unknown_source", f"no source named {scope!r}", field="source", status=404
                 )
             try:
-                payload = jsonjs.loads(await request.read())
+                payload = jsonjs.loads(await server.read_body(request, MAX_BODY_BYTES))
             except jsonjs.TooDeep as error:
                 raise BadRequest("too_deep", f"the body is nested too deeply: {error}") from None
             except (ValueError, UnicodeDecodeError) as error:
