@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
+
+from efd.rows import DeliveryStatus
 
 
 class Verdict(StrEnum):
@@ -17,11 +19,8 @@ class Verdict(StrEnum):
 
 # Transport failures. A request that never reached the receiver (TLS refused, address
 # blocked, bad URL, a request that cannot be built) is final for that hook; the others
-# may succeed on a later try.
-# `interrupted`: the sender process died mid-round; `internal`: a bug in efd's sending code.
-RETRYABLE_ERRORS = frozenset(
-    {"timeout", "connect", "dns", "reset", "protocol", "interrupted", "internal"}
-)
+# (timeout, connect, dns, reset, protocol; `interrupted`: the sender process died
+# mid-round; `internal`: a bug in efd's sending code) may succeed on a later try.
 FINAL_ERRORS = frozenset({"tls", "blocked", "invalid_url", "invalid_request"})
 
 
@@ -121,7 +120,7 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
 class Decision:
     """The new state of a delivery after one round of attempts."""
 
-    status: str  # delivered | failed | expired | pending
+    status: DeliveryStatus
     next_attempt_at: float | None
     failed_hooks: frozenset[str]
     last_error: str | None
@@ -140,11 +139,11 @@ def decide(
 ) -> Decision:
     """First success wins; hooks that failed for good drop out; the rest retry or expire."""
     if any(r.verdict is Verdict.SUCCESS for r in results):
-        return Decision("delivered", None, failed_hooks, None)
+        return Decision(DeliveryStatus.DELIVERED, None, failed_hooks, None)
     failed = failed_hooks | {r.hook_url for r in results if r.verdict is Verdict.FAIL}
     last_error = "; ".join(r.describe() for r in results) or "no hook to send to"
     if not [h for h in hooks if h not in failed]:
-        return Decision("failed", None, frozenset(failed), last_error)
+        return Decision(DeliveryStatus.FAILED, None, frozenset(failed), last_error)
     retry_after = max((r.retry_after for r in results if r.retry_after is not None), default=None)
     at = policy.next_attempt_at(
         attempt=attempt,
@@ -154,5 +153,26 @@ def decide(
         rng=rng,
     )
     if at is None:
-        return Decision("expired", None, frozenset(failed), last_error)
-    return Decision("pending", at, frozenset(failed), last_error)
+        return Decision(DeliveryStatus.EXPIRED, None, frozenset(failed), last_error)
+    return Decision(DeliveryStatus.PENDING, at, frozenset(failed), last_error)
+
+
+@dataclass
+class Backoff:
+    """The delays of a loop that retries something failing (a database, a child process):
+    `initial`, doubling up to `maximum`; `reset()` after a success."""
+
+    initial: float = 0.5
+    maximum: float = 10.0
+    _next: float = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._next = self.initial
+
+    def next(self) -> float:
+        delay = self._next
+        self._next = min(self._next * 2, self.maximum)
+        return delay
+
+    def reset(self) -> None:
+        self._next = self.initial

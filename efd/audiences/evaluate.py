@@ -12,7 +12,7 @@ import json
 import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import reduce
 from typing import Any, Final, TypeAlias, TypeGuard
 
@@ -32,6 +32,7 @@ from efd.audiences.lang import (
     PropertyRef,
     TraitRef,
 )
+from efd.rows import Event
 
 __all__ = [
     "CompiledCondition",
@@ -43,13 +44,6 @@ __all__ = [
     "evaluate_condition",
     "evaluate_expression",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    name: str
-    timestamp: float  # unix seconds
-    properties: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,10 +12,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from efd.rows import ProfileKind
+
 PAGE_EVENT = "Page Viewed"
 SCREEN_EVENT = "Screen Viewed"
-USER = "user"
-ANONYMOUS = "anonymous"
+USER = ProfileKind.USER
+ANONYMOUS = ProfileKind.ANONYMOUS
 
 
 class ProfileState:

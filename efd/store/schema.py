@@ -51,18 +51,13 @@ messages = Table(
     Index("ix_messages_received_at", "received_at"),
 )
 
-PENDING = "pending"
-DELIVERED = "delivered"
-FAILED = "failed"
-EXPIRED = "expired"
-
 deliveries = Table(
     "deliveries",
     metadata,
     Column("id", Id, primary_key=True, autoincrement=True),
     Column("message_pk", Id, ForeignKey("messages.id", ondelete="CASCADE"), nullable=False),
     Column("destination", String(200), nullable=False),
-    Column("status", String(10), nullable=False),  # pending|delivered|failed|expired
+    Column("status", String(10), nullable=False),  # efd.rows.DeliveryStatus
     Column("attempts", Integer, nullable=False, server_default=text("0")),  # rounds sent
     Column("created_at", Float, nullable=False),
     Column("first_attempt_at", Float),
@@ -181,18 +176,13 @@ computed_values = Table(
 
 # -- deletion requests ("regulations") ----------------------------------------------------
 
-INITIALIZED = "INITIALIZED"
-RUNNING = "RUNNING"
-FINISHED = "FINISHED"
-FAILED = "FAILED"
-
 regulations = Table(
     "regulations",
     metadata,
     Column("id", String(40), primary_key=True),
     Column("type", String(24), nullable=False),  # DELETE_ONLY|SUPPRESS_WITH_DELETE|…
     Column("scope", String(200)),  # a source name; NULL: every source
-    Column("status", String(12), nullable=False),  # INITIALIZED|RUNNING|FINISHED|FAILED
+    Column("status", String(12), nullable=False),  # efd.rows.RegulationStatus
     Column("subject_count", Integer, nullable=False),
     Column("progress", Text, nullable=False),  # JSON: per-source notifications, purge counts
     Column("created_at", Float, nullable=False),

@@ -1,0 +1,108 @@
+"""The records that pass between efd's parts, with no dependencies of their own.
+
+The parser processes build `NewMessage`s without loading SQLAlchemy; the dispatcher, the
+store and the tests' in-memory fake of it exchange `Claimed`, `Outcome` and `AttemptRow`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class DeliveryStatus(StrEnum):
+    """A delivery's state, as stored in `deliveries.status`."""
+
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"  # every hook failed for good
+    EXPIRED = "expired"  # the retry window closed
+
+
+class RegulationStatus(StrEnum):
+    """A deletion request's state, as stored in `regulations.status`."""
+
+    INITIALIZED = "INITIALIZED"
+    RUNNING = "RUNNING"
+    FINISHED = "FINISHED"
+    FAILED = "FAILED"
+
+
+class ProfileKind(StrEnum):
+    USER = "user"  # keyed by a userId
+    ANONYMOUS = "anonymous"  # keyed by an anonymousId not linked to a user yet
+
+
+class InsertStatus(StrEnum):
+    """What became of one message offered to the store."""
+
+    STORED = "stored"
+    DUPLICATE = "duplicate"  # a messageId the source already sent: acknowledged, not stored
+    SUPPRESSED = "suppressed"  # from a suppressed user: acknowledged and dropped
+
+
+@dataclass(slots=True)  # not frozen: built on the hot path, where frozen __init__ costs
+class NewMessage:
+    source: str
+    message_id: str
+    type: str
+    user_id: str | None
+    anonymous_id: str | None
+    event: str | None
+    timestamp: float
+    received_at: float
+    body: str
+    destinations: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class Claimed:
+    """A leased delivery, with what its next round needs."""
+
+    delivery_id: int
+    lease_token: int
+    destination: str
+    attempts: int
+    first_attempt_at: float | None
+    failed_hooks: frozenset[str]
+    message_id: str
+    body: str | None  # None once a deletion request purged it
+
+
+@dataclass(slots=True)
+class Outcome:
+    """The state a delivery moves to after a round, fenced by the claim's token."""
+
+    delivery_id: int
+    lease_token: int
+    status: DeliveryStatus
+    attempts: int
+    first_attempt_at: float
+    next_attempt_at: float | None
+    finished_at: float | None
+    failed_hooks: frozenset[str]
+    last_error: str | None
+
+
+@dataclass(slots=True)
+class AttemptRow:
+    delivery_id: int
+    hook_url: str
+    attempted_at: float
+    duration_ms: float
+    outcome: str
+    status_code: int | None
+    error_class: str | None
+    error: str | None
+    response_head: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A kept track/page/screen event of a profile, as audiences evaluate it."""
+
+    name: str
+    timestamp: float  # unix seconds
+    properties: Mapping[str, Any] = field(default_factory=dict)
