@@ -1,10 +1,10 @@
 """Syncing audiences and computed traits: evaluate, diff against what was delivered, send.
 
-The diff (`evaluate`, `diff`, `identify_message`) is pure. The drivers (`run_sync`, and
-`run_sync_async` for the daemon) walk the user profiles in id-ordered chunks; each
-chunk's identify messages and its new stored values are written in one transaction, so a
-crash or restart at any point neither resends a delivered change nor misses one: the next
-sync diffs against exactly what was committed.
+The diff (`evaluate`, `diff`, `identify_message`) is pure. The driver (`run_sync`) walks
+the user profiles in id-ordered chunks; each chunk's identify messages and its new stored
+values are written in one transaction, so a crash or restart at any point neither
+resends a delivered change nor misses one: the next sync diffs against exactly what was
+committed. `preview` evaluates without sending or storing anything (efd audiences).
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from efd.audiences import (
     parse_condition,
     parse_expression,
 )
-from efd.config import Settings
 from efd.messages import Message
 from efd.personas.keys import PERSONAS_SOURCE, computation_id, snake_case
-from efd.store.personas import PersonasStore, SyncChunk, loads_stored
+from efd.rows import NewMessage
+from efd.store.computations import ComputationsStore, SyncChunk
 from efd.store.runner import AsyncStore
-from efd.store.sql import NewMessage
+from efd.store.statements import loads
 
 AUDIENCE = "audience"
 TRAIT = "trait"
@@ -90,19 +90,6 @@ class Computation:
         }
 
 
-def computations(settings: Settings) -> list[Computation]:
-    """The audiences and computed traits of a configuration."""
-    found = [
-        Computation(AUDIENCE, a.name, a.condition, tuple(a.destinations), a.sync_interval_seconds)
-        for a in settings.audiences
-    ]
-    found += [
-        Computation(TRAIT, t.name, t.expression, tuple(t.destinations), t.sync_interval_seconds)
-        for t in settings.computed_traits
-    ]
-    return found
-
-
 def longest_lookback(found: Sequence[Computation]) -> float | None:
     """How far back events are needed: None when forever."""
     if not found:
@@ -144,7 +131,6 @@ def evaluate(computation: Computation, chunk: SyncChunk, now: float) -> Iterator
     audience = computation.kind == AUDIENCE
     need_traits = bool(computation.requirements.trait_names)
     events, stored, blocked = chunk.events, chunk.stored, chunk.suppressed
-    loads = loads_stored
     empty: dict[str, Any] = {}
     for pid, traits in chunk.profiles:
         if pid in blocked:
@@ -252,36 +238,9 @@ def _plan(
     return outgoing, [(c.profile_id, c.stored) for c in changes]
 
 
-def run_sync(
-    personas: PersonasStore, computation: Computation, now: float | None = None
-) -> SyncResult:
-    """One sync, synchronously (the CLI and benchmarks)."""
-    started = time.perf_counter()
-    now = time.time() if now is None else now
-    result = SyncResult(computation.store_key)
-    key = computation.store_key
-    personas.start_sync(key, computation.kind, computation.name, computation.definition_hash, now)
-    after: str | None = None
-    args = _load_args(computation, now)
-    while True:
-        chunk = personas.load_sync_chunk(key, after=after, limit=CHUNK_PROFILES, **args)
-        result.rows_read += chunk.rows_read
-        result.evaluated += len(chunk.profiles)
-        outgoing, values = _plan(computation, chunk, now)
-        if values:
-            personas.apply_sync_chunk(key, outgoing, values, now)
-        result.sent += len(outgoing)
-        if chunk.next_after is None:
-            break
-        after = chunk.next_after
-    personas.finish_sync(key, now, result.sent)
-    result.seconds = time.perf_counter() - started
-    return result
-
-
-async def run_sync_async(
+async def run_sync(
     db: AsyncStore,
-    personas: PersonasStore,
+    personas: ComputationsStore,
     computation: Computation,
     now: float | None = None,
     on_sent: Callable[[], None] | None = None,
@@ -334,7 +293,10 @@ class Preview:
 
 
 def preview(
-    personas: PersonasStore, computation: Computation, now: float | None = None, sample: int = 10
+    personas: ComputationsStore,
+    computation: Computation,
+    now: float | None = None,
+    sample: int = 10,
 ) -> Preview:
     """What a computation selects now (count and a sample), and how that differs from the
     last sync, without sending or storing anything."""

@@ -1,5 +1,9 @@
-"""Persistence: tables, migrations and every SQL statement."""
+"""Persistence: tables, migrations and every SQL statement.
 
-from efd.store.sql import AttemptRow, Claimed, NewMessage, Outcome, Store
+`Store` (queue.py) holds the engines and the queue's statements; the feature stores
+(profiles.py, computations.py, regulations.py) run theirs on the same engines.
+"""
 
-__all__ = ["AttemptRow", "Claimed", "NewMessage", "Outcome", "Store"]
+from efd.store.queue import Store
+
+__all__ = ["Store"]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
@@ -74,3 +75,35 @@ def make_engine(url: str, *, writer: bool, synchronous: str = "FULL", pool_size:
         connection.exec_driver_sql("BEGIN IMMEDIATE" if writer else "BEGIN")
 
     return engine
+
+
+class DatabaseInUse(Exception):
+    """Another efd process holds the SQLite file."""
+
+
+class SqliteLock:
+    """One efd process per SQLite file: leases there are released at start-up, which is
+    only safe when no other process can be delivering from the same file."""
+
+    def __init__(self, database: Path) -> None:
+        self.path = database.with_name(database.name + ".lock")
+        self._handle: IO[str] | None = None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        handle = self.path.open("a+")
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise DatabaseInUse(
+                f"another efd process is using {self.path.with_suffix('')}; "
+                "SQLite serves one process (use PostgreSQL to run several)"
+            ) from None
+        self._handle = handle
+
+    def release(self) -> None:
+        if self._handle is not None:
+            fcntl.flock(self._handle.fileno(), fcntl.LOCK_UN)
+            self._handle.close()
+            self._handle = None

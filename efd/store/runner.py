@@ -10,11 +10,12 @@ import asyncio
 import functools
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar
 
-from efd.store.sql import Store
+from efd.rows import AttemptRow, Claimed, Outcome
+from efd.store.queue import Store
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -86,3 +87,27 @@ class AsyncStore:
         self._writer.shutdown()
         self._reader.shutdown(wait=True)
         self.store.dispose()
+
+
+class AsyncDeliveries:
+    """The dispatcher's `Deliveries` on the store: claims and outcomes through the writer
+    thread, the due-time lookup on a reader."""
+
+    def __init__(self, db: AsyncStore) -> None:
+        self._db = db
+
+    async def claim(
+        self, destination: str, limit: int, *, owner: str, now: float, lease_until: float
+    ) -> list[Claimed]:
+        return await self._db.write(
+            self._db.store.claim, destination, limit, owner=owner, now=now, lease_until=lease_until
+        )
+
+    async def record(self, outcomes: Sequence[Outcome], attempts: Sequence[AttemptRow]) -> int:
+        return await self._db.write(self._db.store.record, outcomes, attempts)
+
+    async def release(self, leases: Sequence[tuple[int, int]], now: float) -> None:
+        await self._db.write(self._db.store.release, leases, now)
+
+    async def next_due(self, destination: str) -> float | None:
+        return await self._db.read(self._db.store.next_due, destination)

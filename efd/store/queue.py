@@ -1,8 +1,10 @@
-"""Every SQL statement efd runs, in one place. Synchronous; callers run it in threads.
+"""The queue: messages in, their deliveries claimed and recorded, the attempt log.
+Synchronous; callers run it in threads (efd/store/runner.py).
 
 Writes go through one writer engine (on SQLite, one connection with BEGIN IMMEDIATE: the
 single writer); reads use a separate engine so /healthz and /metrics never queue behind
-a large commit.
+a large commit. The feature stores (profiles, computations, regulations) use the same
+engines.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, Protocol, TypeVar
 
@@ -35,85 +36,27 @@ from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError
 
+from efd.rows import AttemptRow, Claimed, DeliveryStatus, InsertStatus, NewMessage, Outcome
 from efd.store import dedupe
 from efd.store.dedupe import message_key
 from efd.store.engine import is_sqlite, make_engine, normalise_url
-from efd.store.schema import PENDING, attempts, deliveries, jobs, messages
+from efd.store.schema import attempts, deliveries, jobs, messages
+
+PENDING = DeliveryStatus.PENDING
 
 DEDUPE_WINDOW_SECONDS = 24 * 3600
 NOTIFY_CHANNEL = "efd_deliveries"
 _CHUNK = 500  # bound IN lists well below SQLite's variable limit
 
-# What insert_messages answers for each row.
-STORED = "stored"
-DUPLICATE = "duplicate"  # a messageId the source already sent: acknowledged, not stored
-SUPPRESSED = "suppressed"  # from a suppressed user: acknowledged and dropped
 
-
-@dataclass(slots=True)  # not frozen: built on the hot path, where frozen __init__ costs
-class NewMessage:
-    source: str
-    message_id: str
-    type: str
-    user_id: str | None
-    anonymous_id: str | None
-    event: str | None
-    timestamp: float
-    received_at: float
-    body: str
-    destinations: tuple[str, ...]
-
-
-@dataclass(slots=True)  # not frozen: built on the hot path, where frozen __init__ costs
-class Claimed:
-    delivery_id: int
-    lease_token: int
-    destination: str
-    attempts: int
-    first_attempt_at: float | None
-    failed_hooks: frozenset[str]
-    message_id: str
-    body: str | None
-
-
-@dataclass(slots=True)  # not frozen: built on the hot path, where frozen __init__ costs
-class Outcome:
-    """The state a delivery moves to after a round, fenced by the claim's token."""
-
-    delivery_id: int
-    lease_token: int
-    status: str
-    attempts: int
-    first_attempt_at: float
-    next_attempt_at: float | None
-    finished_at: float | None
-    failed_hooks: frozenset[str]
-    last_error: str | None
-
-
-@dataclass(slots=True)  # not frozen: built on the hot path, where frozen __init__ costs
-class AttemptRow:
-    delivery_id: int
-    hook_url: str
-    attempted_at: float
-    duration_ms: float
-    outcome: str
-    status_code: int | None
-    error_class: str | None
-    error: str | None
-    response_head: str | None
-
-
-class IngestHooks(Protocol):
-    """What efd/store/personas.py adds to the ingestion transaction."""
-
+class Suppressed(Protocol):
     def suppressed(self, conn: Connection, ids: set[str]) -> set[str]:
         """Which of these userIds/anonymousIds are suppressed."""
         ...
 
-    def capture(self, conn: Connection, rows: Sequence[NewMessage]) -> None:
-        """Update profiles and events from the rows just stored."""
-        ...
+
+# Profile capture (efd/personas/capture.py): the stored rows folded into profiles.
+Capture = Callable[[Connection, Sequence[NewMessage]], None]
 
 
 T = TypeVar("T")
@@ -367,11 +310,13 @@ class Store:
 
     # -- ingestion -----------------------------------------------------------------------
 
-    # Set by efd/store/personas.py: the suppression check and profile capture, both run in
-    # the ingestion transaction. None (a bare Store): neither.
-    hooks: IngestHooks | None = None
+    # Steps of the ingestion transaction, set by the daemon: the suppression check
+    # (efd/store/regulations.py) and profile capture while audiences or computed traits
+    # are configured (efd/personas/capture.py). None: not taken.
+    suppressions: Suppressed | None = None
+    capture: Capture | None = None
 
-    def insert_messages(self, rows: Sequence[NewMessage], now: float) -> list[str]:
+    def insert_messages(self, rows: Sequence[NewMessage], now: float) -> list[InsertStatus]:
         """Store messages and their deliveries in one transaction.
 
         Returns, per row, STORED; DUPLICATE for a messageId the same source already sent
@@ -379,35 +324,34 @@ class Store:
         SUPPRESSED for a message from a userId or anonymousId a regulation suppressed:
         acknowledged and dropped.
         """
-        hooks = self.hooks
         with self.writer.begin() as conn:
             blocked: set[str] = set()
-            if hooks is not None:
+            if self.suppressions is not None:
                 who = {i for r in rows for i in (r.user_id, r.anonymous_id) if i is not None}
                 if who:
-                    blocked = hooks.suppressed(conn, who)
+                    blocked = self.suppressions.suppressed(conn, who)
             keys = [message_key(r.source, r.message_id) for r in rows]
             seen = self._recent_message_ids(conn, keys, now)
             fresh: list[NewMessage] = []
             fresh_keys: list[int] = []
-            status: list[str] = []
+            status: list[InsertStatus] = []
             for row, key in zip(rows, keys, strict=True):
                 if blocked and (row.user_id in blocked or row.anonymous_id in blocked):
-                    status.append(SUPPRESSED)
+                    status.append(InsertStatus.SUPPRESSED)
                     continue
                 pair = (row.source, row.message_id)
                 if pair in seen:
-                    status.append(DUPLICATE)
+                    status.append(InsertStatus.DUPLICATE)
                     continue
                 seen.add(pair)
                 fresh.append(row)
                 fresh_keys.append(key)
-                status.append(STORED)
+                status.append(InsertStatus.STORED)
             if not fresh:
                 return status
             self.insert_with_deliveries(conn, fresh, now, keys=fresh_keys)
-            if hooks is not None:
-                hooks.capture(conn, fresh)
+            if self.capture is not None:
+                self.capture(conn, fresh)
             return status
 
     def index_recent_messages(self, now: float) -> None:

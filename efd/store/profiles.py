@@ -1,0 +1,136 @@
+"""SQL for profiles, identity links and kept events (maintained only while audiences or
+computed traits are configured). The identity rules live in efd/personas/capture.py;
+these are the statements it runs inside the ingestion transaction, and the reads."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, delete, insert, select, update
+
+from efd.store.queue import Store
+from efd.store.schema import computed_values, events, identities, profiles
+from efd.store.statements import chunks, insert_for, upsert
+
+ProfileRow = tuple[str, str, str, str]  # (id, kind, traits JSON, trait_times JSON)
+
+
+class ProfilesStore:
+    def __init__(self, store: Store) -> None:
+        self.sqlite = store.sqlite
+        self._reader = store.reader
+        self._writer = store.writer
+
+    # -- inside the ingestion transaction ----------------------------------------------------
+
+    @staticmethod
+    def links(conn: Connection, ids: Collection[str]) -> dict[str, str]:
+        """alias id -> canonical id, for those of `ids` that are linked."""
+        found: dict[str, str] = {}
+        for chunk in chunks(ids):
+            found.update(
+                conn.execute(
+                    select(identities.c.alias_id, identities.c.canonical_id).where(
+                        identities.c.alias_id.in_(chunk)
+                    )
+                ).all()
+            )
+        return found
+
+    def ensure(self, conn: Connection, kinds: dict[str, str], now: float) -> None:
+        """Create the profiles of `kinds` (id -> kind) that do not exist yet."""
+        if not kinds:
+            return
+        conn.execute(
+            insert_for(self.sqlite)(profiles).on_conflict_do_nothing(index_elements=["id"]),
+            [
+                {"id": i, "kind": k, "traits": "{}", "trait_times": "{}", "updated_at": now}
+                for i, k in sorted(kinds.items())
+            ],
+        )
+
+    def load(self, conn: Connection, ids: Collection[str]) -> list[ProfileRow]:
+        """The profiles of `ids`; on PostgreSQL locked until commit (in id order, so
+        concurrent ingestion in several processes cannot deadlock)."""
+        rows: list[ProfileRow] = []
+        for chunk in chunks(ids):
+            query = select(
+                profiles.c.id, profiles.c.kind, profiles.c.traits, profiles.c.trait_times
+            ).where(profiles.c.id.in_(chunk))
+            if not self.sqlite:
+                query = query.order_by(profiles.c.id).with_for_update()
+            rows.extend((r[0], r[1], r[2], r[3]) for r in conn.execute(query))
+        return rows
+
+    @staticmethod
+    def merge(conn: Connection, source: str, target: str) -> None:
+        """Move what hangs on profile `source` to `target`, and delete `source`."""
+        conn.execute(
+            update(identities)
+            .where(identities.c.canonical_id == source)
+            .values(canonical_id=target)
+        )
+        conn.execute(update(events).where(events.c.identity == source).values(identity=target))
+        conn.execute(delete(computed_values).where(computed_values.c.profile_id == source))
+        conn.execute(delete(profiles).where(profiles.c.id == source))
+
+    def save_links(self, conn: Connection, links: dict[str, str], now: float) -> None:
+        if links:
+            conn.execute(
+                upsert(self.sqlite, identities, ["alias_id"], only=["canonical_id"]),
+                [
+                    {"alias_id": a, "canonical_id": c, "created_at": now}
+                    for a, c in sorted(links.items())
+                ],
+            )
+
+    def save(self, conn: Connection, rows: Sequence[ProfileRow], now: float) -> None:
+        if rows:
+            conn.execute(
+                upsert(self.sqlite, profiles, ["id"]),
+                [
+                    {"id": i, "kind": k, "traits": t, "trait_times": tt, "updated_at": now}
+                    for i, k, t, tt in sorted(rows)
+                ],
+            )
+
+    @staticmethod
+    def add_events(conn: Connection, rows: Iterable[tuple[str, str, float, str]]) -> None:
+        """(profile id, event name, timestamp, properties JSON) rows."""
+        values = [
+            {"identity": i, "name": n, "timestamp": t, "properties": p} for i, n, t, p in rows
+        ]
+        if values:
+            conn.execute(insert(events), values)
+
+    # -- reads and housekeeping --------------------------------------------------------------
+
+    def resolve(self, id_: str) -> str:
+        with self._reader.connect() as conn:
+            canonical = conn.execute(
+                select(identities.c.canonical_id).where(identities.c.alias_id == id_)
+            ).scalar()
+        return canonical if canonical is not None else id_
+
+    def profile(self, id_: str) -> tuple[str, str, dict[str, Any]] | None:
+        """(canonical id, kind, traits) of the profile `id_` belongs to, or None."""
+        canonical = self.resolve(id_)
+        with self._reader.connect() as conn:
+            row = conn.execute(
+                select(profiles.c.kind, profiles.c.traits).where(profiles.c.id == canonical)
+            ).first()
+        return None if row is None else (canonical, row.kind, json.loads(row.traits))
+
+    def purge_events(self, before: float, limit: int) -> int:
+        """Delete up to `limit` events older than `before`; the retention job's step."""
+        with self._writer.begin() as conn:
+            ids = (
+                conn.execute(select(events.c.id).where(events.c.timestamp < before).limit(limit))
+                .scalars()
+                .all()
+            )
+            if ids:
+                conn.execute(delete(events).where(events.c.id.in_(ids)))
+            return len(ids)
