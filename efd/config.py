@@ -34,7 +34,7 @@ from pydantic_settings import (
 from efd.audiences import ParseError, parse_condition, parse_expression
 from efd.cors import check_pattern
 from efd.personas.keys import PERSONAS_SOURCE, snake_case
-from efd.webhooks import RESERVED_HEADERS
+from efd.webhooks import RESERVED_HEADERS, Route
 
 MAX_HOOKS = 5
 MIN_ADMIN_TOKEN_CHARS = 16
@@ -191,6 +191,15 @@ class DestinationConfig(_Strict):
     type: Literal["webhooks"] = "webhooks"
     shared_secret: SecretStr | None = None
     hooks: list[HookConfig] = Field(min_length=1, max_length=MAX_HOOKS)
+
+    def route(self, user_agent: str) -> Route:
+        secret = self.shared_secret.get_secret_value() if self.shared_secret else None
+        return Route(
+            name=self.name,
+            hooks=tuple((hook.url, dict(hook.headers)) for hook in self.hooks),
+            secret=secret or None,
+            user_agent=user_agent,
+        )
 
 
 class SourceConfig(_Strict):

@@ -1,4 +1,9 @@
-"""The HTTP client that POSTs webhooks: exact timeouts, verified TLS, the address guard."""
+"""The HTTP client that POSTs webhooks: exact timeouts, verified TLS, the address guard.
+
+`Sender` sends in this process; `SenderPool` has sender processes (efd/workers.py) run
+`SenderChild`, each its own Sender, so the sending runs on the machine's other cores. Both
+are the dispatcher's `Rounds`.
+"""
 
 from __future__ import annotations
 
@@ -9,46 +14,21 @@ import ssl
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 import aiohttp
 from aiohappyeyeballs import AddrInfoType
 
 from efd import netguard, webhooks
 from efd.retry import AttemptResult, Verdict, classify_error, classify_status, parse_retry_after
-
-if TYPE_CHECKING:  # the sender processes run without loading the configuration models
-    from efd.config import DestinationConfig
+from efd.webhooks import Route
+from efd.workers import LOST, Pool
 
 log = logging.getLogger(__name__)
 
 _GUARD_TAG = "efd address guard"
 # Read at most this much of a response: enough to see it is complete, never a memory risk.
 _MAX_RESPONSE_BYTES = 1 << 20
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    """Where one destination's rounds go: its hook URLs with their static headers, and how
-    they are signed."""
-
-    name: str
-    hooks: tuple[tuple[str, dict[str, str]], ...]  # (url, static headers)
-    secret: str | None
-    user_agent: str
-
-    @classmethod
-    def of(cls, destination: DestinationConfig, user_agent: str) -> Route:
-        secret = destination.shared_secret.get_secret_value() if destination.shared_secret else None
-        return cls(
-            name=destination.name,
-            hooks=tuple((hook.url, dict(hook.headers)) for hook in destination.hooks),
-            secret=secret or None,
-            user_agent=user_agent,
-        )
-
-    def __repr__(self) -> str:  # never show the secret
-        return f"Route({self.name!r}, {len(self.hooks)} hooks)"
 
 
 class BlockedAddress(OSError):
@@ -227,3 +207,128 @@ class Sender:
             error_class=error_class,
             error=message[:500],
         )
+
+
+# -- sender processes ------------------------------------------------------------------------
+
+_INTERRUPTED = "the sender process exited before the answer; the outcome is unknown"
+
+ResultTuple = tuple[
+    str, float, float, str, int | None, str | None, str | None, str | None, float | None
+]
+
+
+def _to_tuple(r: AttemptResult) -> ResultTuple:
+    return (
+        r.hook_url,
+        r.started_at,
+        r.duration,
+        r.verdict.value,
+        r.status_code,
+        r.error_class,
+        r.error,
+        r.response_head,
+        r.retry_after,
+    )
+
+
+def _from_tuple(t: ResultTuple) -> AttemptResult:
+    url, started_at, duration, verdict, status, error_class, error, head, retry_after = t
+    return AttemptResult(
+        url, started_at, duration, Verdict(verdict), status, error_class, error, head, retry_after
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SenderOptions:
+    timeout: float
+    allowed_networks: tuple[str, ...]
+    ca_file: str | None
+    response_head_bytes: int
+
+    def sender(self) -> Sender:
+        return Sender(
+            timeout=self.timeout,
+            allowed_networks=self.allowed_networks,
+            ca_file=self.ca_file,
+            response_head_bytes=self.response_head_bytes,
+        )
+
+
+class SenderChild:
+    """A sender process's handler (efd/workers.py): rounds by destination name, answered
+    as plain tuples."""
+
+    def __init__(self, setup: dict[str, Any]) -> None:
+        self._routes: dict[str, Route] = {route.name: route for route in setup["routes"]}
+        self._sender = setup["options"].sender()
+
+    async def start(self) -> None:
+        await self._sender.start()
+
+    async def __call__(self, destination: str, urls: tuple[str, ...], body: str) -> Any:
+        try:
+            results = await self._sender.send_round(self._routes[destination], urls, body)
+        except Exception as error:  # a bug, not the network: report it, keep serving
+            log.exception("sending a round to %s failed", destination)
+            now = time.time()
+            results = [
+                AttemptResult(
+                    url, now, 0.0, Verdict.RETRY, error_class="internal", error=repr(error)
+                )
+                for url in urls
+            ]
+        return [_to_tuple(r) for r in results]
+
+    async def close(self) -> None:
+        await self._sender.close()
+
+
+class SenderPool:
+    """The dispatcher's `Rounds` when rounds are sent by sender processes."""
+
+    def __init__(
+        self,
+        *,
+        processes: int,
+        options: SenderOptions,
+        routes: Sequence[Route],
+        log_level: str,
+        log_format: str,
+    ) -> None:
+        self._pool = Pool(
+            "sender",
+            processes,
+            "efd.sender:SenderChild",
+            {"options": options, "routes": list(routes)},
+            log_level=log_level,
+            log_format=log_format,
+        )
+
+    @property
+    def pids(self) -> list[int]:
+        return self._pool.pids
+
+    async def start(self) -> None:
+        await self._pool.start()
+
+    async def close(self, timeout: float) -> None:
+        await self._pool.close(timeout)
+
+    async def send_round(self, route: Route, urls: Sequence[str], body: str) -> list[AttemptResult]:
+        sent_at = time.time()
+        results = await self._pool.call(route.name, tuple(urls), body)
+        if results is LOST:  # the process died mid-round: nobody knows what the receivers saw
+            duration = time.time() - sent_at
+            return [
+                AttemptResult(
+                    url,
+                    sent_at,
+                    duration,
+                    Verdict.RETRY,
+                    error_class="interrupted",
+                    error=_INTERRUPTED,
+                )
+                for url in urls
+            ]
+        return [_from_tuple(r) for r in results]

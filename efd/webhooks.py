@@ -6,6 +6,7 @@ import functools
 import hashlib
 import hmac
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -14,6 +15,22 @@ from efd import jsonjs
 from efd.messages import Message, format_timestamp
 
 SIGNATURE_HEADER = "X-Signature"
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where one destination's rounds go: its hook URLs with their static headers, and how
+    they are signed (built from the configuration by DestinationConfig.route)."""
+
+    name: str
+    hooks: tuple[tuple[str, dict[str, str]], ...]  # (url, static headers)
+    secret: str | None
+    user_agent: str
+
+    def __repr__(self) -> str:  # never show the secret
+        return f"Route({self.name!r}, {len(self.hooks)} hooks)"
+
+
 # Headers efd owns, or that would change the request's framing or routing; a hook's static
 # headers may not set them.
 RESERVED_HEADERS = frozenset(

@@ -1,21 +1,13 @@
-"""Child processes for the CPU-heavy, stateless work: sending rounds and parsing requests.
+"""Child processes that serve calls over a pipe: a generic pool for stateless, CPU-heavy
+work the daemon hands off, so it runs on the machine's other cores (one Python process runs
+on one core at a time).
 
-One Python process runs on one core at a time. The daemon's own process holds the HTTP
-server, the store and the dispatcher's bookkeeping (claims, retry decisions, outcomes).
-Two kinds of children take work that needs no state off it, so that work uses the
-machine's other cores:
-
-- sender processes (`delivery.sender_processes`) sign and POST the rounds they are handed
-  (aiohttp, TLS, the address guard) and report what each receiver did;
-- parser processes (`server.parse_processes`) turn large ingestion bodies into rows:
-  JSON, validation, routing and the exact webhook body.
-
-Children hold nothing durable. The dispatcher leases a delivery before handing its round
-to a child and records the outcome the child reports, exactly as when it sends itself;
-the daemon stores the rows a parser returns in its own transaction. A child that dies
-takes only the answers it owed: a sender's rounds become attempts with error class
-`interrupted` (outcome unknown, retried like a reset connection); a parser's requests are
-parsed again in the daemon (parsing is pure). Either child is then started again.
+Two kinds run on it: sender processes (efd/sender.py: sign and POST rounds) and parser
+processes (efd/parsers.py: large ingestion bodies to rows). Each names a *handler*, an
+import path "module:factory"; the child builds it from the pool's set-up and calls it for
+every request. Children hold nothing durable: a child that dies takes only the answers it
+owed, which become `LOST` for their callers to handle (each kind says how), and it is
+started again.
 
 The pipe carries length-prefixed pickle frames between trusted ends of one program:
 parent → child, first the set-up, then lists of (request id, *request); child → parent,
@@ -26,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import os
 import pickle
@@ -33,23 +26,29 @@ import signal
 import struct
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from efd import logs
-from efd.retry import AttemptResult, Verdict
-from efd.sender import Route, Sender
+from efd.retry import Backoff
 
 log = logging.getLogger(__name__)
 
 _HEADER = struct.Struct("<I")
 _READY_TIMEOUT = 60.0  # seconds for a child to import efd and answer
-_INTERRUPTED = "the sender process exited before the answer; the outcome is unknown"
 
-ResultTuple = tuple[
-    str, float, float, str, int | None, str | None, str | None, str | None, float | None
-]
+LOST: Any = object()  # the answer to a request whose child died (or failed) before answering
+# How a child says a call failed: a marker that pickles (LOST is an identity, per process).
+_FAILED = ("efd.workers", "failed")
+
+
+class Handler(Protocol):
+    """What a child runs: built by the factory the pool names, from the pool's set-up."""
+
+    async def start(self) -> None: ...
+
+    async def __call__(self, *request: Any) -> Any: ...
+
+    async def close(self) -> None: ...
 
 
 def _frame(value: Any) -> bytes:
@@ -63,52 +62,22 @@ async def _read_frame(reader: asyncio.StreamReader) -> Any:
     return pickle.loads(await reader.readexactly(size))  # noqa: S301
 
 
-def _to_tuple(r: AttemptResult) -> ResultTuple:
-    return (
-        r.hook_url,
-        r.started_at,
-        r.duration,
-        r.verdict.value,
-        r.status_code,
-        r.error_class,
-        r.error,
-        r.response_head,
-        r.retry_after,
-    )
+class Pool:
+    """`processes` children running `handler`; each call goes to the least busy running one
+    (one being restarted queues its calls until it is back)."""
 
-
-def _from_tuple(t: ResultTuple) -> AttemptResult:
-    url, started_at, duration, verdict, status, error_class, error, head, retry_after = t
-    return AttemptResult(
-        url, started_at, duration, Verdict(verdict), status, error_class, error, head, retry_after
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class SenderOptions:
-    timeout: float
-    allowed_networks: tuple[str, ...]
-    ca_file: str | None
-    response_head_bytes: int
-
-    def sender(self) -> Sender:
-        return Sender(
-            timeout=self.timeout,
-            allowed_networks=self.allowed_networks,
-            ca_file=self.ca_file,
-            response_head_bytes=self.response_head_bytes,
-        )
-
-
-LOST: Any = object()  # the result of a request whose child died before answering
-
-
-class _Pool:
-    """Children of one kind; each request goes to the least busy running one."""
-
-    def __init__(self, kind: str, processes: int, setup: dict[str, Any]) -> None:
-        setup = {"role": kind, **setup}  # which main the child runs (_child_main)
-        self._children = [_Child(kind, index, setup) for index in range(processes)]
+    def __init__(
+        self,
+        kind: str,
+        processes: int,
+        handler: str,
+        setup: dict[str, Any],
+        *,
+        log_level: str,
+        log_format: str,
+    ) -> None:
+        frame = {**setup, "handler": handler, "log_level": log_level, "log_format": log_format}
+        self._children = [_Child(f"{kind} process {index}", frame) for index in range(processes)]
 
     @property
     def pids(self) -> list[int]:
@@ -125,10 +94,10 @@ class _Pool:
         except BaseExceptionGroup as errors:
             raise errors.exceptions[0] from None
 
-    def _request(self, request: tuple[Any, ...]) -> asyncio.Future[Any]:
-        # One being restarted queues its requests until it is back.
+    async def call(self, *request: Any) -> Any:
+        """The handler's answer to `request`, or LOST."""
         child = min(self._children, key=lambda c: (not c.running, len(c.pending)))
-        return child.send(request)
+        return await child.send(request)
 
     async def close(self, timeout: float) -> None:
         """Stop the children (after the daemon's own drain); kill any that takes longer
@@ -136,76 +105,11 @@ class _Pool:
         await asyncio.gather(*(child.close(timeout) for child in self._children))
 
 
-class SenderPool(_Pool):
-    """The dispatcher's `Rounds` when rounds are sent by child processes."""
-
-    def __init__(
-        self,
-        *,
-        processes: int,
-        options: SenderOptions,
-        routes: Sequence[Route],
-        log_level: str,
-        log_format: str,
-    ) -> None:
-        setup = {
-            "options": options,
-            "routes": list(routes),
-            "log_level": log_level,
-            "log_format": log_format,
-        }
-        super().__init__("sender", processes, setup)
-
-    async def send_round(self, route: Route, urls: Sequence[str], body: str) -> list[AttemptResult]:
-        sent_at = time.time()
-        results = await self._request((route.name, tuple(urls), body))
-        if results is LOST:
-            duration = time.time() - sent_at
-            return [
-                AttemptResult(
-                    url,
-                    sent_at,
-                    duration,
-                    Verdict.RETRY,
-                    error_class="interrupted",
-                    error=_INTERRUPTED,
-                )
-                for url in urls
-            ]
-        return [_from_tuple(r) for r in results]
-
-
-class ParserPool(_Pool):
-    """Parses ingestion bodies in child processes (see `efd.ingest.parse_request`)."""
-
-    def __init__(
-        self,
-        *,
-        processes: int,
-        sources: Sequence[tuple[str, str, tuple[str, ...]]],  # (write key, name, destinations)
-        log_level: str,
-        log_format: str,
-    ) -> None:
-        setup = {
-            "sources": list(sources),
-            "log_level": log_level,
-            "log_format": log_format,
-        }
-        super().__init__("parser", processes, setup)
-
-    async def parse(
-        self, data: bytes, source: str | None, type_: str | None, received_at: float
-    ) -> Any:
-        """("ok", source name, row tuples), ("rejected", code, message, field, index,
-        status), or LOST when the child died: then the caller parses it itself."""
-        return await self._request((data, source, type_, received_at))
-
-
 class _Child:
     """The parent's end of one child process; restarts it when it dies."""
 
-    def __init__(self, kind: str, index: int, setup: dict[str, Any]) -> None:
-        self.name = f"{kind} process {index}"
+    def __init__(self, name: str, setup: dict[str, Any]) -> None:
+        self.name = name
         self._setup = _frame(setup)
         self._proc: asyncio.subprocess.Process | None = None
         self._ready = False
@@ -216,7 +120,7 @@ class _Child:
         self._outbox: list[tuple[Any, ...]] = []
         self._flush_scheduled = False
         self._reader_task: asyncio.Task[None] | None = None
-        self._restarts = 0
+        self._restarts = Backoff(initial=0.25, maximum=10.0)
 
     @property
     def running(self) -> bool:
@@ -289,7 +193,8 @@ class _Child:
                 for request_id, result in await _read_frame(proc.stdout):
                     future = self.pending.pop(request_id, None)
                     if future is not None and not future.done():
-                        future.set_result(result)
+                        failed = isinstance(result, tuple) and result == _FAILED
+                        future.set_result(LOST if failed else result)
         except (asyncio.IncompleteReadError, ConnectionError, pickle.UnpicklingError):
             pass
         self._ready = False
@@ -297,9 +202,11 @@ class _Child:
         self._fail_pending()
         if self._closing:
             return
-        lived = time.monotonic() - started
-        self._restarts = 0 if lived > 30 else self._restarts + 1
-        delay = min(10.0, 0.25 * 2**self._restarts) if self._restarts else 0.0
+        if time.monotonic() - started > 30:
+            self._restarts.reset()  # it ran a while: not a crash loop
+            delay = 0.0
+        else:
+            delay = self._restarts.next()
         log.error(
             "%s exited unexpectedly (status %s); restarting in %.1f s", self.name, status, delay
         )
@@ -352,6 +259,12 @@ class _Child:
 # -- the child -----------------------------------------------------------------------------
 
 
+def _handler(setup: dict[str, Any]) -> Handler:
+    module, _, factory = setup["handler"].partition(":")
+    made: Handler = getattr(importlib.import_module(module), factory)(setup)
+    return made
+
+
 async def _child_main() -> None:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
@@ -361,39 +274,11 @@ async def _child_main() -> None:
     out, _ = await loop.connect_write_pipe(asyncio.Protocol, os.fdopen(1, "wb", buffering=0))
     setup = await _read_frame(reader)
     logs.setup(setup["log_level"], setup["log_format"])
-    if setup["role"] == "parser":
-        await _parser_main(setup, reader, out)
-    else:
-        await _sender_main(setup, reader, out)
-
-
-async def _parser_main(
-    setup: dict[str, Any], reader: asyncio.StreamReader, out: asyncio.WriteTransport
-) -> None:
-    from efd.ingest import ChildParser  # the daemon's ingestion rules, loaded here only
-
-    parse = ChildParser(setup["sources"])
-    out.write(_frame(("ready", os.getpid())))
-    while True:
-        try:
-            batch = await _read_frame(reader)
-        except asyncio.IncompleteReadError:
-            break  # the daemon closed the pipe, or died
-        out.write(_frame([(request[0], parse(*request[1:])) for request in batch]))
-    out.close()
-
-
-async def _sender_main(
-    setup: dict[str, Any], reader: asyncio.StreamReader, out: asyncio.WriteTransport
-) -> None:
-    loop = asyncio.get_running_loop()
-    routes: dict[str, Route] = {route.name: route for route in setup["routes"]}
-    options: SenderOptions = setup["options"]
-    sender = options.sender()
-    await sender.start()
+    handler = _handler(setup)
+    await handler.start()
     out.write(_frame(("ready", os.getpid())))
 
-    outbox: list[tuple[int, list[ResultTuple]]] = []
+    outbox: list[tuple[int, Any]] = []
     tasks: set[asyncio.Task[None]] = set()
 
     def flush() -> None:
@@ -401,21 +286,15 @@ async def _sender_main(
             out.write(_frame(outbox[:]))
         outbox.clear()
 
-    async def one(request_id: int, destination: str, urls: tuple[str, ...], body: str) -> None:
+    async def one(request_id: int, *request: Any) -> None:
         try:
-            results = await sender.send_round(routes[destination], urls, body)
-        except Exception as error:  # a bug, not the network: report it, keep serving
-            log.exception("sending a round to %s failed", destination)
-            now = time.time()
-            results = [
-                AttemptResult(
-                    url, now, 0.0, Verdict.RETRY, error_class="internal", error=repr(error)
-                )
-                for url in urls
-            ]
+            result = await handler(*request)
+        except Exception:
+            log.exception("a %s call failed", setup["handler"])
+            result = _FAILED
         if not outbox:
             loop.call_soon(flush)
-        outbox.append((request_id, [_to_tuple(r) for r in results]))
+        outbox.append((request_id, result))
 
     try:
         while True:
@@ -428,13 +307,13 @@ async def _sender_main(
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
         # The daemon closed the pipe: after its own drain, so anything still here was given
-        # up on; or it died, and nobody would record an answer. Either way, stop sending.
+        # up on; or it died, and nobody would use an answer. Either way, stop.
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.wait(set(tasks))
     finally:
-        await sender.close()
+        await handler.close()
         out.close()
 
 
