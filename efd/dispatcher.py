@@ -24,10 +24,9 @@ from efd import retry, webhooks
 from efd.batching import GroupCommit
 from efd.config import Settings
 from efd.metrics import Metrics
-from efd.retry import AttemptResult, RetryPolicy, Verdict
-from efd.sender import Route
-from efd.store import AttemptRow, Claimed, Outcome
-from efd.store.runner import AsyncStore
+from efd.retry import AttemptResult, Backoff, RetryPolicy, Verdict
+from efd.rows import AttemptRow, Claimed, DeliveryStatus, Outcome
+from efd.webhooks import Route
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +43,34 @@ class Rounds(Protocol):
     ) -> list[AttemptResult]: ...
 
 
+class Deliveries(Protocol):
+    """The deliveries the dispatcher works on: the store (efd/store/runner.py), or the
+    tests' in-memory twin. Errors of the store are SQLAlchemyError."""
+
+    async def claim(
+        self, destination: str, limit: int, *, owner: str, now: float, lease_until: float
+    ) -> list[Claimed]:
+        """Lease up to `limit` due deliveries of `destination`, oldest first."""
+        ...
+
+    async def record(self, outcomes: Sequence[Outcome], attempts: Sequence[AttemptRow]) -> int:
+        """Write attempts and outcomes (fenced by token); return how many were stale."""
+        ...
+
+    async def release(self, leases: Sequence[tuple[int, int]], now: float) -> None:
+        """Give back claimed deliveries never sent: due again at `now`."""
+        ...
+
+    async def next_due(self, destination: str) -> float | None:
+        """The earliest next_attempt_at of the destination's pending deliveries."""
+        ...
+
+
 class Dispatcher:
     def __init__(
         self,
         *,
-        db: AsyncStore,
+        deliveries: Deliveries,
         rounds: Rounds,
         settings: Settings,
         metrics: Metrics,
@@ -56,12 +78,12 @@ class Dispatcher:
         rng: random.Random | None = None,
     ) -> None:
         delivery = settings.delivery
-        self._db = db
+        self._deliveries = deliveries
         self._rounds = rounds
         self._metrics = metrics
         self._owner = owner
         self._rng = rng or random.Random()
-        self._routes = {d.name: Route.of(d, delivery.user_agent) for d in settings.destinations}
+        self._routes = {d.name: d.route(delivery.user_agent) for d in settings.destinations}
         self._lease = delivery.lease_seconds
         self._max_in_flight = delivery.max_in_flight
         self._max_per_hook = delivery.max_per_hook
@@ -120,26 +142,23 @@ class Dispatcher:
                 "releasing %d claimed deliveries not finished at shutdown", len(self._leases)
             )
             with contextlib.suppress(SQLAlchemyError):
-                await self._db.write(
-                    self._db.store.release, list(self._leases.items()), time.time()
-                )
+                await self._deliveries.release(list(self._leases.items()), time.time())
 
     # -- the loop --------------------------------------------------------------------------
 
     async def _run(self) -> None:
-        backoff = 0.5
+        backoff = Backoff()
         while not self._stopping:
             self._wake.clear()
             try:
                 busy = await self._claim_round()
                 wait = 0.0 if busy else await self._idle_wait()
-                backoff = 0.5
+                backoff.reset()
             except SQLAlchemyError as error:
+                wait = backoff.next()
                 log.error(
-                    "dispatcher cannot reach the database: %s; retrying in %.1f s", error, backoff
+                    "dispatcher cannot reach the database: %s; retrying in %.1f s", error, wait
                 )
-                wait = backoff
-                backoff = min(backoff * 2, 10.0)
             if wait > 0 and not self._stopping:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(wait):
@@ -163,13 +182,8 @@ class Dispatcher:
             if limit <= 0 or self._stopping:
                 continue
             now = time.time()
-            claimed = await self._db.write(
-                self._db.store.claim,
-                route.name,
-                limit,
-                owner=self._owner,
-                now=now,
-                lease_until=now + self._lease,
+            claimed = await self._deliveries.claim(
+                route.name, limit, owner=self._owner, now=now, lease_until=now + self._lease
             )
             for item in claimed:
                 self._leases[item.delivery_id] = item.lease_token
@@ -207,7 +221,7 @@ class Dispatcher:
             self._due_checked = now
             self._due_hint = math.inf
             for route in open_routes:
-                due = await self._db.read(self._db.store.next_due, route.name)
+                due = await self._deliveries.next_due(route.name)
                 if due is not None:
                     self._due_hint = min(self._due_hint, due)
         return min(_IDLE_POLL, max(0.0, self._due_hint - now))
@@ -256,7 +270,7 @@ class Dispatcher:
             attempts=item.attempts + (1 if results else 0),
             first_attempt_at=first,
             next_attempt_at=decision.next_attempt_at,
-            finished_at=None if decision.status == "pending" else now,
+            finished_at=None if decision.status is DeliveryStatus.PENDING else now,
             failed_hooks=decision.failed_hooks,
             last_error=note or decision.last_error,
         )
@@ -305,10 +319,10 @@ class Dispatcher:
                     result.error_class or f"HTTP {result.status_code}",
                     result.error or (result.response_head or "")[:120],
                 )
-        if decision.status == "delivered":
+        if decision.status is DeliveryStatus.DELIVERED:
             metrics.delivered[destination] += 1
             log.debug("message %s delivered to %s", item.message_id, destination)
-        elif decision.status == "pending":
+        elif decision.status is DeliveryStatus.PENDING:
             metrics.retried[destination] += 1
             assert decision.next_attempt_at is not None
             log.info(
@@ -317,7 +331,7 @@ class Dispatcher:
                 destination,
                 decision.next_attempt_at - time.time(),
             )
-        elif decision.status == "failed":
+        elif decision.status is DeliveryStatus.FAILED:
             metrics.failed[destination] += 1
             log.error(
                 "message %s to %s failed for good: %s",
@@ -341,11 +355,11 @@ class Dispatcher:
         items = take()
         outcomes = [outcome for outcome, _ in items]
         rows = [row for _, attempt_rows in items for row in attempt_rows]
-        delay = 0.5
+        backoff = Backoff()
         tries = 0
         while True:
             try:
-                stale = await self._db.write(self._db.store.record, outcomes, rows)
+                stale = await self._deliveries.record(outcomes, rows)
                 break
             except SQLAlchemyError as error:
                 # Keep the outcomes: losing them would resend delivered messages. At shutdown,
@@ -354,11 +368,11 @@ class Dispatcher:
                 if self._stopping and tries >= 3:
                     log.error("giving up on %d outcomes at shutdown: %s", len(items), error)
                     return [None] * len(items)
+                delay = backoff.next()
                 log.error(
                     "cannot record %d outcomes: %s; retrying in %.1f s", len(items), error, delay
                 )
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)
         for outcome in outcomes:
             self._leases.pop(outcome.delivery_id, None)
         if stale:

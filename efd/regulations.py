@@ -21,27 +21,28 @@ import hmac
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
 from sqlalchemy.exc import SQLAlchemyError
 
-from efd import jsonjs, server
+from efd import jsonjs, server, webhooks
 from efd.config import Settings, SourceConfig
 from efd.messages import format_timestamp
 from efd.metrics import Metrics
+from efd.retry import Backoff
+from efd.rows import NewMessage, RegulationStatus
 from efd.server import json_response
-from efd.store.personas import (
+from efd.store.regulations import (
     DELETE_TYPES,
     REGULATION_TYPES,
     LeaseLost,
-    PersonasStore,
     RegulationClaim,
+    RegulationsStore,
 )
 from efd.store.runner import AsyncStore
-from efd.store.schema import FAILED, FINISHED
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +127,34 @@ def _iso(value: float | None) -> str | None:
     return None if value is None else format_timestamp(datetime.fromtimestamp(value, UTC))
 
 
+def delete_notifications(
+    claim: RegulationClaim,
+    source: str,
+    destinations: Sequence[str],
+    users: Sequence[str],
+    now: float,
+) -> list[NewMessage]:
+    """One delete message per user to the source's destinations (spec 6): exactly type,
+    userId and timestamp, the time of the request, so a resumed regulation sends the same
+    bodies under the same messageIds."""
+    when = datetime.fromtimestamp(claim.created_at, UTC)
+    return [
+        NewMessage(
+            source=source,
+            message_id=f"delete:{claim.id}:{n}",
+            type="delete",
+            user_id=user,
+            anonymous_id=None,
+            event=None,
+            timestamp=claim.created_at,
+            received_at=now,
+            body=webhooks.encode(webhooks.delete_body(user, when)).decode("utf-8"),
+            destinations=tuple(destinations),
+        )
+        for n, user in enumerate(users)
+    ]
+
+
 def sources_in_scope(settings: Settings, scope: str | None) -> list[SourceConfig]:
     return [s for s in settings.sources if scope is None or s.name == scope]
 
@@ -136,12 +165,12 @@ class RegulationsApi:
         settings: Settings,
         *,
         db: AsyncStore,
-        personas: PersonasStore,
+        regulations: RegulationsStore,
         on_created: Callable[[], None],
     ) -> None:
         self._settings = settings
         self._db = db
-        self._personas = personas
+        self._regulations = regulations
         self._on_created = on_created
         self._sources = {s.name for s in settings.sources}
 
@@ -194,7 +223,7 @@ class RegulationsApi:
         reg_id = uuid.uuid4().hex
         try:
             await self._db.write(
-                self._personas.create_regulation, reg_id, type_, scope, ids, time.time()
+                self._regulations.create_regulation, reg_id, type_, scope, ids, time.time()
             )
         except SQLAlchemyError as error:
             log.error("cannot record a regulation: %s", error)
@@ -220,7 +249,7 @@ class RegulationsApi:
             return bad.response()
         reg_id = request.match_info["id"]
         try:
-            row = await self._db.read(self._personas.regulation, reg_id)
+            row = await self._db.read(self._regulations.regulation, reg_id)
         except SQLAlchemyError as error:
             return BadRequest("storage_unavailable", str(error)[:200], status=503).response()
         if row is None:
@@ -243,7 +272,7 @@ class RegulationsApi:
                     streams.append(
                         {
                             "source": name,
-                            "status": FINISHED,
+                            "status": RegulationStatus.FINISHED,
                             "notifications": entry["notifications"],
                             "finishedAt": _iso(entry.get("finished_at")),
                             "destinations": [
@@ -265,8 +294,8 @@ class RegulationsApi:
                 if source is None or not source.destinations:
                     reason = "not configured" if source is None else "no webhook destination"
                     streams.append({"source": name, "status": "SKIPPED", "reason": reason})
-                elif row["status"] == FAILED:
-                    streams.append({"source": name, "status": FAILED})
+                elif row["status"] == RegulationStatus.FAILED:
+                    streams.append({"source": name, "status": RegulationStatus.FAILED})
                 else:
                     streams.append({"source": name, "status": "PENDING"})
         purge = progress.get("purge", {})
@@ -299,14 +328,14 @@ class RegulationRunner:
         self,
         *,
         db: AsyncStore,
-        personas: PersonasStore,
+        regulations: RegulationsStore,
         settings: Settings,
         metrics: Metrics,
         owner: str,
         on_notified: Callable[[], None],
     ) -> None:
         self._db = db
-        self._personas = personas
+        self._regulations = regulations
         self._settings = settings
         self._metrics = metrics
         self._owner = owner
@@ -331,22 +360,21 @@ class RegulationRunner:
             await self._task
         if self._current is not None:
             with contextlib.suppress(SQLAlchemyError):
-                await self._db.write(self._personas.release_regulation, self._current)
+                await self._db.write(self._regulations.release_regulation, self._current)
 
     async def _run(self) -> None:
-        backoff = 0.5
+        backoff = Backoff()
         while not self._stopping:
             self._wake.clear()
             try:
                 now = time.time()
                 claim = await self._db.write(
-                    self._personas.claim_regulation, self._owner, now, now + self._lease
+                    self._regulations.claim_regulation, self._owner, now, now + self._lease
                 )
-                backoff = 0.5
+                backoff.reset()
             except SQLAlchemyError as error:
                 log.error("regulations: cannot reach the store: %s; retrying", error)
-                await self._sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
+                await self._sleep(backoff.next())
                 continue
             if claim is not None:
                 await self._work(claim)
@@ -363,7 +391,7 @@ class RegulationRunner:
 
     async def _work(self, claim: RegulationClaim) -> None:
         self._current = claim
-        backoff = 0.5
+        backoff = Backoff()
         try:
             while not self._stopping:
                 try:
@@ -373,33 +401,33 @@ class RegulationRunner:
                     log.warning("regulation %s was taken over by another process", claim.id)
                     return
                 except SQLAlchemyError as error:
+                    delay = backoff.next()
                     log.error(
                         "regulation %s: store error (%s); retrying in %.1f s",
                         claim.id,
                         error,
-                        backoff,
+                        delay,
                     )
-                    await self._sleep(backoff)
-                    backoff = min(backoff * 2, 10.0)
+                    await self._sleep(delay)
                 except Exception as error:
                     log.exception("regulation %s failed", claim.id)
                     with contextlib.suppress(SQLAlchemyError, LeaseLost):
                         await self._db.write(
-                            self._personas.finish_regulation,
+                            self._regulations.finish_regulation,
                             claim,
-                            FAILED,
+                            RegulationStatus.FAILED,
                             claim.progress,
                             time.time(),
                             f"{type(error).__name__}: {error}"[:1000],
                         )
-                        self._metrics.regulations_finished[FAILED] += 1
+                        self._metrics.regulations_finished[RegulationStatus.FAILED] += 1
                     return
         finally:
             if not self._stopping:
                 self._current = None
 
     async def _process(self, claim: RegulationClaim) -> None:
-        db, personas = self._db, self._personas
+        db, store = self._db, self._regulations
         if claim.type in DELETE_TYPES:
             done = claim.progress.get("sources", {})
             for source in sources_in_scope(self._settings, claim.scope):
@@ -407,12 +435,16 @@ class RegulationRunner:
                     return
                 if source.name in done or not source.destinations:
                     continue
+                users = await db.read(store.requested_subjects, claim)
+                now = time.time()
+                rows = delete_notifications(claim, source.name, source.destinations, users, now)
                 count = await db.write(
-                    personas.notify_source,
+                    store.record_notifications,
                     claim,
                     source.name,
                     source.destinations,
-                    now=time.time(),
+                    rows,
+                    now=now,
                     lease_until=self._until(),
                 )
                 log.info(
@@ -426,27 +458,29 @@ class RegulationRunner:
                 await self._purge(claim)
         if self._stopping:
             return
-        await db.write(personas.finish_regulation, claim, FINISHED, claim.progress, time.time())
-        self._metrics.regulations_finished[FINISHED] += 1
+        await db.write(
+            store.finish_regulation, claim, RegulationStatus.FINISHED, claim.progress, time.time()
+        )
+        self._metrics.regulations_finished[RegulationStatus.FINISHED] += 1
         log.info("regulation %s (%s) finished", claim.id, claim.type)
 
     async def _purge(self, claim: RegulationClaim) -> None:
         """Idempotent, so a resumed purge simply runs again; counts add up."""
-        db, personas = self._db, self._personas
-        await db.write(personas.link_subjects, claim, self._until())
-        top = await db.read(personas.max_message_pk)
+        db, store = self._db, self._regulations
+        await db.write(store.link_subjects, claim, self._until())
+        top = await db.read(store.max_message_pk)
         for low in range(0, top, _PURGE_STEP):
             if self._stopping:
                 return
             high = min(low + _PURGE_STEP, top)
-            await db.write(personas.link_anonymous_ids, claim, low, high, self._until())
+            await db.write(store.link_anonymous_ids, claim, low, high, self._until())
         purged = 0
         for low in range(0, top, _PURGE_STEP):
             if self._stopping:
                 return
             high = min(low + _PURGE_STEP, top)
-            purged += await db.write(personas.purge_messages, claim, low, high, self._until())
-        counts = await db.write(personas.purge_profiles, claim, self._until())
+            purged += await db.write(store.purge_messages, claim, low, high, self._until())
+        counts = await db.write(store.purge_profiles, claim, self._until())
         log.info(
             "regulation %s: purged %d message payloads, %d profiles, %d events",
             claim.id,
