@@ -79,9 +79,11 @@ def _when(value: float | None) -> str:
 
 def cmd_audiences(args: argparse.Namespace) -> int:
     from efd.audiences import ParseError
-    from efd.personas.sync import AUDIENCE, TRAIT, Computation, computations, preview
+    from efd.periodic import computations
+    from efd.personas.sync import AUDIENCE, TRAIT, Computation, preview
     from efd.store import Store, migrate
-    from efd.store.personas import PersonasStore
+    from efd.store.computations import ComputationsStore
+    from efd.store.regulations import Suppressions
 
     settings = _load(args.config)
     url = settings.storage.url
@@ -89,7 +91,7 @@ def cmd_audiences(args: argparse.Namespace) -> int:
         print("efd: the database is not migrated yet: run `efd migrate` (or start efd serve)")
         return 1
     store = Store(url, pool_size=1)
-    personas = PersonasStore(store, capture=False, install=False)
+    personas = ComputationsStore(store, Suppressions(store))
     try:
         configured = computations(settings)
         if args.preview is None:

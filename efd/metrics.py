@@ -1,12 +1,28 @@
-"""Process metrics in Prometheus' text format. Counters live in memory, per process."""
+"""Process metrics, exposed in Prometheus' text format by prometheus-client.
+
+Counting stays in plain dicts, read by a custom collector at scrape time: the library's own
+labelled counters cost about 2 µs an increment against 0.2 µs for a dict (timeit, 2026-11-24),
+and the delivery path counts several times per round. Counters live in memory, per
+process; the child processes count nothing.
+"""
 
 from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class Histogram:
@@ -21,6 +37,14 @@ class Histogram:
         self.total += value
         self.count += 1
 
+    def cumulative(self) -> list[tuple[str, float]]:
+        running, out = 0, []
+        for bound, count in zip(self.buckets, self.counts, strict=False):
+            running += count
+            out.append((repr(bound), float(running)))
+        out.append(("+Inf", float(self.count)))
+        return out
+
 
 class Metrics:
     def __init__(self) -> None:
@@ -30,15 +54,19 @@ class Metrics:
         self.personas_sent: Counter[str] = Counter()  # by computation key
         self.regulations_finished: Counter[str] = Counter()  # by final status
         self.rejected: Counter[str] = Counter()  # by reason
+        self.telemetry_discarded = 0  # analytics.js telemetry requests (/v1/m), dropped
         self.delivered: Counter[str] = Counter()  # by destination
         self.retried: Counter[str] = Counter()
         self.failed: Counter[str] = Counter()
         self.expired: Counter[str] = Counter()
         self.attempts: Counter[tuple[str, str]] = Counter()  # by (destination, outcome)
         self.stale_outcomes = 0
-        self.telemetry_discarded = 0  # analytics.js telemetry requests (/v1/m)
+        self.connections_refused = 0  # over [server] max_connections
+        self.requests_timed_out = 0  # answered 408
         self.latency: dict[str, Histogram] = {}
         self.backlog: dict[str, int] = {}
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_Collector(self))
 
     def observe_attempt(self, destination: str, outcome: str, seconds: float) -> None:
         self.attempts[(destination, outcome)] += 1
@@ -47,107 +75,95 @@ class Metrics:
             histogram = self.latency[destination] = Histogram(LATENCY_BUCKETS)
         histogram.observe(seconds)
 
-    def render(self) -> str:
-        lines: list[str] = []
-
-        def counter(name: str, help_: str, label: str, values: Mapping[str, int]) -> None:
-            lines.append(f"# HELP {name} {help_}")
-            lines.append(f"# TYPE {name} counter")
-            for key, value in sorted(values.items()):
-                lines.append(f'{name}{{{label}="{_escape(key)}"}} {value}')
-
-        counter(
-            "efd_messages_received_total", "Messages accepted and stored.", "source", self.received
-        )
-        counter(
-            "efd_messages_duplicate_total",
-            "Messages acknowledged but not stored: messageId seen within 24 hours.",
-            "source",
-            self.duplicates,
-        )
-        counter(
-            "efd_messages_suppressed_total",
-            "Messages acknowledged and dropped: their user is suppressed by a regulation.",
-            "source",
-            self.suppressed,
-        )
-        counter(
-            "efd_messages_rejected_total", "Messages refused, by reason.", "reason", self.rejected
-        )
-        counter(
-            "efd_personas_identifies_total",
-            "Identify messages sent by audience and computed trait syncs.",
-            "computation",
-            self.personas_sent,
-        )
-        counter(
-            "efd_regulations_total",
-            "Regulations this process brought to an end, by final status.",
-            "status",
-            self.regulations_finished,
-        )
-        counter(
-            "efd_deliveries_delivered_total",
-            "Deliveries a hook accepted.",
-            "destination",
-            self.delivered,
-        )
-        counter(
-            "efd_deliveries_retried_total",
-            "Rounds that will be retried.",
-            "destination",
-            self.retried,
-        )
-        counter(
-            "efd_deliveries_failed_total", "Deliveries failed for good.", "destination", self.failed
-        )
-        counter(
-            "efd_deliveries_expired_total",
-            "Deliveries whose retry window closed.",
-            "destination",
-            self.expired,
-        )
-        lines.append("# HELP efd_attempts_total POSTs to hook URLs, by outcome.")
-        lines.append("# TYPE efd_attempts_total counter")
-        for (destination, outcome), value in sorted(self.attempts.items()):
-            labels = f'destination="{_escape(destination)}",outcome="{outcome}"'
-            lines.append(f"efd_attempts_total{{{labels}}} {value}")
-        lines.append(
-            "# HELP efd_stale_outcomes_total Outcomes dropped because the lease had moved on."
-        )
-        lines.append("# TYPE efd_stale_outcomes_total counter")
-        lines.append(f"efd_stale_outcomes_total {self.stale_outcomes}")
-        lines.append(
-            "# HELP efd_telemetry_discarded_total analytics.js telemetry requests "
-            "(POST /v1/m), accepted and dropped."
-        )
-        lines.append("# TYPE efd_telemetry_discarded_total counter")
-        lines.append(f"efd_telemetry_discarded_total {self.telemetry_discarded}")
-        lines.append(
-            "# HELP efd_backlog_pending Pending deliveries per destination, in flight included."
-        )
-        lines.append("# TYPE efd_backlog_pending gauge")
-        for destination, value in sorted(self.backlog.items()):
-            lines.append(f'efd_backlog_pending{{destination="{_escape(destination)}"}} {value}')
-        lines.append(
-            "# HELP efd_attempt_duration_seconds Time from request start to complete answer."
-        )
-        lines.append("# TYPE efd_attempt_duration_seconds histogram")
-        for destination, histogram in sorted(self.latency.items()):
-            label = f'destination="{_escape(destination)}"'
-            cumulative = 0
-            for bound, count in zip(histogram.buckets, histogram.counts, strict=False):
-                cumulative += count
-                lines.append(
-                    f'efd_attempt_duration_seconds_bucket{{{label},le="{bound}"}} {cumulative}'
-                )
-            lines.append(
-                f'efd_attempt_duration_seconds_bucket{{{label},le="+Inf"}} {histogram.count}'
-            )
-            lines.append(f"efd_attempt_duration_seconds_sum{{{label}}} {histogram.total}")
-            lines.append(f"efd_attempt_duration_seconds_count{{{label}}} {histogram.count}")
-        return "\n".join(lines) + "\n"
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+# name, help, label, attribute
+_COUNTERS = (
+    ("efd_messages_received", "Messages accepted and stored.", "source", "received"),
+    (
+        "efd_messages_duplicate",
+        "Messages acknowledged but not stored: messageId seen within 24 hours.",
+        "source",
+        "duplicates",
+    ),
+    (
+        "efd_messages_suppressed",
+        "Messages acknowledged and dropped: their user is suppressed by a regulation.",
+        "source",
+        "suppressed",
+    ),
+    ("efd_messages_rejected", "Messages refused, by reason.", "reason", "rejected"),
+    (
+        "efd_personas_identifies",
+        "Identify messages sent by audience and computed trait syncs.",
+        "computation",
+        "personas_sent",
+    ),
+    (
+        "efd_regulations",
+        "Regulations this process brought to an end, by final status.",
+        "status",
+        "regulations_finished",
+    ),
+    ("efd_deliveries_delivered", "Deliveries a hook accepted.", "destination", "delivered"),
+    ("efd_deliveries_retried", "Rounds that will be retried.", "destination", "retried"),
+    ("efd_deliveries_failed", "Deliveries failed for good.", "destination", "failed"),
+    ("efd_deliveries_expired", "Deliveries whose retry window closed.", "destination", "expired"),
+)
+
+
+class _Collector(Collector):
+    def __init__(self, metrics: Metrics) -> None:
+        self._m = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        m = self._m
+        for name, help_, label, attribute in _COUNTERS:
+            family = CounterMetricFamily(name, help_, labels=[label])
+            for key, value in sorted(getattr(m, attribute).items()):
+                family.add_metric([key], value)
+            yield family
+        yield CounterMetricFamily(
+            "efd_telemetry_discarded",
+            "analytics.js telemetry requests (/v1/m) accepted and dropped.",
+            value=m.telemetry_discarded,
+        )
+        attempts = CounterMetricFamily(
+            "efd_attempts", "POSTs to hook URLs, by outcome.", labels=["destination", "outcome"]
+        )
+        for (destination, outcome), value in sorted(m.attempts.items()):
+            attempts.add_metric([destination, outcome], value)
+        yield attempts
+        yield CounterMetricFamily(
+            "efd_connections_refused",
+            "Connections answered 503 and closed: [server] max_connections were open.",
+            value=m.connections_refused,
+        )
+        yield CounterMetricFamily(
+            "efd_requests_timed_out",
+            "Requests answered 408: not arrived in full within request_timeout_seconds.",
+            value=m.requests_timed_out,
+        )
+        yield CounterMetricFamily(
+            "efd_stale_outcomes",
+            "Outcomes dropped because the lease had moved on.",
+            value=m.stale_outcomes,
+        )
+        backlog = GaugeMetricFamily(
+            "efd_backlog_pending",
+            "Pending deliveries per destination, in flight included.",
+            labels=["destination"],
+        )
+        for destination, value in sorted(m.backlog.items()):
+            backlog.add_metric([destination], value)
+        yield backlog
+        durations = HistogramMetricFamily(
+            "efd_attempt_duration_seconds",
+            "Time from request start to complete answer.",
+            labels=["destination"],
+        )
+        for destination, histogram in sorted(m.latency.items()):
+            durations.add_metric([destination], histogram.cumulative(), histogram.total)
+        yield durations

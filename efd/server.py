@@ -19,13 +19,20 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from aiohttp import web
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class Counters(Protocol):
+    """Where the listener counts what it turned away (efd.metrics.Metrics)."""
+
+    connections_refused: int
+    requests_timed_out: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +118,7 @@ class _Connection(asyncio.Protocol):
             "request from %s timed out before its headers arrived; closing",
             transport.get_extra_info("peername"),
         )
-        self._listener.timed_out += 1
+        self._listener.counters.requests_timed_out += 1
         transport.write(
             _raw_answer(
                 "408 Request Timeout",
@@ -153,12 +160,11 @@ class Listener:
     """The listening socket: aiohttp's protocol behind the connection limit and the
     request clock."""
 
-    def __init__(self, limits: Limits) -> None:
+    def __init__(self, limits: Limits, counters: Counters) -> None:
         self._runner: web.AppRunner | None = None
         self.limits = limits
         self.connections: dict[asyncio.Transport, _Connection] = {}
-        self.refused = 0  # connections turned away at the limit
-        self.timed_out = 0  # requests answered 408
+        self.counters = counters
         self._last_refusal_log = 0.0
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
@@ -166,7 +172,7 @@ class Listener:
 
     def _protocol(self) -> asyncio.Protocol:
         if len(self.connections) >= self.limits.max_connections:
-            self.refused += 1
+            self.counters.connections_refused += 1
             now = time.monotonic()
             if now - self._last_refusal_log >= 10.0:
                 self._last_refusal_log = now
@@ -174,7 +180,7 @@ class Listener:
                     "refusing connections: %d open, the limit ([server] max_connections); "
                     "%d refused so far",
                     len(self.connections),
-                    self.refused,
+                    self.counters.connections_refused,
                 )
             return _Refuse()
         server = self._runner.server if self._runner is not None else None
@@ -225,7 +231,7 @@ class Listener:
             try:
                 return await handler(request)
             except _BodyTimeout:
-                self.timed_out += 1
+                self.counters.requests_timed_out += 1
                 log.info("request from %s: its body did not arrive in time", request.remote)
                 response = error_response(
                     "request_timeout",

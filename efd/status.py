@@ -1,0 +1,50 @@
+"""GET /healthz and GET /metrics: whether the daemon can do its work, and what it did."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+
+from aiohttp import web
+from sqlalchemy.exc import SQLAlchemyError
+
+from efd.config import Settings
+from efd.metrics import CONTENT_TYPE, Metrics
+from efd.server import error_response, json_response
+from efd.store.runner import AsyncStore
+
+
+class Status:
+    def __init__(self, settings: Settings, *, db: AsyncStore, metrics: Metrics) -> None:
+        self._settings = settings
+        self._db = db
+        self._metrics = metrics
+
+    def routes(self) -> list[web.RouteDef]:
+        return [web.get("/healthz", self._healthz), web.get("/metrics", self._render)]
+
+    async def _healthz(self, _request: web.Request) -> web.Response:
+        try:
+            async with asyncio.timeout(2):
+                await self._db.read(self._db.store.ping)
+        except (SQLAlchemyError, TimeoutError) as error:
+            return json_response({"status": "unavailable", "store": str(error)[:200]}, 503)
+        return json_response({"status": "ok"})
+
+    async def _render(self, request: web.Request) -> web.Response:
+        token = self._settings.server.admin_token
+        if token is not None:
+            expected = f"Bearer {token.get_secret_value()}".encode()
+            given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
+            if not hmac.compare_digest(given, expected):
+                return error_response("unauthorized", "bearer token needed", 401)
+        with contextlib.suppress(SQLAlchemyError, TimeoutError):
+            async with asyncio.timeout(5):
+                backlog = await self._db.read(self._db.store.backlog)
+                self._metrics.backlog = {
+                    d.name: backlog.get(d.name, 0) for d in self._settings.destinations
+                }
+        response = web.Response(body=self._metrics.render())
+        response.headers["Content-Type"] = CONTENT_TYPE
+        return response
