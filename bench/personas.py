@@ -13,6 +13,7 @@ finds no change, which is what a steady-state sync costs.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import random
 import tempfile
@@ -21,9 +22,14 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
+from efd.personas.capture import Capture
 from efd.personas.sync import Computation, run_sync
-from efd.store import NewMessage, Store, migrate
-from efd.store.personas import PersonasStore
+from efd.rows import NewMessage
+from efd.store import Store, migrate
+from efd.store.computations import ComputationsStore
+from efd.store.profiles import ProfilesStore
+from efd.store.regulations import Suppressions
+from efd.store.runner import AsyncStore
 from efd.store.schema import events, profiles
 
 AUDIENCE = (
@@ -34,7 +40,8 @@ TRAIT = "event('Order Completed').within(180 days).sum('revenue')"
 DAY = 86400.0
 
 
-def seed(personas: PersonasStore, count: int, now: float, rng: random.Random) -> None:
+def seed(store: Store, count: int, now: float, rng: random.Random) -> None:
+    capture = Capture(ProfilesStore(store))
     batch: list[NewMessage] = []
 
     def add(type_: str, user: str, timestamp: float, body: dict[str, object]) -> None:
@@ -55,8 +62,8 @@ def seed(personas: PersonasStore, count: int, now: float, rng: random.Random) ->
         )
 
     def flush() -> None:
-        with personas.store.writer.begin() as conn:
-            personas.capture(conn, batch)
+        with store.writer.begin() as conn:
+            capture(conn, batch)
         batch.clear()
 
     for i in range(count):
@@ -102,10 +109,9 @@ def main() -> None:
         url = f"sqlite:///{path}"
         migrate.upgrade(url)
         store = Store(url, sqlite_synchronous="NORMAL")
-        personas = PersonasStore(store, capture=True)
         now = time.time()
         started = time.perf_counter()
-        seed(personas, args.profiles, now, random.Random(7))
+        seed(store, args.profiles, now, random.Random(7))
         with store.reader.connect() as conn:
             n_profiles = conn.execute(select(func.count()).select_from(profiles)).scalar_one()
             n_events = conn.execute(select(func.count()).select_from(events)).scalar_one()
@@ -113,19 +119,21 @@ def main() -> None:
             f"seeded {n_profiles} profiles and {n_events} events through the capture path "
             f"in {time.perf_counter() - started:.1f} s"
         )
+        db = AsyncStore(store)
+        computations = ComputationsStore(store, Suppressions(store))
         for kind, name, text in (
             ("audience", "High Value Customers", AUDIENCE),
             ("trait", "total_revenue_180_days", TRAIT),
         ):
             computation = Computation(kind, name, text, ("crm",))
             for label in ("first sync", "next sync (no change)"):
-                result = run_sync(personas, computation, now)
+                result = asyncio.run(run_sync(db, computations, computation, now))
                 print(
                     f"{kind:8} {label:22} {result.seconds:6.2f} s  "
                     f"rows read {result.rows_read:>9,}  profiles {result.evaluated:>7,}  "
                     f"identify sent {result.sent:>7,}"
                 )
-        store.dispose()
+        db.close()
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import itertools
 import json
 import os
 import signal
@@ -188,10 +189,22 @@ async def receiver_factory() -> AsyncIterator[Callable[..., Awaitable[Receiver]]
         await receiver.stop()
 
 
+_ports = itertools.count()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port for a process a test starts. Each pytest-xdist worker takes its own range,
+    below the kernel's ephemeral ports, so no other worker (nor any port 0 bind) can take
+    it between this check and the process binding it."""
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    while True:
+        port = 20000 + worker * 1000 + next(_ports) % 1000
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # taken (a process of this worker's still holds it)
+            return port
 
 
 # -- daemons ----------------------------------------------------------------------------
@@ -205,9 +218,9 @@ def settings_dict(db_url: str, hooks: list[str] | None = None, **sections: Any) 
         "retry_max_seconds": 0.2,
         "retry_window_seconds": 30,
         "allowed_networks": ["127.0.0.0/8"],
-        # One sender process and no parser process keep the suite's many daemons cheap to
-        # start; the defaults (2 and 1) and 0 are covered in test_workers.py.
-        "sender_processes": 1,
+        # No sender or parser process: each would cost a Python start-up per daemon, and
+        # the suite starts hundreds. tests/integration/test_workers.py covers them.
+        "sender_processes": 0,
     }
     delivery.update(sections.pop("delivery", {}))
     result: dict[str, Any] = {
@@ -372,3 +385,14 @@ def write_toml(path: Path, settings: dict[str, Any]) -> Path:
             lines += [f"{k} = {value(v)}" for k, v in hook.items()]
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def metric(text: str, name: str, **labels: str) -> float | None:
+    """The value of one sample in Prometheus exposition text, or None when absent."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return float(sample.value)
+    return None

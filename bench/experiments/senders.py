@@ -13,8 +13,8 @@ import subprocess
 import sys
 import time
 
-from efd.sender import Route
-from efd.workers import SenderOptions, SenderPool
+from efd.sender import SenderOptions, SenderPool
+from efd.webhooks import Route
 
 RECEIVER = r"""
 import asyncio, sys, uvloop

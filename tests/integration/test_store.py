@@ -11,7 +11,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect
 
-from efd.store import AttemptRow, NewMessage, Outcome, Store, dedupe, migrate
+from efd.rows import AttemptRow, DeliveryStatus, NewMessage, Outcome
+from efd.store import Store, dedupe, migrate
 from efd.store.dedupe import message_key
 from efd.store.engine import make_engine, normalise_url
 from efd.store.schema import metadata
@@ -96,10 +97,10 @@ def test_fencing_token_rejects_a_stale_outcome(store, db_url):
         )
 
     row = AttemptRow(stale.delivery_id, "http://h", now, 1.0, "fail", 400, None, None, None)
-    assert store.record([outcome(stale, "failed")], [row]) == 1  # ignored
+    assert store.record([outcome(stale, DeliveryStatus.FAILED)], [row]) == 1  # ignored
     assert sql(db_url, "SELECT status, lease_owner FROM deliveries") == [("pending", "B")]
     assert sql(db_url, "SELECT count(*) FROM attempts") == [(1,)]  # the attempt happened
-    assert store.record([outcome(fresh, "delivered")], []) == 0
+    assert store.record([outcome(fresh, DeliveryStatus.DELIVERED)], []) == 0
     assert sql(db_url, "SELECT status, lease_owner FROM deliveries") == [("delivered", None)]
 
 

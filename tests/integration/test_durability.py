@@ -152,9 +152,11 @@ async def test_sigterm_finishes_in_flight_delivery_and_exits_0(db_url, receiver_
         assert "shutting down" in daemon.log()
         assert "stopped" in daemon.log()
 
-        # Without a crash nothing is delivered twice, across a restart too.
+        # Without a crash nothing is delivered twice, across a restart too: the delivery is
+        # finished, and the restarted daemon resumes only unfinished ones.
         daemon.start()
-        await asyncio.sleep(1.5)
+        assert sql(db_url, "SELECT status, lease_owner FROM deliveries") == [("delivered", None)]
+        assert "resuming" not in daemon.log()
         assert _message_ids(receiver) == Counter({"t1": 1})
     finally:
         daemon.ensure_stopped()

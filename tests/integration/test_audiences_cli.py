@@ -11,8 +11,14 @@ import pytest
 from efd import config
 from efd.config import ConfigError
 from tests.conftest import post, settings_dict, sql, write_toml
-from tests.test_audiences import HIGH_VALUE, REVENUE, identify, orders, personas_settings
-from tests.test_cli import efd
+from tests.integration.test_audiences import (
+    HIGH_VALUE,
+    REVENUE,
+    identify,
+    orders,
+    personas_settings,
+)
+from tests.integration.test_cli import efd
 
 
 def write_config(path: Path, settings: dict[str, Any]) -> Path:

@@ -12,7 +12,7 @@ import pytest
 
 from efd import config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 HOOK = '[[destinations.hooks]]\nurl = "https://hooks.example.com/segment"\n'
 GOOD = textwrap.dedent(

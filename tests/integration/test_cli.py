@@ -10,7 +10,8 @@ import urllib.request
 from pathlib import Path
 
 from efd import webhooks
-from efd.store import NewMessage, Store, migrate
+from efd.rows import NewMessage
+from efd.store import Store, migrate
 from tests.conftest import ROOT, free_port, settings_dict, sql, write_toml
 
 

@@ -14,7 +14,7 @@ from efd import webhooks
 from efd.audiences import Event
 from efd.personas.keys import snake_case
 from efd.personas.sync import AUDIENCE, TRAIT, Computation, diff, identify_message
-from efd.store.personas import SyncChunk
+from efd.store.computations import SyncChunk
 from tests.conftest import SECRET, eventually, post, settings_dict, sql
 
 HIGH_VALUE = (
@@ -342,7 +342,7 @@ async def test_events_beyond_every_lookback_are_purged_by_retention(
     daemon = await daemon_factory(personas_settings(db_url, hooks.url, crm.url))
     # The longest lookback is 180 days (the computed trait).
     await send(daemon, *orders("u1", 1, days_ago=200), *orders("u1", 2, days_ago=170))
-    await daemon._retention()
+    await daemon.retention()
     assert sql(db_url, "SELECT properties FROM events") == [('{"revenue":2}',)]
 
 
@@ -352,7 +352,7 @@ async def test_a_lookback_without_within_keeps_events(db_url, receiver_factory, 
     settings["computed_traits"][0]["expression"] = "event('Order Completed').count()"
     daemon = await daemon_factory(settings)
     await send(daemon, *orders("u1", 1, days_ago=2000))
-    await daemon._retention()
+    await daemon.retention()
     assert sql(db_url, "SELECT count(*) FROM events") == [(1,)]
 
 

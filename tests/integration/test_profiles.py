@@ -4,16 +4,20 @@ transaction, on real SQLite files and real PostgreSQL databases."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from efd.config import SourceConfig
-from efd.ingest import message_row
 from efd.messages import normalise
-from efd.store import NewMessage, Store, migrate
-from efd.store.personas import PersonasStore
+from efd.parse import message_row
+from efd.personas.capture import Capture
+from efd.rows import NewMessage
+from efd.store import Store, migrate
+from efd.store.profiles import ProfilesStore
+from efd.store.regulations import RegulationsStore, Suppressions
 from tests.conftest import sql
 
 WEB = SourceConfig(name="web", write_key="k", destinations=["d"])
@@ -27,9 +31,20 @@ def store(db_url):  # type: ignore[no-untyped-def]
     s.dispose()
 
 
+@dataclass
+class Stores:
+    profiles: ProfilesStore
+    regulations: RegulationsStore
+
+
 @pytest.fixture
-def personas(store):  # type: ignore[no-untyped-def]
-    return PersonasStore(store, capture=True)
+def stores(store):  # type: ignore[no-untyped-def]
+    """The store as the daemon sets it up while audiences or traits are configured."""
+    suppressions = Suppressions(store)
+    store.suppressions = suppressions
+    profiles = ProfilesStore(store)
+    store.capture = Capture(profiles)
+    return Stores(profiles, RegulationsStore(store, suppressions))
 
 
 def iso(t: float) -> str:
@@ -50,7 +65,7 @@ def event_rows(db_url: str) -> list[tuple[str, str]]:
     return sql(db_url, "SELECT identity, name FROM events ORDER BY id")
 
 
-def test_identify_traits_merge_and_the_later_message_wins(store, personas, db_url):
+def test_identify_traits_merge_and_the_later_message_wins(store, stores, db_url):
     t = time.time() - 1000
     ingest(
         store,
@@ -65,7 +80,7 @@ def test_identify_traits_merge_and_the_later_message_wins(store, personas, db_ur
         store,
         {"type": "identify", "userId": "u1", "traits": {"plan": "pro"}, "timestamp": iso(t + 10)},
     )
-    assert personas.profile("u1") == ("u1", "user", {"plan": "pro", "age": 30})
+    assert stores.profiles.profile("u1") == ("u1", "user", {"plan": "pro", "age": 30})
     # An older message arriving late does not undo the newer value, but adds new traits.
     ingest(
         store,
@@ -76,35 +91,36 @@ def test_identify_traits_merge_and_the_later_message_wins(store, personas, db_ur
             "timestamp": iso(t + 5),
         },
     )
-    assert personas.profile("u1") == ("u1", "user", {"plan": "pro", "age": 30, "city": "Oslo"})
+    expected = ("u1", "user", {"plan": "pro", "age": 30, "city": "Oslo"})
+    assert stores.profiles.profile("u1") == expected
     # Same timestamp: the later arrival wins.
     ingest(
         store,
         {"type": "identify", "userId": "u1", "traits": {"plan": "team"}, "timestamp": iso(t + 10)},
     )
-    assert personas.profile("u1")[2]["plan"] == "team"  # type: ignore[index]
+    assert stores.profiles.profile("u1")[2]["plan"] == "team"  # type: ignore[index]
     # Within one batch, in order.
     ingest(
         store,
         {"type": "identify", "userId": "u2", "traits": {"plan": "a"}, "timestamp": iso(t)},
         {"type": "identify", "userId": "u2", "traits": {"plan": "b"}, "timestamp": iso(t)},
     )
-    assert personas.profile("u2") == ("u2", "user", {"plan": "b"})
+    assert stores.profiles.profile("u2") == ("u2", "user", {"plan": "b"})
 
 
-def test_anonymous_activity_joins_the_user_once_identified(store, personas, db_url):
+def test_anonymous_activity_joins_the_user_once_identified(store, stores, db_url):
     ingest(
         store,
         {"type": "track", "anonymousId": "a1", "event": "Viewed Item", "properties": {"sku": 1}},
         {"type": "page", "anonymousId": "a1", "name": "Pricing"},
         {"type": "identify", "anonymousId": "a1", "traits": {"utm": "ads"}},
     )
-    assert personas.profile("a1") == ("a1", "anonymous", {"utm": "ads"})
+    assert stores.profiles.profile("a1") == ("a1", "anonymous", {"utm": "ads"})
     ingest(
         store, {"type": "identify", "userId": "u1", "anonymousId": "a1", "traits": {"plan": "pro"}}
     )
-    assert personas.profile("u1") == ("u1", "user", {"utm": "ads", "plan": "pro"})
-    assert personas.profile("a1") == ("u1", "user", {"utm": "ads", "plan": "pro"})
+    assert stores.profiles.profile("u1") == ("u1", "user", {"utm": "ads", "plan": "pro"})
+    assert stores.profiles.profile("a1") == ("u1", "user", {"utm": "ads", "plan": "pro"})
     assert sql(db_url, "SELECT id FROM profiles") == [("u1",)]
     assert sql(db_url, "SELECT alias_id, canonical_id FROM identities") == [("a1", "u1")]
     # Later anonymous-only messages on that device belong to the user too.
@@ -122,17 +138,15 @@ def test_anonymous_activity_joins_the_user_once_identified(store, personas, db_u
     ]
 
 
-def test_an_anonymous_id_already_linked_to_a_user_is_not_merged_into_another(
-    store, personas, db_url
-):
+def test_an_anonymous_id_already_linked_to_a_user_is_not_merged_into_another(store, stores, db_url):
     ingest(store, {"type": "identify", "userId": "u1", "anonymousId": "shared", "traits": {"n": 1}})
     ingest(store, {"type": "identify", "userId": "u2", "anonymousId": "shared", "traits": {"n": 2}})
-    assert personas.profile("u1") == ("u1", "user", {"n": 1})
-    assert personas.profile("u2") == ("u2", "user", {"n": 2})
-    assert personas.resolve("shared") == "u1"
+    assert stores.profiles.profile("u1") == ("u1", "user", {"n": 1})
+    assert stores.profiles.profile("u2") == ("u2", "user", {"n": 2})
+    assert stores.profiles.resolve("shared") == "u1"
 
 
-def test_alias_joins_the_previous_identity_to_the_new_one(store, personas, db_url):
+def test_alias_joins_the_previous_identity_to_the_new_one(store, stores, db_url):
     t = time.time() - 100
     ingest(
         store,
@@ -146,8 +160,8 @@ def test_alias_joins_the_previous_identity_to_the_new_one(store, personas, db_ur
         {"type": "identify", "userId": "new", "traits": {"plan": "pro"}, "timestamp": iso(t + 1)},
     )
     ingest(store, {"type": "alias", "userId": "new", "previousId": "old"})
-    assert personas.profile("new") == ("new", "user", {"plan": "pro", "x": 1})
-    assert personas.resolve("old") == "new"
+    assert stores.profiles.profile("new") == ("new", "user", {"plan": "pro", "x": 1})
+    assert stores.profiles.resolve("old") == "new"
     assert sql(db_url, "SELECT id FROM profiles") == [("new",)]
     assert event_rows(db_url) == [("new", "Order Completed")]
     # Messages under the previous id land on the joined profile.
@@ -159,13 +173,13 @@ def test_alias_joins_the_previous_identity_to_the_new_one(store, personas, db_ur
         ("new", "newest"),
         ("old", "newest"),
     ]
-    assert personas.profile("old") == ("newest", "user", {"plan": "pro", "x": 1})
+    assert stores.profiles.profile("old") == ("newest", "user", {"plan": "pro", "x": 1})
     # An alias from an id never seen just links it.
     ingest(store, {"type": "alias", "userId": "newest", "previousId": "never-seen"})
-    assert personas.resolve("never-seen") == "newest"
+    assert stores.profiles.resolve("never-seen") == "newest"
 
 
-def test_alias_in_the_same_batch_as_the_activity(store, personas, db_url):
+def test_alias_in_the_same_batch_as_the_activity(store, stores, db_url):
     ingest(
         store,
         {"type": "track", "anonymousId": "a9", "event": "E"},
@@ -177,7 +191,6 @@ def test_alias_in_the_same_batch_as_the_activity(store, personas, db_url):
 
 
 def test_nothing_is_captured_when_no_audience_or_trait_is_configured(store, db_url):
-    PersonasStore(store, capture=False)
     ingest(
         store,
         {"type": "identify", "userId": "u1", "anonymousId": "a1", "traits": {"plan": "pro"}},
@@ -188,24 +201,20 @@ def test_nothing_is_captured_when_no_audience_or_trait_is_configured(store, db_u
         assert sql(db_url, f"SELECT count(*) FROM {table}") == [(0,)]
 
 
-def test_capture_shares_the_ingestion_transaction(store, personas, db_url):
-    class Broken:
-        def suppressed(self, conn, ids):  # type: ignore[no-untyped-def]
-            return set()
+def test_capture_shares_the_ingestion_transaction(store, stores, db_url):
+    def broken(conn, rows):  # type: ignore[no-untyped-def]
+        raise RuntimeError("capture failed")
 
-        def capture(self, conn, rows):  # type: ignore[no-untyped-def]
-            raise RuntimeError("capture failed")
-
-    store.hooks = Broken()  # type: ignore[assignment]
+    store.capture = broken
     with pytest.raises(RuntimeError):
         ingest(store, {"type": "track", "userId": "u1", "event": "E"})
     assert sql(db_url, "SELECT count(*) FROM messages") == [(0,)]
     assert sql(db_url, "SELECT count(*) FROM deliveries") == [(0,)]
 
 
-def test_suppressed_users_are_acknowledged_and_dropped_until_unsuppressed(store, personas, db_url):
+def test_suppressed_users_are_acknowledged_and_dropped_until_unsuppressed(store, stores, db_url):
     ingest(store, {"type": "identify", "userId": "u1", "anonymousId": "a1", "traits": {}})
-    personas.create_regulation("r1", "SUPPRESS_ONLY", None, ["u1"], time.time())
+    stores.regulations.create_regulation("r1", "SUPPRESS_ONLY", None, ["u1"], time.time())
     # The userId, and the anonymousId the profile store links to it, are both suppressed.
     assert sql(db_url, "SELECT subject_id, user_id FROM suppressions ORDER BY 1") == [
         ("a1", "u1"),
@@ -217,17 +226,17 @@ def test_suppressed_users_are_acknowledged_and_dropped_until_unsuppressed(store,
         {"type": "track", "anonymousId": "a1", "event": "E"},
         {"type": "track", "userId": "u2", "event": "E"},
     ) == ["suppressed", "suppressed", "stored"]
-    personas.create_regulation("r2", "UNSUPPRESS", None, ["u1"], time.time())
+    stores.regulations.create_regulation("r2", "UNSUPPRESS", None, ["u1"], time.time())
     assert sql(db_url, "SELECT count(*) FROM suppressions") == [(0,)]
     assert ingest(store, {"type": "track", "userId": "u1", "event": "E"}) == ["stored"]
 
 
-def test_old_events_are_purged_beyond_the_lookback(store, personas, db_url):
+def test_old_events_are_purged_beyond_the_lookback(store, stores, db_url):
     now = time.time()
     ingest(
         store,
         {"type": "track", "userId": "u1", "event": "Old", "timestamp": iso(now - 40 * 86400)},
         {"type": "track", "userId": "u1", "event": "New", "timestamp": iso(now - 10 * 86400)},
     )
-    assert personas.purge_events(now - 30 * 86400, 1000) == 1
+    assert stores.profiles.purge_events(now - 30 * 86400, 1000) == 1
     assert event_rows(db_url) == [("u1", "New")]

@@ -155,7 +155,8 @@ async def test_parser_processes_store_what_the_daemon_itself_would(
                 prefix=f"p{processes}-%",
             )
         ]
-        await daemon.stop()
+        if processes == 0:
+            await daemon.stop()  # what it did not deliver, the next daemon will
     assert len(bodies[1]) == 60
     assert bodies[1] == bodies[0]
     received = await receiver.wait_for(120)

@@ -3,7 +3,7 @@ JSON of deep and wide shapes, odd encodings and credentials, on every ingestion 
 /regulations. Every answer must be 2xx or 4xx, every 4xx a JSON error, and the daemon must
 stay healthy with nothing logged as an error.
 
-Bounded for the suite (EFD_FUZZ_EXAMPLES, default 400); set it higher to fuzz longer.
+Bounded for the suite (EFD_FUZZ_EXAMPLES, default 250); set it higher to fuzz longer.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import WRITE_KEY, DaemonProcess, free_port, settings_dict, write_toml
 
-EXAMPLES = int(os.environ.get("EFD_FUZZ_EXAMPLES", "400"))
+EXAMPLES = int(os.environ.get("EFD_FUZZ_EXAMPLES", "250"))
 ADMIN_TOKEN = "fuzz-admin-token-0123456789"
 ROUTES = [
     "/v1/batch",

@@ -20,7 +20,8 @@ from efd import config
 from efd.jsonjs import MAX_DEPTH
 from efd.messages import MAX_MESSAGE_BYTES
 from efd.retry import Verdict
-from efd.sender import Route, Sender
+from efd.sender import Sender
+from efd.webhooks import Route
 from tests.conftest import WRITE_KEY, basic, eventually, post, settings_dict, sql
 
 TRACK = {"type": "track", "userId": "u-1", "event": "Signed Up"}
@@ -328,6 +329,7 @@ async def test_slow_headers_and_slow_bodies_get_408_while_others_are_served(
         assert json.loads(rest.partition(b"\r\n\r\n")[2])["code"] == "request_timeout"
         writer.close()
     assert stored_count(db_url) == 1
+    assert daemon.metrics.requests_timed_out == 2
 
 
 async def test_connections_beyond_the_limit_are_refused_with_503(
@@ -355,6 +357,7 @@ async def test_connections_beyond_the_limit_are_refused_with_503(
             break
         await asyncio.sleep(0.05)
     assert status == 200
+    assert daemon.metrics.connections_refused >= 1
 
 
 async def test_idle_keep_alive_connections_are_closed(db_url, receiver_factory, daemon_factory):

@@ -187,10 +187,11 @@ class Page:
 
 
 @pytest.fixture(scope="session")
-def bundle() -> Path:
-    """analytics-next bundled from npm, as an application's build would (esbuild)."""
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """analytics-next bundled from npm, as an application's build would (esbuild); one per
+    test process, so parallel workers never read each other's half-written file."""
     node()
-    out = JS / "build" / "analytics.js"
+    out = tmp_path_factory.mktemp("build") / "analytics.js"
     subprocess.run(
         [
             str(NODE_MODULES / ".bin" / "esbuild"),

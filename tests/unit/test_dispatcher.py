@@ -1,0 +1,305 @@
+"""The dispatcher's rules, against an in-memory twin of the delivery store and a fake
+sender: capacity per hook, claiming ahead, one slow receiver never starving another,
+wake-ups on new work and on due retries, and what a stop gives back. No database, no
+network: each test takes milliseconds. The real store and real receivers are
+tests/integration/test_delivery.py's."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from efd import config, dispatcher
+from efd.dispatcher import Dispatcher
+from efd.metrics import Metrics
+from efd.retry import AttemptResult, Verdict
+from efd.rows import AttemptRow, Claimed, DeliveryStatus, Outcome
+from efd.webhooks import Route
+
+HOOK_A, HOOK_B = "https://a.example/hook", "https://b.example/hook"
+_STATUS = {Verdict.SUCCESS: 200, Verdict.RETRY: 503, Verdict.FAIL: 400}
+
+
+@dataclass
+class Row:
+    id: int
+    destination: str
+    next_attempt_at: float
+    status: DeliveryStatus = DeliveryStatus.PENDING
+    token: int = 0
+    attempts: int = 0
+    first_attempt_at: float | None = None
+    failed_hooks: frozenset[str] = frozenset()
+    leased: bool = False
+
+
+@dataclass
+class MemoryDeliveries:
+    """The dispatcher's `Deliveries`, in memory, with the store's semantics: claims lease
+    due rows oldest first, outcomes are fenced by the lease token."""
+
+    rows: dict[int, Row] = field(default_factory=dict)
+    attempts: list[AttemptRow] = field(default_factory=list)
+    released: list[tuple[int, int]] = field(default_factory=list)
+    recorded: asyncio.Event = field(default_factory=asyncio.Event)
+    asked_due: asyncio.Event = field(default_factory=asyncio.Event)  # the dispatcher went idle
+    calls: Counter[str] = field(default_factory=Counter)
+    most_leased: Counter[str] = field(default_factory=Counter)  # per destination, at a claim
+    # Of those, the most whose round had not finished (a finished round's outcome may wait
+    # a moment for the batched recorder; only the rest is what the dispatcher holds).
+    most_held: Counter[str] = field(default_factory=Counter)
+    recorded_count: int = 0
+    rounds: FakeRounds | None = None
+    clock: float = 1_000_000.0
+
+    def add(self, destination: str, count: int, *, due_in: float = 0.0) -> list[int]:
+        ids = []
+        for _ in range(count):
+            pk = len(self.rows) + 1
+            self.rows[pk] = Row(pk, destination, self.clock + due_in)
+            ids.append(pk)
+        return ids
+
+    def status(self, destination: str | None = None) -> Counter[str]:
+        return Counter(
+            r.status.value
+            for r in self.rows.values()
+            if destination is None or r.destination == destination
+        )
+
+    async def claim(
+        self, destination: str, limit: int, *, owner: str, now: float, lease_until: float
+    ) -> list[Claimed]:
+        self.calls["claim"] += 1
+        due = sorted(
+            (
+                r
+                for r in self.rows.values()
+                if r.destination == destination
+                and r.status is DeliveryStatus.PENDING
+                and r.next_attempt_at <= now
+            ),
+            key=lambda r: r.next_attempt_at,
+        )[:limit]
+        for r in due:
+            r.next_attempt_at, r.token, r.leased = lease_until, r.token + 1, True
+        leased = sum(1 for r in self.rows.values() if r.destination == destination and r.leased)
+        self.most_leased[destination] = max(self.most_leased[destination], leased)
+        if self.rounds is not None:
+            awaiting_record = self.rounds.completed - self.recorded_count
+            held = leased - awaiting_record
+            self.most_held[destination] = max(self.most_held[destination], held)
+        return [
+            Claimed(
+                r.id,
+                r.token,
+                destination,
+                r.attempts,
+                r.first_attempt_at,
+                r.failed_hooks,
+                f"m{r.id}",
+                '{"type":"track"}',
+            )
+            for r in due
+        ]
+
+    async def record(self, outcomes: Sequence[Outcome], attempts: Sequence[AttemptRow]) -> int:
+        self.attempts.extend(attempts)
+        self.recorded_count += len(outcomes)
+        stale = 0
+        for o in outcomes:
+            r = self.rows[o.delivery_id]
+            if r.token != o.lease_token or r.status is not DeliveryStatus.PENDING:
+                stale += 1
+                continue
+            r.status, r.attempts, r.leased = o.status, o.attempts, False
+            r.first_attempt_at, r.failed_hooks = o.first_attempt_at, o.failed_hooks
+            if o.next_attempt_at is not None:
+                r.next_attempt_at = o.next_attempt_at
+        self.recorded.set()
+        return stale
+
+    async def release(self, leases: Sequence[tuple[int, int]], now: float) -> None:
+        self.released.extend(leases)
+        for pk, token in leases:
+            r = self.rows[pk]
+            if r.token == token:
+                r.next_attempt_at, r.leased = now, False
+
+    async def next_due(self, destination: str) -> float | None:
+        self.calls["next_due"] += 1
+        self.asked_due.set()
+        due = [
+            r.next_attempt_at
+            for r in self.rows.values()
+            if r.destination == destination and r.status is DeliveryStatus.PENDING
+        ]
+        return min(due, default=None)
+
+    async def wait(self, check: Any) -> None:
+        """Until `check()` holds, woken by each recorded outcome (no polling)."""
+        while not check():
+            self.recorded.clear()
+            await asyncio.wait_for(self.recorded.wait(), timeout=30)
+
+
+@dataclass
+class FakeRounds:
+    """The dispatcher's `Rounds`: answers each URL with `verdicts[url]` (default success);
+    rounds to URLs in `held` wait until released. Counts concurrency per URL."""
+
+    verdicts: dict[str, Verdict] = field(default_factory=dict)
+    held: set[str] = field(default_factory=set)
+    in_flight: Counter[str] = field(default_factory=Counter)
+    most_in_flight: Counter[str] = field(default_factory=Counter)
+    sent: Counter[str] = field(default_factory=Counter)
+    completed: int = 0  # rounds answered
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+    gate: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def send_round(self, route: Route, urls: Sequence[str], body: str) -> list[AttemptResult]:
+        for url in urls:
+            self.in_flight[url] += 1
+            self.most_in_flight[url] = max(self.most_in_flight[url], self.in_flight[url])
+            self.sent[url] += 1
+        self.started.set()
+        try:
+            if self.held & set(urls):
+                await self.gate.wait()
+            now = time.time()
+            return [
+                AttemptResult(url, now, 0.001, verdict, _STATUS[verdict])
+                for url in urls
+                for verdict in [self.verdicts.get(url, Verdict.SUCCESS)]
+            ]
+        finally:
+            self.completed += 1
+            for url in urls:
+                self.in_flight[url] -= 1
+
+
+def settings(**delivery: Any) -> config.Settings:
+    return config.load(
+        None,
+        delivery={"retry_initial_seconds": 0.01, "retry_max_seconds": 0.02, **delivery},
+        destinations=[
+            {"name": "a", "hooks": [{"url": HOOK_A}]},
+            {"name": "b", "hooks": [{"url": HOOK_B}]},
+        ],
+    )
+
+
+@pytest.fixture
+async def running():  # type: ignore[no-untyped-def]
+    started: list[Dispatcher] = []
+
+    def start(
+        store: MemoryDeliveries, rounds: FakeRounds, metrics: Metrics | None = None, **delivery: Any
+    ) -> Dispatcher:
+        d = Dispatcher(
+            deliveries=store,
+            rounds=rounds,
+            settings=settings(**delivery),
+            metrics=metrics or Metrics(),
+            owner="test",
+        )
+        d.start()
+        started.append(d)
+        return d
+
+    yield start
+    for d in started:
+        await d.stop(grace=0.1)
+
+
+async def test_every_due_delivery_is_delivered_once(running):
+    store, rounds = MemoryDeliveries(), FakeRounds()
+    store.add("a", 300)
+    store.add("b", 200)
+    running(store, rounds)
+    await store.wait(lambda: store.status() == {"delivered": 500})
+    assert rounds.sent == {HOOK_A: 300, HOOK_B: 200}
+    assert len(store.attempts) == 500
+
+
+async def test_a_hook_never_has_more_than_max_per_hook_rounds_and_claims_stay_bounded(running):
+    rounds = FakeRounds(held={HOOK_A})
+    store = MemoryDeliveries(rounds=rounds)
+    store.add("a", 200)
+    running(store, rounds, max_per_hook=3)
+    await rounds.started.wait()
+    rounds.gate.set()  # let them all through, 3 at a time
+    await store.wait(lambda: store.status("a") == {"delivered": 200})
+    assert rounds.most_in_flight[HOOK_A] == 3
+    # Claimed ahead: what is in flight plus at most 4 x max_per_hook held ready.
+    assert store.most_held["a"] == 3 + 4 * 3
+
+
+async def test_a_stuck_receiver_does_not_hold_up_another_destination(running):
+    store, rounds = MemoryDeliveries(), FakeRounds(held={HOOK_A})
+    store.add("a", 100)
+    store.add("b", 100)
+    running(store, rounds, max_per_hook=4)
+    await store.wait(lambda: store.status("b") == {"delivered": 100})
+    assert store.status("a") == {"pending": 100}  # held at the receiver, none lost
+    assert rounds.in_flight[HOOK_A] == 4
+
+
+async def test_new_work_wakes_an_idle_dispatcher_at_once(running, monkeypatch):
+    # Without the wake-up the dispatcher would next look in an hour.
+    monkeypatch.setattr(dispatcher, "_IDLE_POLL", 3600.0)
+    store, rounds = MemoryDeliveries(), FakeRounds()
+    d = running(store, rounds)
+    await store.asked_due.wait()  # it found nothing to claim and went idle
+    store.add("a", 1)
+    d.notify()
+    await store.wait(lambda: store.status("a") == {"delivered": 1})
+
+
+async def test_a_retry_runs_when_due_without_a_wake_up(running, monkeypatch):
+    monkeypatch.setattr(dispatcher, "_IDLE_POLL", 3600.0)
+    store, rounds = MemoryDeliveries(), FakeRounds(verdicts={HOOK_A: Verdict.RETRY})
+    store.add("a", 1)
+    running(store, rounds)
+    await store.wait(lambda: rounds.sent[HOOK_A] >= 1 and store.rows[1].attempts == 1)
+    rounds.verdicts.clear()  # the receiver is back; the retry is due within 20 ms
+    await store.wait(lambda: store.status("a") == {"delivered": 1})
+    assert store.rows[1].attempts >= 2
+
+
+async def test_a_failed_hook_is_final_and_the_delivery_fails(running):
+    store, rounds = MemoryDeliveries(), FakeRounds(verdicts={HOOK_A: Verdict.FAIL})
+    store.add("a", 5)
+    running(store, rounds)
+    await store.wait(lambda: store.status("a") == {"failed": 5})
+    assert rounds.sent[HOOK_A] == 5  # never retried
+
+
+async def test_stop_gives_back_what_was_claimed_but_not_sent(running):
+    store, rounds = MemoryDeliveries(), FakeRounds(held={HOOK_A})
+    store.add("a", 50)
+    d = running(store, rounds, max_per_hook=2)
+    await rounds.started.wait()
+    await store.wait(lambda: store.most_leased["a"] > 2)  # some were claimed ahead
+    await d.stop(grace=0.05)  # the 2 in flight are cut short too
+    assert {pk for pk, _ in store.released} == {pk for pk, r in store.rows.items() if r.token}
+    assert not any(r.leased for r in store.rows.values())  # all due again at once
+    assert store.status("a") == {"pending": 50}  # none lost
+
+
+async def test_an_outcome_after_the_lease_moved_on_is_counted_stale(running):
+    store, rounds, metrics = MemoryDeliveries(), FakeRounds(held={HOOK_A}), Metrics()
+    store.add("a", 1)
+    running(store, rounds, metrics)
+    await rounds.started.wait()
+    store.rows[1].token += 1  # another process claimed it meanwhile
+    rounds.gate.set()
+    await store.wait(lambda: len(store.attempts) == 1)
+    assert metrics.stale_outcomes == 1
+    assert store.status("a") == {"pending": 1}  # the newer claim decides
