@@ -99,9 +99,12 @@ class Dispatcher:
         self._ready: dict[str, deque[tuple[Claimed, float]]] = {
             name: deque() for name in self._routes
         }  # (claimed, its lease's end)
+        # Per destination: whether its last claim was full, so more may be due right now.
+        self._backlog: dict[str, bool] = dict.fromkeys(self._routes, False)
         self._timeout = delivery.timeout_seconds
         self._due_hint = math.inf  # the earliest next_attempt_at known to this process
         self._due_checked = 0.0  # when the store was last asked for it
+        self._sleep_until = 0.0  # while the loop waits: when it will look again by itself
         self._in_flight_by_url: Counter[str] = Counter()
         self._leases: dict[int, int] = {}  # delivery id -> token, until recorded
         self._tasks: set[asyncio.Task[None]] = set()
@@ -160,9 +163,11 @@ class Dispatcher:
                     "dispatcher cannot reach the database: %s; retrying in %.1f s", error, wait
                 )
             if wait > 0 and not self._stopping:
+                self._sleep_until = time.time() + wait
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(wait):
                         await self._wake.wait()
+                self._sleep_until = 0.0
                 await asyncio.sleep(_COALESCE)
             else:
                 await asyncio.sleep(0)
@@ -188,6 +193,8 @@ class Dispatcher:
             for item in claimed:
                 self._leases[item.delivery_id] = item.lease_token
                 ready.append((item, now + self._lease))
+            # A full claim may have left more due; a short one took everything there was.
+            self._backlog[route.name] = len(claimed) == limit
             self._start_ready(route)
             if len(claimed) == limit and self._capacity(route) > 0:
                 more = True
@@ -203,8 +210,8 @@ class Dispatcher:
                 self._leases.pop(item.delivery_id, None)
                 continue
             self._start(route, item)
-        if len(ready) <= self._ahead // 2:
-            self._wake.set()
+        if len(ready) <= self._ahead // 2 and self._backlog[route.name]:
+            self._wake.set()  # claim more before the ready queue runs dry
 
     async def _idle_wait(self) -> float:
         """How long to sleep: until the next due retry, at most _IDLE_POLL.
@@ -238,6 +245,8 @@ class Dispatcher:
         self._in_flight -= 1
         self._in_flight_by_url.subtract(urls)
         self._start_ready(route)
+        if not self._ready[route.name] and self._due_hint <= time.time():
+            self._wake.set()  # a slot is free and a retry this process scheduled is due
 
     # -- one round -------------------------------------------------------------------------
 
@@ -263,6 +272,8 @@ class Dispatcher:
         self._report(route.name, item, results, decision, note)
         if decision.next_attempt_at is not None:
             self._due_hint = min(self._due_hint, decision.next_attempt_at)
+            if decision.next_attempt_at < self._sleep_until:
+                self._wake.set()  # due before the loop meant to look again
         outcome = Outcome(
             delivery_id=item.delivery_id,
             lease_token=item.lease_token,
