@@ -10,7 +10,6 @@ engines.
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -21,7 +20,6 @@ import psycopg
 from sqlalchemy import (
     Connection,
     Engine,
-    Table,
     bindparam,
     delete,
     func,
@@ -32,12 +30,10 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import DBAPIError
 
 from efd.rows import AttemptRow, Claimed, DeliveryStatus, InsertStatus, NewMessage, Outcome
-from efd.store import dedupe
+from efd.store import dedupe, fastpath
 from efd.store.dedupe import message_key
 from efd.store.engine import is_sqlite, make_engine, normalise_url
 from efd.store.schema import attempts, deliveries, jobs, messages
@@ -67,7 +63,6 @@ def _chunks(items: Sequence[T], size: int = _CHUNK) -> Iterable[Sequence[T]]:
         yield items[start : start + size]
 
 
-_SQLITE = sqlite_dialect()
 # Columns of the fast SQLite insert path, named as NewMessage's attributes.
 _MESSAGE_FIELDS = (
     "source",
@@ -91,108 +86,6 @@ _DELIVERY_FIELDS = (
     "next_attempt_at",
     "lease_token",
 )
-_compiled: dict[tuple[Any, ...], tuple[str, list[str], dict[str, Any]]] = {}
-
-
-def _sqlite_compiled(
-    key: tuple[Any, ...], build: Callable[[], Any]
-) -> tuple[str, list[str], dict[str, Any]]:
-    """SQLite SQL text of the statement `build()` makes, compiled once per key: the text, the
-    order of its parameters, and the values of those the statement fixes itself (literals
-    such as 'pending'). IN lists are rendered out, so their length belongs in the key."""
-    cached = _compiled.get(key)
-    if cached is None:
-        compiled = build().compile(dialect=_SQLITE, compile_kwargs={"render_postcompile": True})
-        cached = _compiled[key] = (
-            str(compiled),
-            list(compiled.positiontup or []),
-            dict(compiled.params),
-        )
-    return cached
-
-
-@contextmanager
-def _driver_cursor(conn: Connection) -> Iterator[Any]:
-    """A sqlite3 cursor inside `conn`'s transaction, for the statements on the hot path.
-
-    The driver's errors are raised as SQLAlchemy's, as every other statement's are, so
-    callers handle one kind (a full disk is a 503, not a crash)."""
-    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-    try:
-        yield cursor
-    except sqlite3.Error as error:
-        raise DBAPIError(None, None, error) from error
-    finally:
-        cursor.close()
-
-
-def _positional(params: dict[str, Any], order: list[str], fixed: dict[str, Any]) -> tuple[Any, ...]:
-    return tuple(params[n] if n in params else fixed[n] for n in order)
-
-
-def _driver_query(
-    conn: Connection, name: str, build: Callable[[], Any], params: list[Any]
-) -> list[Any]:
-    """Run a SELECT on the sqlite3 connection, positional parameters in order. A one-column
-    query gives its values, a wider one its rows."""
-    sql, _, _ = _sqlite_compiled((name, len(params)), build)
-    with _driver_cursor(conn) as cursor:
-        rows: list[Any] = cursor.execute(sql, params).fetchall()
-        if len(cursor.description) == 1:
-            return [row[0] for row in rows]
-        return rows
-
-
-_ROWS_PER_STATEMENT = 256
-
-
-def _chunk_sizes(count: int) -> Iterator[int]:
-    """Full chunks, then the rest in powers of two: few distinct statements to prepare."""
-    while count >= _ROWS_PER_STATEMENT:
-        yield _ROWS_PER_STATEMENT
-        count -= _ROWS_PER_STATEMENT
-    size = _ROWS_PER_STATEMENT // 2
-    while count:
-        if count >= size:
-            yield size
-            count -= size
-        size //= 2
-
-
-def _executemany(
-    cursor: Any,
-    table: Table,
-    columns: tuple[str, ...],
-    rows: list[tuple[Any, ...]],
-    *,
-    or_ignore: bool = False,
-) -> None:
-    """INSERT `rows` (tuples in `columns` order) into `table`, many rows per statement.
-
-    One statement per chunk means one call into SQLite, which runs with the GIL released:
-    the event loop goes on parsing requests meanwhile. executemany would release and retake
-    the GIL for every row, and each retake waits its turn behind the busy event loop.
-    """
-
-    def build() -> Any:
-        statement = insert(table).values({c: bindparam(c) for c in columns})
-        return statement.prefix_with("OR IGNORE") if or_ignore else statement
-
-    sql, order, _ = _sqlite_compiled(("insert", table.fullname, columns, or_ignore), build)
-    if order != list(columns):
-        positions = [columns.index(name) for name in order]
-        rows = [tuple(row[i] for i in positions) for row in rows]
-    head, _, group = sql.rpartition(" VALUES ")
-    start = 0
-    for size in _chunk_sizes(len(rows)):
-        statement = _multirow.get((sql, size))
-        if statement is None:
-            statement = _multirow[(sql, size)] = f"{head} VALUES {', '.join([group] * size)}"
-        cursor.execute(statement, [v for row in rows[start : start + size] for v in row])
-        start += size
-
-
-_multirow: dict[tuple[str, int], str] = {}
 
 
 # Delivery statements, built once with named parameters (see Store._run).
@@ -381,7 +274,7 @@ class Store:
             # writer, so it can number the rows itself, and the driver's executemany (which
             # releases the GIL while SQLite works) replaces SQLAlchemy's per-row processing:
             # about twice the throughput. The statements are compiled from the tables.
-            [last] = _driver_query(conn, "last-id", lambda: select(func.max(messages.c.id)), [])
+            [last] = fastpath.query(conn, "last-id", lambda: select(func.max(messages.c.id)), [])
             first = (last or 0) + 1
             ids: Sequence[int] = range(first, first + len(rows))
         else:
@@ -400,15 +293,15 @@ class Store:
         ]
         if self.sqlite:
             dedupe.ensure(conn, now, DEDUPE_WINDOW_SECONDS)
-            with _driver_cursor(conn) as cursor:
-                _executemany(
+            with fastpath.driver_cursor(conn) as cursor:
+                fastpath.insert_many(
                     cursor,
                     messages,
                     ("id", *_MESSAGE_COLUMNS),
                     [(pk, *t) for pk, t in zip(ids, message_tuples, strict=True)],
                 )
                 # OR IGNORE: a key may remain from a deleted message whose id is reused.
-                _executemany(
+                fastpath.insert_many(
                     cursor,
                     dedupe.recent,
                     ("message_key", "message_pk"),
@@ -416,7 +309,7 @@ class Store:
                     or_ignore=True,
                 )
                 if delivery_tuples:
-                    _executemany(cursor, deliveries, _DELIVERY_FIELDS, delivery_tuples)
+                    fastpath.insert_many(cursor, deliveries, _DELIVERY_FIELDS, delivery_tuples)
         elif delivery_tuples:
             conn.execute(
                 insert(deliveries),
@@ -460,7 +353,7 @@ class Store:
             if self.sqlite:
                 # Compiled once per chunk size; SQLAlchemy's expanding IN costs more than
                 # the query itself at ingestion rates.
-                found = _driver_query(conn, "recent", query, [*chunk, since])
+                found = fastpath.query(conn, "recent", query, [*chunk, since])
             else:
                 found = list(conn.execute(query()))
             seen.update((source, message_id) for source, message_id in found)
@@ -497,7 +390,7 @@ class Store:
                     )
 
                 rows = (
-                    _driver_query(conn, "bodies", query, list(chunk))
+                    fastpath.query(conn, "bodies", query, list(chunk))
                     if self.sqlite
                     else conn.execute(query()).all()
                 )
@@ -565,11 +458,11 @@ class Store:
         if not self.sqlite:
             result = conn.execute(statement, params if len(params) != 1 else params[0])
             return [tuple(row) for row in result.all()] if result.returns_rows else []
-        sql, order, fixed = _sqlite_compiled((key,), lambda: statement)
-        with _driver_cursor(conn) as cursor:
+        sql, order, fixed = fastpath.compiled((key,), lambda: statement)
+        with fastpath.driver_cursor(conn) as cursor:
             if len(params) == 1:
-                return list(cursor.execute(sql, _positional(params[0], order, fixed)))
-            cursor.executemany(sql, [_positional(p, order, fixed) for p in params])
+                return list(cursor.execute(sql, fastpath.positional(params[0], order, fixed)))
+            cursor.executemany(sql, [fastpath.positional(p, order, fixed) for p in params])
             return []
 
     def _run_count(
@@ -578,9 +471,9 @@ class Store:
         """Execute with many parameter sets; return how many rows changed."""
         if not self.sqlite:
             return int(conn.execute(statement, params).rowcount)
-        sql, order, fixed = _sqlite_compiled((key,), lambda: statement)
-        with _driver_cursor(conn) as cursor:
-            cursor.executemany(sql, [_positional(p, order, fixed) for p in params])
+        sql, order, fixed = fastpath.compiled((key,), lambda: statement)
+        with fastpath.driver_cursor(conn) as cursor:
+            cursor.executemany(sql, [fastpath.positional(p, order, fixed) for p in params])
             return int(cursor.rowcount)
 
     def release(self, leases: Sequence[tuple[int, int]], now: float) -> None:
