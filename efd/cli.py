@@ -194,6 +194,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     listen.add_argument("--port", type=int, default=9000)
     listen.add_argument("--secret", help="shared secret to verify X-Signature against")
     listen.add_argument("--status", type=int, default=200, help="HTTP status to answer with")
+    listen.add_argument(
+        "--standard-webhooks-secret",
+        action="append",
+        metavar="WHSEC",
+        help="whsec_ secret to verify webhook-signature against (repeat for several)",
+    )
     listen.set_defaults(func=cmd_listen)
 
     key = sub.add_parser(

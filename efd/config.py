@@ -23,6 +23,7 @@ from pydantic import (
     SecretStr,
     ValidationError,
     field_validator,
+    model_validator,
 )
 from pydantic_settings import (
     BaseSettings,
@@ -34,7 +35,7 @@ from pydantic_settings import (
 from efd.audiences import ParseError, parse_condition, parse_expression
 from efd.cors import check_pattern
 from efd.personas.keys import PERSONAS_SOURCE, snake_case
-from efd.webhooks import RESERVED_HEADERS, Route
+from efd.webhooks import RESERVED_HEADERS, Route, standard_secret
 
 MAX_HOOKS = 5
 MIN_ADMIN_TOKEN_CHARS = 16
@@ -186,19 +187,63 @@ class HookConfig(_Strict):
         return headers
 
 
+Signing = Literal["x-signature", "standard-webhooks"]
+
+
+def _x_signature() -> list[Signing]:
+    return ["x-signature"]
+
+
 class DestinationConfig(_Strict):
     name: str = Field(min_length=1)
     type: Literal["webhooks"] = "webhooks"
     shared_secret: SecretStr | None = None
+    # How each request is signed: Segment's X-Signature (with shared_secret), Standard
+    # Webhooks (with standard_webhooks_secrets), or both.
+    signing: list[Signing] = Field(default_factory=_x_signature, min_length=1)
+    # Every listed secret signs each request: the first is current, the others stay while
+    # receivers move over to it (rotation).
+    standard_webhooks_secrets: list[SecretStr] = Field(default_factory=list)
     hooks: list[HookConfig] = Field(min_length=1, max_length=MAX_HOOKS)
+
+    @field_validator("signing")
+    @classmethod
+    def _no_repeats(cls, signing: list[Signing]) -> list[Signing]:
+        if len(set(signing)) != len(signing):
+            raise ValueError("lists a scheme twice")
+        return signing
+
+    @field_validator("standard_webhooks_secrets")
+    @classmethod
+    def _whsec(cls, secrets: list[SecretStr]) -> list[SecretStr]:
+        problems = []
+        for index, secret in enumerate(secrets):
+            try:
+                standard_secret(secret.get_secret_value())
+            except ValueError as error:
+                problems.append(f"[{index}] {error}")  # never the secret itself
+        if problems:
+            raise ValueError("; ".join(problems))
+        return secrets
+
+    @model_validator(mode="after")
+    def _secrets_for_signing(self) -> DestinationConfig:
+        if "standard-webhooks" in self.signing and not self.standard_webhooks_secrets:
+            raise ValueError(
+                "signing lists standard-webhooks: standard_webhooks_secrets needs at least "
+                "one whsec_ secret"
+            )
+        return self
 
     def route(self, user_agent: str) -> Route:
         secret = self.shared_secret.get_secret_value() if self.shared_secret else None
+        keys = tuple(standard_secret(s.get_secret_value()) for s in self.standard_webhooks_secrets)
         return Route(
             name=self.name,
             hooks=tuple((hook.url, dict(hook.headers)) for hook in self.hooks),
-            secret=secret or None,
+            secret=(secret or None) if "x-signature" in self.signing else None,
             user_agent=user_agent,
+            standard_secrets=keys if "standard-webhooks" in self.signing else (),
         )
 
 

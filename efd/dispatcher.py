@@ -39,7 +39,7 @@ class Rounds(Protocol):
     """Sends one round of a delivery: the in-process Sender, or the sender processes."""
 
     async def send_round(
-        self, route: Route, urls: Sequence[str], body: str
+        self, route: Route, urls: Sequence[str], body: str, message_id: str
     ) -> list[AttemptResult]: ...
 
 
@@ -307,7 +307,7 @@ class Dispatcher:
     ) -> tuple[list[AttemptResult], str | None]:
         if item.body is None:
             return [], "message payload was purged by a deletion request"
-        return await self._rounds.send_round(route, urls, item.body), None
+        return await self._rounds.send_round(route, urls, item.body, item.message_id), None
 
     def _report(
         self,

@@ -102,12 +102,20 @@ class Sender:
             await self._session.close()
             self._session = None
 
-    async def send_round(self, route: Route, urls: Sequence[str], body: str) -> list[AttemptResult]:
+    async def send_round(
+        self, route: Route, urls: Sequence[str], body: str, message_id: str
+    ) -> list[AttemptResult]:
         """One round: the same signed body POSTed at once to each of `urls` (a subset of
-        the route's hooks)."""
+        the route's hooks). Standard Webhooks' timestamp is this attempt's."""
         data = body.encode("utf-8")
         headers = webhooks.request_headers(
-            user_agent=route.user_agent, secret=route.secret, body=data, static={}
+            user_agent=route.user_agent,
+            secret=route.secret,
+            body=data,
+            static={},
+            message_id=message_id,
+            timestamp=int(time.time()),
+            standard_secrets=route.standard_secrets,
         )
         hooks = [(url, static) for url, static in route.hooks if url in urls]
         if len(hooks) == 1:  # the common case, without gather's task per request
@@ -266,9 +274,17 @@ class SenderChild:
     async def start(self) -> None:
         await self._sender.start()
 
-    async def __call__(self, destination: str, urls: tuple[str, ...], body: str) -> Any:
+    def configure(self, update: dict[str, Any]) -> None:
+        if "routes" in update:  # rounds in flight keep the Route they started with
+            self._routes = {route.name: route for route in update["routes"]}
+
+    async def __call__(
+        self, destination: str, urls: tuple[str, ...], body: str, message_id: str
+    ) -> Any:
         try:
-            results = await self._sender.send_round(self._routes[destination], urls, body)
+            results = await self._sender.send_round(
+                self._routes[destination], urls, body, message_id
+            )
         except Exception as error:  # a bug, not the network: report it, keep serving
             log.exception("sending a round to %s failed", destination)
             now = time.time()
@@ -315,9 +331,14 @@ class SenderPool:
     async def close(self, timeout: float) -> None:
         await self._pool.close(timeout)
 
-    async def send_round(self, route: Route, urls: Sequence[str], body: str) -> list[AttemptResult]:
+    async def reload(self, routes: Sequence[Route], log_level: str) -> None:
+        await self._pool.configure({"routes": list(routes), "log_level": log_level})
+
+    async def send_round(
+        self, route: Route, urls: Sequence[str], body: str, message_id: str
+    ) -> list[AttemptResult]:
         sent_at = time.time()
-        results = await self._pool.call(route.name, tuple(urls), body)
+        results = await self._pool.call(route.name, tuple(urls), body, message_id)
         if results is LOST:  # the process died mid-round: nobody knows what the receivers saw
             duration = time.time() - sent_at
             return [

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 import hashlib
 import hmac
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -15,6 +17,11 @@ from efd import jsonjs
 from efd.messages import Message, format_timestamp
 
 SIGNATURE_HEADER = "X-Signature"
+# Standard Webhooks (standardwebhooks.com): id, time and signature of each attempt.
+WEBHOOK_ID = "webhook-id"
+WEBHOOK_TIMESTAMP = "webhook-timestamp"
+WEBHOOK_SIGNATURE = "webhook-signature"
+WHSEC_PREFIX = "whsec_"
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,8 +31,10 @@ class Route:
 
     name: str
     hooks: tuple[tuple[str, dict[str, str]], ...]  # (url, static headers)
-    secret: str | None
+    secret: str | None  # X-Signature's shared secret; None: no X-Signature
     user_agent: str
+    # Standard Webhooks' keys, current first; empty: no webhook-* headers.
+    standard_secrets: tuple[bytes, ...] = ()
 
     def __repr__(self) -> str:  # never show the secret
         return f"Route({self.name!r}, {len(self.hooks)} hooks)"
@@ -96,14 +105,54 @@ def verify(secret: str, body: bytes, signature: str) -> bool:
     return hmac.compare_digest(sign(secret, body).encode("ascii"), given)
 
 
+def standard_secret(text: str) -> bytes:
+    """The key of a Standard Webhooks secret, `whsec_` + base64 of 24 to 64 bytes; ValueError
+    saying what is wrong."""
+    if not text.startswith(WHSEC_PREFIX):
+        raise ValueError(f"must start with {WHSEC_PREFIX}")
+    encoded = text[len(WHSEC_PREFIX) :]
+    try:
+        key = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(f"must be {WHSEC_PREFIX} followed by standard base64") from None
+    if not 24 <= len(key) <= 64:
+        raise ValueError(f"must encode 24 to 64 bytes (this one has {len(key)})")
+    return key
+
+
+def standard_signature(keys: Sequence[bytes], message_id: str, timestamp: int, body: bytes) -> str:
+    """webhook-signature: `v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">` for each key,
+    space-separated, so receivers holding any one of them verify (key rotation)."""
+    signed = b"%s.%d.%s" % (message_id.encode(), timestamp, body)
+    return " ".join(
+        "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+        for key in keys
+    )
+
+
 def request_headers(
-    *, user_agent: str, secret: str | None, body: bytes, static: Mapping[str, str]
+    *,
+    user_agent: str,
+    secret: str | None,
+    body: bytes,
+    static: Mapping[str, str],
+    message_id: str = "",
+    timestamp: int = 0,
+    standard_secrets: Sequence[bytes] = (),
 ) -> dict[str, str]:
+    """The headers of one attempt: efd's own over the hook's static ones; X-Signature when
+    there is a shared secret, Standard Webhooks' three when there are its keys."""
     headers = dict(static)
     headers["User-Agent"] = user_agent
     headers["Content-Type"] = "application/json"
     if secret:
         headers[SIGNATURE_HEADER] = sign(secret, body)
+    if standard_secrets:
+        headers[WEBHOOK_ID] = message_id
+        headers[WEBHOOK_TIMESTAMP] = str(timestamp)
+        headers[WEBHOOK_SIGNATURE] = standard_signature(
+            standard_secrets, message_id, timestamp, body
+        )
     return headers
 
 

@@ -73,7 +73,7 @@ async def measure(processes: int, port: int) -> None:
         nonlocal sent
         while sent < ROUNDS:
             sent += 1
-            await pool.send_round(route, [url], BODY)
+            await pool.send_round(route, [url], BODY, "bench")
 
     cpu, wall = time.process_time(), time.perf_counter()
     await asyncio.gather(*(client() for _ in range(CONCURRENCY)))

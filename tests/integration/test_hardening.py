@@ -468,7 +468,7 @@ async def test_one_hook_that_cannot_be_built_leaves_the_others_delivered(receive
     sender = Sender(timeout=5, allowed_networks=["127.0.0.0/8"])
     await sender.start()
     try:
-        results = await sender.send_round(route, [url for url, _ in hooks], '{"a":1}')
+        results = await sender.send_round(route, [url for url, _ in hooks], '{"a":1}', "m1")
     finally:
         await sender.close()
     verdicts = {r.hook_url: (r.verdict, r.error_class) for r in results}

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -616,3 +617,68 @@ def test_cli_check_config_accepts_a_good_file(tmp_path: Path) -> None:
     done = run_check_config(path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"{path}: OK (1 sources, 1 destinations)"
+
+
+# -- signing -----------------------------------------------------------------------------------
+
+_WHSEC = "whsec_" + "c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0"  # 24 bytes
+
+
+def _destination(**fields: Any) -> dict[str, Any]:
+    return {"name": "d", "hooks": [{"url": "https://h.example/"}], **fields}
+
+
+def test_signing_defaults_to_x_signature_alone() -> None:
+    settings = config.load(None, destinations=[_destination(shared_secret="s")])
+    route = settings.destinations[0].route("efd/1.0")
+    assert (route.secret, route.standard_secrets) == ("s", ())
+
+
+def test_both_signings_and_rotation_secrets_reach_the_route() -> None:
+    old = "whsec_" + "b2xkb2xkb2xkb2xkb2xkb2xkb2xkb2xk"
+    settings = config.load(
+        None,
+        destinations=[
+            _destination(
+                shared_secret="s",
+                signing=["x-signature", "standard-webhooks"],
+                standard_webhooks_secrets=[_WHSEC, old],
+            )
+        ],
+    )
+    route = settings.destinations[0].route("efd/1.0")
+    assert route.secret == "s"
+    assert route.standard_secrets == (b"secret" * 4, b"oldoldoldoldoldoldoldold")
+    assert "whsec" not in repr(route)
+
+
+def test_standard_webhooks_alone_sends_no_x_signature() -> None:
+    settings = config.load(
+        None,
+        destinations=[
+            _destination(
+                shared_secret="s", signing=["standard-webhooks"], standard_webhooks_secrets=[_WHSEC]
+            )
+        ],
+    )
+    assert settings.destinations[0].route("efd/1.0").secret is None
+
+
+@pytest.mark.parametrize(
+    ("fields", "words"),
+    [
+        ({"standard_webhooks_secrets": ["whsec_!!!"]}, "[0] must be whsec_ followed by"),
+        ({"standard_webhooks_secrets": [_WHSEC, "secret"]}, "[1] must start with whsec_"),
+        ({"signing": ["standard-webhooks"]}, "needs at least one whsec_ secret"),
+        ({"signing": ["hmac"]}, "x-signature"),
+        ({"signing": []}, "at least 1"),
+        ({"signing": ["x-signature", "x-signature"]}, "twice"),
+    ],
+)
+def test_bad_signing_settings_name_the_key(fields: dict[str, Any], words: str) -> None:
+    with pytest.raises(config.ConfigError) as error:
+        config.load(None, destinations=[_destination(**fields)])
+    [problem] = error.value.problems
+    assert problem.startswith("destinations[0]")
+    assert words in problem
+    assert "whsec_!!!" not in problem  # secrets are never echoed

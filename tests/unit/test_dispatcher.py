@@ -163,7 +163,9 @@ class FakeRounds:
     started: asyncio.Event = field(default_factory=asyncio.Event)
     gate: asyncio.Event = field(default_factory=asyncio.Event)
 
-    async def send_round(self, route: Route, urls: Sequence[str], body: str) -> list[AttemptResult]:
+    async def send_round(
+        self, route: Route, urls: Sequence[str], body: str, message_id: str
+    ) -> list[AttemptResult]:
         for url in urls:
             self.in_flight[url] += 1
             self.most_in_flight[url] = max(self.most_in_flight[url], self.in_flight[url])

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
 import re
+import time
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from efd import jsonjs
 from efd.messages import Message, normalise
@@ -23,6 +26,7 @@ from efd.webhooks import (
     redact_url,
     request_headers,
     sign,
+    standard_secret,
     verify,
 )
 
@@ -415,3 +419,62 @@ def test_reserved_headers() -> None:
 )
 def test_redact_url(url: str, expected: str) -> None:
     assert redact_url(url) == expected
+
+
+# -- Standard Webhooks ---------------------------------------------------------------------------
+
+WHSEC_OLD = "whsec_" + base64.b64encode(b"o" * 32).decode()
+WHSEC_NEW = "whsec_" + base64.b64encode(b"n" * 24).decode()
+
+
+def _standard(body: bytes, when: int, *secrets: str) -> dict[str, str]:
+    return request_headers(
+        user_agent="efd/1.0",
+        secret=None,
+        body=body,
+        static={},
+        message_id="msg-1",
+        timestamp=when,
+        standard_secrets=[standard_secret(s) for s in secrets],
+    )
+
+
+def test_standard_webhooks_headers_verify_with_the_stock_library_for_every_secret() -> None:
+    body = b'{"type":"track","messageId":"msg-1"}'
+    headers = _standard(body, int(time.time()), WHSEC_NEW, WHSEC_OLD)
+    assert headers["webhook-id"] == "msg-1"
+    assert len(headers["webhook-signature"].split(" ")) == 2
+    for secret in (WHSEC_NEW, WHSEC_OLD):  # receivers still on the old secret verify too
+        assert Webhook(secret).verify(body, headers) == json.loads(body)
+
+
+def test_standard_webhooks_refuse_a_changed_body_an_old_time_and_another_secret() -> None:
+    body = b'{"type":"track","messageId":"msg-1"}'
+    headers = _standard(body, int(time.time()), WHSEC_NEW)
+    with pytest.raises(WebhookVerificationError):
+        Webhook(WHSEC_NEW).verify(body.replace(b"track", b"trace"), headers)
+    with pytest.raises(WebhookVerificationError):
+        Webhook(WHSEC_OLD).verify(body, headers)
+    stale = _standard(body, int(time.time()) - 3600, WHSEC_NEW)
+    with pytest.raises(WebhookVerificationError):
+        Webhook(WHSEC_NEW).verify(body, stale)
+
+
+def test_no_standard_webhooks_headers_without_keys() -> None:
+    headers = request_headers(user_agent="efd/1.0", secret="k", body=b"{}", static={})
+    assert not {"webhook-id", "webhook-timestamp", "webhook-signature"} & set(headers)
+
+
+@pytest.mark.parametrize(
+    ("secret", "words"),
+    [
+        ("c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0", "whsec_"),
+        ("whsec_not base64!", "base64"),
+        ("whsec_" + base64.b64encode(b"short").decode(), "24 to 64 bytes"),
+        ("whsec_" + base64.b64encode(b"x" * 65).decode(), "24 to 64 bytes"),
+        ("whsec_", "24 to 64 bytes"),
+    ],
+)
+def test_malformed_whsec_secrets_say_what_is_wrong(secret: str, words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        standard_secret(secret)
