@@ -18,11 +18,13 @@ import time
 import uuid
 from collections.abc import Callable
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+from sqlalchemy.exc import SQLAlchemyError
 
-from efd import cors
+from efd import config, cors
 from efd.batching import GroupCommit
 from efd.config import Settings
 from efd.dispatcher import Dispatcher, Rounds
@@ -45,6 +47,7 @@ from efd.store.engine import DatabaseInUse, SqliteLock, normalise_url, safe_url,
 from efd.store.profiles import ProfilesStore
 from efd.store.regulations import RegulationsStore, Suppressions
 from efd.store.runner import AsyncDeliveries, AsyncStore
+from efd.systemd import Notifier
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +69,8 @@ class Daemon:
         self.parsers: ParserPool | None = None  # when server.parse_processes > 0
         self._db: AsyncStore | None = None
         self._periodic: Periodic | None = None
+        self._reloadable: _Reloadable | None = None  # set by start
+        self._reloading = asyncio.Lock()
         self._stack = AsyncExitStack()
         self._stopped = False
 
@@ -109,10 +114,7 @@ class Daemon:
         if settings.server.parse_processes:
             self.parsers = ParserPool(
                 processes=settings.server.parse_processes,
-                sources=[
-                    (s.write_key.get_secret_value(), s.name, tuple(s.destinations))
-                    for s in settings.sources
-                ],
+                sources=_parser_sources(settings),
                 log_level=settings.logging.level,
                 log_format=settings.logging.format,
             )
@@ -125,8 +127,9 @@ class Daemon:
         suppressions = await db.read(Suppressions, store)
         store.suppressions = suppressions
         profiles = ProfilesStore(store)
+        capture = Capture(profiles)
         if self.computations:  # profiles are kept only when something computes on them
-            store.capture = Capture(profiles)
+            store.capture = capture
         regulations_store = RegulationsStore(store, suppressions)
         if store.sqlite:
             await self._resume(db, regulations_store)
@@ -183,8 +186,7 @@ class Daemon:
         writer.start()
         stack.push_async_callback(writer.close)
 
-        await self._serve(
-            stack,
+        parts = self._reloadable = _Reloadable(
             ingest=Ingest(
                 settings,
                 writer=writer,
@@ -192,10 +194,16 @@ class Daemon:
                 on_stored=dispatcher.notify,
                 parsers=self.parsers,
             ),
-            regulations=RegulationsApi(
+            dispatcher=dispatcher,
+            regulations_api=RegulationsApi(
                 settings, db=db, regulations=regulations_store, on_created=runner.notify
             ),
+            regulation_runner=runner,
+            status=Status(settings, db=db, metrics=self.metrics),
+            periodic=self._periodic,
+            capture=capture,
         )
+        await self._serve(stack, parts.ingest, parts.regulations_api, parts.status)
         log.info(
             "efd listening on http://%s:%s (%d sources, %d destinations)",
             settings.server.host,
@@ -254,7 +262,7 @@ class Daemon:
             log.info("resuming %d regulations that were running at the last stop", resumed)
 
     async def _serve(
-        self, stack: AsyncExitStack, *, ingest: Ingest, regulations: RegulationsApi
+        self, stack: AsyncExitStack, ingest: Ingest, regulations: RegulationsApi, status: Status
     ) -> None:
         server = self.settings.server
         limits = Limits(
@@ -269,7 +277,6 @@ class Daemon:
         ingest_routes = ingest.routes()
         app.add_routes(listener.guard_routes(ingest_routes))
         cors.install(app, [route.path for route in ingest_routes])  # web pages send too
-        status = Status(self.settings, db=self.db, metrics=self.metrics)
         app.add_routes(listener.guard_routes(status.routes() + regulations.routes()))
         # efd inflates gzip bodies itself, with a bound: aiohttp would inflate without one.
         runner = web.AppRunner(
@@ -297,6 +304,41 @@ class Daemon:
 
         return await self.db.write_later(write)
 
+    # -- reload ------------------------------------------------------------------------------
+
+    async def reload(self, settings: Settings) -> list[str]:
+        """Apply a new configuration without dropping a request or a delivery in flight:
+        sources, destinations (hooks, headers, secrets), audiences and computed traits,
+        the admin token, the user agent and the log level take effect for new requests and
+        rounds. Returns the changed keys that need a restart (they are not applied)."""
+        async with self._reloading:
+            parts = self._reloadable
+            assert parts is not None, "Daemon.start() did not finish"
+            not_applied = restart_needed(self.settings, settings)
+            level = settings.logging.level
+            logging.getLogger().setLevel(level)
+            # Children and the dispatcher know a new destination before ingestion routes a
+            # message to it.
+            if self.senders is not None:
+                delivery = settings.delivery
+                routes = [d.route(delivery.user_agent) for d in settings.destinations]
+                await self.senders.reload(routes, level)
+            await parts.dispatcher.reload(settings)
+            if self.parsers is not None:
+                await self.parsers.reload(_parser_sources(settings), level)
+            parts.ingest.reload(settings)
+            parts.regulations_api.reload(settings)
+            parts.regulation_runner.reload(settings)
+            parts.status.reload(settings)
+            found = computations(settings)
+            self.db.store.capture = parts.capture if found else None
+            parts.periodic.reload(settings, found)
+            self.computations = found
+            # What was not applied stays as it runs, so a later reload reports it again.
+            unchanged = {name: getattr(self.settings, name) for name in _RESTART_SECTIONS}
+            self.settings = settings.model_copy(update=unchanged) if not_applied else settings
+            return not_applied
+
     # -- audiences and computed traits (the CLI and tests run syncs on demand) ----------------
 
     def computation(self, name: str) -> Computation:
@@ -310,6 +352,43 @@ class Daemon:
     async def retention(self) -> None:
         assert self._periodic is not None
         await self._periodic.retention()
+
+
+# Sections of which a reload applies only the keys below; a change to any other key of them
+# needs a restart (the listening socket, the store, the child processes, the limits).
+_RESTART_SECTIONS = ("server", "storage", "delivery", "logging")
+_RELOADED_KEYS = {"server.admin_token", "delivery.user_agent", "logging.level"}
+
+
+def restart_needed(running: Settings, new: Settings) -> list[str]:
+    """The keys whose change a reload does not apply."""
+    changed = []
+    for section in _RESTART_SECTIONS:
+        before, after = getattr(running, section), getattr(new, section)
+        for key in type(before).model_fields:
+            name = f"{section}.{key}"
+            if name not in _RELOADED_KEYS and getattr(before, key) != getattr(after, key):
+                changed.append(name)
+    return changed
+
+
+def _parser_sources(settings: Settings) -> list[tuple[str, str, tuple[str, ...]]]:
+    return [
+        (s.write_key.get_secret_value(), s.name, tuple(s.destinations)) for s in settings.sources
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class _Reloadable:
+    """The parts a reload reconfigures."""
+
+    ingest: Ingest
+    dispatcher: Dispatcher
+    regulations_api: RegulationsApi
+    regulation_runner: RegulationRunner
+    status: Status
+    periodic: Periodic
+    capture: Capture
 
 
 async def _ready(starting: asyncio.Future[None] | None) -> None:
@@ -353,17 +432,78 @@ def _listen_for_work(stack: AsyncExitStack, store: Store, notify: Callable[[], N
     stack.push_async_callback(join)
 
 
-async def run(settings: Settings, *, ready: Any = None) -> None:
-    """Serve until SIGTERM or SIGINT."""
+async def run(settings: Settings, *, config_path: str | None = None, ready: Any = None) -> None:
+    """Serve until SIGTERM or SIGINT; SIGHUP re-reads `config_path`. Tells systemd (when it
+    runs efd with Type=notify) READY=1 once serving, what it is doing, STOPPING=1, and
+    pings its watchdog from the event loop."""
     daemon = Daemon(settings)
+    notifier = Notifier()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if config_path is not None:
+        loop.add_signal_handler(
+            signal.SIGHUP, lambda: asyncio.ensure_future(_reload(daemon, config_path, notifier))
+        )
+    background: list[asyncio.Task[None]] = []
     try:
         await daemon.start()
+        notifier.notify(ready="1", status="serving")
+        background.append(asyncio.create_task(notifier.watchdog(lambda: True)))
+        background.append(asyncio.create_task(_report_status(daemon, notifier)))
         if ready is not None:
             ready(daemon)
         await stop.wait()
     finally:
+        notifier.notify(stopping="1", status="stopping: finishing what is in flight")
+        for task in background:
+            task.cancel()
         await daemon.stop()
+        notifier.close()
+
+
+async def _reload(daemon: Daemon, config_path: str, notifier: Notifier) -> None:
+    notifier.notify(reloading="1", status="reloading the configuration")
+    try:
+        settings = config.load(config_path)
+    except config.ConfigError as error:
+        log.error(
+            "reload refused, the running configuration stays: %s has %d problems:\n  %s",
+            config_path,
+            len(error.problems),
+            "\n  ".join(error.problems),
+        )
+    else:
+        try:
+            not_applied = await daemon.reload(settings)
+        except Exception:
+            log.exception("reload failed part-way; restart efd to be sure of its configuration")
+        else:
+            log.info(
+                "reloaded %s: %d sources, %d destinations, %d audiences and computed traits",
+                config_path,
+                len(settings.sources),
+                len(settings.destinations),
+                len(daemon.computations),
+            )
+            if not_applied:
+                log.warning("changed but not applied until a restart: %s", ", ".join(not_applied))
+    notifier.notify(ready="1", status="serving")
+
+
+async def _report_status(daemon: Daemon, notifier: Notifier, every: float = 10.0) -> None:
+    """STATUS= for `systemctl status`: the backlog and the delivery rate."""
+    if not notifier.enabled:
+        return
+    delivered = sum(daemon.metrics.delivered.values())
+    while True:
+        await asyncio.sleep(every)
+        now = sum(daemon.metrics.delivered.values())
+        rate, delivered = (now - delivered) / every, now
+        try:
+            backlog = sum((await daemon.db.read(daemon.db.store.backlog)).values())
+        except SQLAlchemyError:
+            notifier.notify(status=f"store unreachable; {rate:.0f} deliveries/s")
+            continue
+        notifier.notify(status=f"{backlog} deliveries pending, {rate:.0f} delivered/s")

@@ -40,7 +40,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings = _load(args.config)
     logs.setup(settings.logging.level, settings.logging.format)
     try:
-        _run_loop(run(settings))
+        _run_loop(run(settings, config_path=args.config))
     except StartupError as error:
         log.error("%s", error)
         return 1
@@ -149,8 +149,15 @@ def cmd_audiences(args: argparse.Namespace) -> int:
 
 def cmd_listen(args: argparse.Namespace) -> int:
     from efd.listen import serve
+    from efd.webhooks import standard_secret
 
-    _run_loop(serve(args.host, args.port, args.secret, args.status))
+    for secret in args.standard_webhooks_secret or []:
+        try:
+            standard_secret(secret)
+        except ValueError as error:
+            print(f"efd listen: --standard-webhooks-secret {error}", file=sys.stderr)
+            return 2
+    _run_loop(serve(args.host, args.port, args.secret, args.status, args.standard_webhooks_secret))
     return 0
 
 

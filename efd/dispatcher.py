@@ -125,6 +125,29 @@ class Dispatcher:
         """New work may be due: claim now rather than at the next poll."""
         self._wake.set()
 
+    async def reload(self, settings: Settings) -> None:
+        """Take the configuration's destinations (hooks, headers, secrets, user agent) for
+        rounds that start from now on; rounds in flight finish with the Route they began
+        with. Deliveries claimed for a destination no longer configured are given back
+        (they stay pending, as any delivery to an unconfigured destination does)."""
+        user_agent = settings.delivery.user_agent
+        routes = {d.name: d.route(user_agent) for d in settings.destinations}
+        removed = [name for name in self._routes if name not in routes]
+        leases = []
+        for name in removed:
+            for item, _ in self._ready.pop(name, deque()):
+                if self._leases.pop(item.delivery_id, None) is not None:
+                    leases.append((item.delivery_id, item.lease_token))
+            self._backlog.pop(name, None)
+        for name in routes:
+            self._ready.setdefault(name, deque())
+            self._backlog.setdefault(name, True)  # look at once: it may have work waiting
+        self._routes = routes
+        if leases:
+            with contextlib.suppress(SQLAlchemyError):  # else the leases simply lapse
+                await self._deliveries.release(leases, time.time())
+        self._wake.set()
+
     async def stop(self, grace: float) -> None:
         """Stop claiming, give in-flight rounds `grace` seconds, record, release the rest."""
         self._stopping = True

@@ -101,6 +101,15 @@ class Ingest:
         on_stored: Callable[[], None],
         parsers: Parsers | None = None,
     ) -> None:
+        self.reload(settings)
+        self._parsers = parsers
+        self._writer = writer
+        self._metrics = metrics
+        self._on_stored = on_stored
+
+    def reload(self, settings: Settings) -> None:
+        """Take the configuration's sources (write keys, names, allowed origins): requests
+        that arrive after this see them."""
         self._keys: WriteKeys[SourceConfig] = WriteKeys(
             {s.write_key.get_secret_value(): s for s in settings.sources}
         )
@@ -110,10 +119,6 @@ class Ingest:
             for s in settings.sources
             if s.allowed_origins is not None
         }
-        self._parsers = parsers
-        self._writer = writer
-        self._metrics = metrics
-        self._on_stored = on_stored
 
     def routes(self) -> list[web.RouteDef]:
         routes = [

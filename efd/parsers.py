@@ -28,6 +28,10 @@ class ParserChild:
     async def start(self) -> None:
         pass
 
+    def configure(self, update: dict[str, Any]) -> None:
+        if "sources" in update:
+            self._parse = ChildParser(update["sources"])
+
     async def __call__(
         self, data: bytes, source: str | None, type_: str | None, received_at: float
     ) -> tuple[Any, ...]:
@@ -59,6 +63,9 @@ class ParserPool:
 
     async def close(self, timeout: float) -> None:
         await self._pool.close(timeout)
+
+    async def reload(self, sources: SourceList, log_level: str) -> None:
+        await self._pool.configure({"sources": list(sources), "log_level": log_level})
 
     async def parse(
         self, data: bytes, source: str | None, type_: str | None, received_at: float

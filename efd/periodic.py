@@ -16,6 +16,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -88,9 +89,14 @@ class Periodic:
             id="retention",
             misfire_grace_time=60,
         )
+        self._schedule_syncs()
+        scheduler.start()
+
+    def _schedule_syncs(self) -> None:
+        assert self._scheduler is not None
         first = datetime.now(UTC) + timedelta(seconds=_FIRST_SYNC_DELAY)
         for computation in self.computations:
-            scheduler.add_job(
+            self._scheduler.add_job(
                 self._sync_job,
                 "interval",
                 seconds=computation.interval,
@@ -99,8 +105,20 @@ class Periodic:
                 next_run_time=first,
                 misfire_grace_time=max(60, math.ceil(computation.interval)),
                 coalesce=True,
+                replace_existing=True,
             )
-        scheduler.start()
+
+    def reload(self, settings: Settings, found: list[Computation]) -> None:
+        """Take the configuration's audiences and computed traits: each is synced on its
+        own interval from now on (first about a second from now; the jobs table still
+        keeps it to once per cluster per interval). A sync running now finishes."""
+        assert self._scheduler is not None
+        self._settings = settings
+        for computation in self.computations:
+            with contextlib.suppress(JobLookupError):
+                self._scheduler.remove_job(f"sync:{computation.store_key}")
+        self.computations = found
+        self._schedule_syncs()
 
     async def stop(self) -> None:
         if self._scheduler is not None:

@@ -174,6 +174,10 @@ class RegulationsApi:
         self._on_created = on_created
         self._sources = {s.name for s in settings.sources}
 
+    def reload(self, settings: Settings) -> None:
+        self._settings = settings
+        self._sources = {s.name for s in settings.sources}
+
     def routes(self) -> list[web.RouteDef]:
         return [
             web.post("/regulations", self._create_all),
@@ -345,6 +349,10 @@ class RegulationRunner:
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
         self._current: RegulationClaim | None = None
+
+    def reload(self, settings: Settings) -> None:
+        """Sources added or removed: regulations not yet past a source see the change."""
+        self._settings = settings
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="efd-regulations")

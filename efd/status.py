@@ -21,6 +21,9 @@ class Status:
         self._db = db
         self._metrics = metrics
 
+    def reload(self, settings: Settings) -> None:
+        self._settings = settings
+
     def routes(self) -> list[web.RouteDef]:
         return [web.get("/healthz", self._healthz), web.get("/metrics", self._render)]
 

@@ -42,13 +42,19 @@ _FAILED = ("efd.workers", "failed")
 
 
 class Handler(Protocol):
-    """What a child runs: built by the factory the pool names, from the pool's set-up."""
+    """What a child runs: built by the factory the pool names, from the pool's set-up;
+    `configure` takes the changed parts of it (a reload)."""
 
     async def start(self) -> None: ...
 
     async def __call__(self, *request: Any) -> Any: ...
 
+    def configure(self, update: dict[str, Any]) -> None: ...
+
     async def close(self) -> None: ...
+
+
+_CONFIGURE = "efd.workers:configure"  # a request that is a set-up update, for every child
 
 
 def _frame(value: Any) -> bytes:
@@ -99,6 +105,13 @@ class Pool:
         child = min(self._children, key=lambda c: (not c.running, len(c.pending)))
         return await child.send(request)
 
+    async def configure(self, update: dict[str, Any]) -> None:
+        """Change part of every child's set-up (a reload): requests sent after this use it,
+        and so does a child started again later. Requests in progress finish as they were."""
+        for child in self._children:
+            child.update_setup(update)
+        await asyncio.gather(*(child.send((_CONFIGURE, update)) for child in self._children))
+
     async def close(self, timeout: float) -> None:
         """Stop the children (after the daemon's own drain); kill any that takes longer
         than `timeout`."""
@@ -110,6 +123,7 @@ class _Child:
 
     def __init__(self, name: str, setup: dict[str, Any]) -> None:
         self.name = name
+        self._setup_values = setup
         self._setup = _frame(setup)
         self._proc: asyncio.subprocess.Process | None = None
         self._ready = False
@@ -125,6 +139,10 @@ class _Child:
     @property
     def running(self) -> bool:
         return self._ready
+
+    def update_setup(self, update: dict[str, Any]) -> None:
+        self._setup_values = {**self._setup_values, **update}
+        self._setup = _frame(self._setup_values)
 
     @property
     def pid(self) -> int | None:
@@ -288,7 +306,14 @@ async def _child_main() -> None:
 
     async def one(request_id: int, *request: Any) -> None:
         try:
-            result = await handler(*request)
+            if request and request[0] == _CONFIGURE:
+                update = request[1]
+                if "log_level" in update:
+                    logging.getLogger().setLevel(update["log_level"])
+                handler.configure(update)
+                result = None
+            else:
+                result = await handler(*request)
         except Exception:
             log.exception("a %s call failed", setup["handler"])
             result = _FAILED

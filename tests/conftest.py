@@ -297,12 +297,19 @@ class DaemonProcess:
     """`python -m efd serve` in a real process, for kill -9 and SIGTERM tests."""
 
     def __init__(
-        self, config_path: Path, port: int, log_path: Path, *, own_group: bool = False
+        self,
+        config_path: Path,
+        port: int,
+        log_path: Path,
+        *,
+        own_group: bool = False,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.config_path = config_path
         self.port = port
         self.log_path = log_path
         self.own_group = own_group  # its own process group, to signal it like systemd does
+        self.env = env  # added to this process's environment
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 20.0) -> DaemonProcess:
@@ -313,6 +320,7 @@ class DaemonProcess:
                 stderr=subprocess.STDOUT,
                 cwd=ROOT,
                 start_new_session=self.own_group,
+                env={**os.environ, **self.env} if self.env else None,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
