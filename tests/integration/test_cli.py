@@ -79,7 +79,10 @@ def test_listen_prints_webhooks_and_verifies_signatures(tmp_path: Path):
                 time.sleep(0.1)
         assert _post(url, body, {"X-Signature": "0" * 40}) == 200
         assert _post(url, body, {}) == 200
-        time.sleep(0.3)
+        for _ in range(300):  # until it has printed all three (it flushes each)
+            if log.read_text().count("POST /webhook") == 3:
+                break
+            time.sleep(0.05)
     finally:
         proc.terminate()
         proc.wait(10)
