@@ -1,0 +1,41 @@
+"""efd/systemd.py: reading systemd's environment, and the datagrams it sends."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+from efd.systemd import Notifier
+
+
+def test_without_notify_socket_nothing_is_sent_and_nothing_fails() -> None:
+    notifier = Notifier({})
+    assert not notifier.enabled
+    notifier.notify(ready="1")  # no socket: nothing happens
+    assert notifier.watchdog_interval is None
+
+
+def test_watchdog_interval_is_half_watchdog_usec_for_this_process() -> None:
+    assert Notifier({"WATCHDOG_USEC": "30000000"}).watchdog_interval == 15.0
+    mine = {"WATCHDOG_USEC": "2000000", "WATCHDOG_PID": str(os.getpid())}
+    assert Notifier(mine).watchdog_interval == 1.0
+    assert Notifier({"WATCHDOG_USEC": "2000000", "WATCHDOG_PID": "1"}).watchdog_interval is None
+    assert Notifier({"WATCHDOG_USEC": "soon"}).watchdog_interval is None
+
+
+def test_fields_arrive_as_one_datagram_of_key_value_lines(tmp_path: Path) -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as systemd:
+        systemd.bind(str(tmp_path / "notify"))
+        notifier = Notifier({"NOTIFY_SOCKET": str(tmp_path / "notify")})
+        notifier.notify(ready="1", status="serving")
+        assert systemd.recv(4096) == b"READY=1\nSTATUS=serving"
+        notifier.close()
+
+
+def test_an_abstract_socket_name_starts_with_a_nul() -> None:
+    name = f"efd-test-{os.getpid()}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as systemd:
+        systemd.bind("\0" + name)
+        Notifier({"NOTIFY_SOCKET": "@" + name}).notify(stopping="1")
+        assert systemd.recv(4096) == b"STOPPING=1"
