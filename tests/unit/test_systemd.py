@@ -37,5 +37,7 @@ def test_an_abstract_socket_name_starts_with_a_nul() -> None:
     name = f"efd-test-{os.getpid()}"
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as systemd:
         systemd.bind("\0" + name)
-        Notifier({"NOTIFY_SOCKET": "@" + name}).notify(stopping="1")
+        notifier = Notifier({"NOTIFY_SOCKET": "@" + name})
+        notifier.notify(stopping="1")
         assert systemd.recv(4096) == b"STOPPING=1"
+        notifier.close()
