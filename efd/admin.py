@@ -113,8 +113,8 @@ class AdminApi:
             ) from None
 
     async def _message(self, request: web.Request) -> web.Response:
-        source = request.match_info["source"]
-        message_id = request.match_info["message_id"]
+        source = operators.text(request.match_info["source"], "source")
+        message_id = operators.text(request.match_info["message_id"], "messageId")
         found = await self._db.read(self._ops.message, source, message_id)
         if found is None:
             return error_response(
