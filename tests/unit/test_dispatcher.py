@@ -142,6 +142,23 @@ class MemoryDeliveries:
         ]
         return min(due, default=None)
 
+    async def wake(self, destination: str, hook: str, now: float) -> int:
+        woken = 0
+        for r in self.rows.values():
+            if (
+                r.destination == destination
+                and r.status is DeliveryStatus.PENDING
+                and not r.leased
+                and r.next_attempt_at > now
+                and hook not in r.failed_hooks
+            ):
+                r.next_attempt_at = now
+                woken += 1
+        return woken
+
+    async def expire_waiting(self, destination: str, window: float, now: float) -> int:
+        return 0
+
     async def wait(self, check: Any) -> None:
         """Until `check()` holds, woken by each recorded outcome (no polling)."""
         while not check():
