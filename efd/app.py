@@ -25,6 +25,7 @@ from aiohttp import web
 from sqlalchemy.exc import SQLAlchemyError
 
 from efd import config, cors
+from efd.admin import AdminApi
 from efd.batching import GroupCommit
 from efd.config import Settings
 from efd.dispatcher import Dispatcher, Rounds
@@ -44,6 +45,7 @@ from efd.store import Store
 from efd.store import migrate as migrations
 from efd.store.computations import ComputationsStore
 from efd.store.engine import DatabaseInUse, SqliteLock, normalise_url, safe_url, sqlite_path
+from efd.store.operations import OperationsStore
 from efd.store.profiles import ProfilesStore
 from efd.store.regulations import RegulationsStore, Suppressions
 from efd.store.runner import AsyncDeliveries, AsyncStore
@@ -199,11 +201,18 @@ class Daemon:
                 settings, db=db, regulations=regulations_store, on_created=runner.notify
             ),
             regulation_runner=runner,
+            admin_api=AdminApi(
+                settings, db=db, operations=OperationsStore(store), on_due=dispatcher.notify
+            ),
             status=Status(settings, db=db, metrics=self.metrics),
             periodic=self._periodic,
             capture=capture,
         )
-        await self._serve(stack, parts.ingest, parts.regulations_api, parts.status)
+        await self._serve(
+            stack,
+            parts.ingest,
+            parts.status.routes() + parts.regulations_api.routes() + parts.admin_api.routes(),
+        )
         log.info(
             "efd listening on http://%s:%s (%d sources, %d destinations)",
             settings.server.host,
@@ -218,7 +227,7 @@ class Daemon:
                 len(settings.computed_traits),
             )
         if settings.server.admin_token is None:
-            log.info("regulations API off: no [server] admin_token")
+            log.info("regulations and admin API off: no [server] admin_token")
 
     # -- pieces ---------------------------------------------------------------------------
 
@@ -262,7 +271,7 @@ class Daemon:
             log.info("resuming %d regulations that were running at the last stop", resumed)
 
     async def _serve(
-        self, stack: AsyncExitStack, ingest: Ingest, regulations: RegulationsApi, status: Status
+        self, stack: AsyncExitStack, ingest: Ingest, routes: list[web.RouteDef]
     ) -> None:
         server = self.settings.server
         limits = Limits(
@@ -277,7 +286,7 @@ class Daemon:
         ingest_routes = ingest.routes()
         app.add_routes(listener.guard_routes(ingest_routes))
         cors.install(app, [route.path for route in ingest_routes])  # web pages send too
-        app.add_routes(listener.guard_routes(status.routes() + regulations.routes()))
+        app.add_routes(listener.guard_routes(routes))
         # efd inflates gzip bodies itself, with a bound: aiohttp would inflate without one.
         runner = web.AppRunner(
             app,
@@ -328,6 +337,7 @@ class Daemon:
                 await self.parsers.reload(_parser_sources(settings), level)
             parts.ingest.reload(settings)
             parts.regulations_api.reload(settings)
+            parts.admin_api.reload(settings)
             parts.regulation_runner.reload(settings)
             parts.status.reload(settings)
             found = computations(settings)
@@ -386,6 +396,7 @@ class _Reloadable:
     dispatcher: Dispatcher
     regulations_api: RegulationsApi
     regulation_runner: RegulationRunner
+    admin_api: AdminApi
     status: Status
     periodic: Periodic
     capture: Capture

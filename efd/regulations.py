@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 import time
 import uuid
@@ -72,6 +71,17 @@ class BadRequest(Exception):
         if headers:
             response.headers.update(headers)
         return response
+
+
+class _Refused(BadRequest):
+    """The admin check's answer (server.require_admin), returned as it is."""
+
+    def __init__(self, answer: web.Response) -> None:
+        super().__init__("refused", answer.text or "", status=answer.status)
+        self.answer = answer
+
+    def response(self) -> web.Response:
+        return self.answer
 
 
 def parse_request(payload: Any) -> tuple[str, list[str]]:
@@ -186,21 +196,9 @@ class RegulationsApi:
         ]
 
     def _authorise(self, request: web.Request) -> None:
-        token = self._settings.server.admin_token
-        if token is None:
-            raise BadRequest(
-                "admin_api_disabled",
-                "the regulations API is off: set [server] admin_token to turn it on",
-                status=403,
-            )
-        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-        expected = token.get_secret_value().encode("utf-8")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(
-            given.strip().encode("utf-8", "surrogateescape"), expected
-        ):
-            raise BadRequest(
-                "unauthorized", "a valid bearer token (admin_token) is needed", status=401
-            )
+        refused = server.require_admin(self._settings, request)
+        if refused is not None:
+            raise _Refused(refused)
 
     async def _create_all(self, request: web.Request) -> web.Response:
         return await self._create(request, None)

@@ -106,3 +106,70 @@ class Event:
     name: str
     timestamp: float  # unix seconds
     properties: Mapping[str, Any] = field(default_factory=dict)
+
+
+# -- what operators look at (efd inspect / deliveries / redrive / replay, /admin/*) ------------
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryQuery:
+    """Which deliveries an operator means; None or empty: any. Times are UNIX seconds and
+    bound the message's received time (since inclusive, until exclusive)."""
+
+    destinations: tuple[str, ...] = ()
+    statuses: tuple[DeliveryStatus, ...] = ()
+    since: float | None = None
+    until: float | None = None
+    source: str | None = None
+    user_id: str | None = None
+    message_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    attempted_at: float
+    hook_url: str
+    outcome: str
+    status_code: int | None
+    error_class: str | None
+    error: str | None
+    duration_ms: float | None
+    response_head: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryRecord:
+    id: int
+    destination: str
+    status: str
+    attempts: int
+    created_at: float
+    first_attempt_at: float | None
+    next_attempt_at: float | None
+    finished_at: float | None
+    last_error: str | None
+    replay_of: int | None
+    # the message's
+    source: str
+    message_id: str
+    type: str
+    user_id: str | None
+    event: str | None
+    received_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRecord:
+    """A stored message, its deliveries (oldest first) and each one's attempts."""
+
+    pk: int
+    source: str
+    message_id: str
+    type: str
+    user_id: str | None
+    anonymous_id: str | None
+    event: str | None
+    received_at: float
+    body: str | None  # None once purged by a deletion request
+    deliveries: tuple[DeliveryRecord, ...]
+    attempts: Mapping[int, tuple[AttemptRecord, ...]]  # delivery id -> attempts, oldest first

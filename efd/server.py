@@ -14,14 +14,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from aiohttp import web
+
+if TYPE_CHECKING:
+    from efd.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +55,31 @@ def json_response(body: dict[str, Any], status: int = 200) -> web.Response:
 
 def error_response(code: str, message: str, status: int) -> web.Response:
     return json_response({"success": False, "code": code, "message": message}, status)
+
+
+def require_admin(settings: Settings, request: web.Request) -> web.Response | None:
+    """None when the request carries the admin token as its bearer; otherwise the answer:
+    403 while no [server] admin_token is configured (the admin endpoints are off), 401 for
+    a missing or wrong token. The regulations API, the admin API and the console share it."""
+    token = settings.server.admin_token
+    if token is None:
+        return error_response(
+            "admin_api_disabled",
+            "the admin API is off: set [server] admin_token to turn it on",
+            403,
+        )
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    expected = token.get_secret_value().encode("utf-8")
+    # Constant time: the comparison must not tell how much of a guess was right.
+    if scheme.lower() != "bearer" or not hmac.compare_digest(
+        given.strip().encode("utf-8", "surrogateescape"), expected
+    ):
+        response = error_response(
+            "unauthorized", "a valid bearer token (admin_token) is needed", 401
+        )
+        response.headers["WWW-Authenticate"] = "Bearer"
+        return response
+    return None
 
 
 def _raw_answer(status: str, code: str, message: str) -> bytes:

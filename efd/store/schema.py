@@ -1,7 +1,7 @@
 """The tables. Times are UNIX seconds (float) so SQLite and PostgreSQL compare them alike.
 
 messages    one row per accepted message; `body` is the exact webhook body (JSON text).
-deliveries  one row per (message, destination): the delivery's state machine.
+deliveries  one row per (message, destination), and one per replay: the state machine.
 attempts    one row per POST to one hook URL: the audit log.
 jobs        once-per-cluster periodic jobs.
 
@@ -69,6 +69,7 @@ deliveries = Table(
     Column("last_error", Text),
     Column("lease_owner", String(80)),  # the process holding the claim, NULL when none
     Column("lease_token", Integer, nullable=False, server_default=text("0")),  # fencing
+    Column("replay_of", Id),  # a replay: the delivery it sends again (same message)
     Index(
         "ix_deliveries_due",
         "destination",

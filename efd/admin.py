@@ -1,0 +1,166 @@
+"""The admin API: what happened to a message, which deliveries match, send them again.
+
+    GET  /admin/messages/{source}/{messageId}   the message, its deliveries and attempts
+    GET  /admin/deliveries?…                    filtered, newest first, by cursor
+    POST /admin/redrive                         failed/expired -> pending, fresh window
+    POST /admin/replay                          a message again, as new deliveries
+
+Bearer [server] admin_token (server.require_admin). The rules and the JSON shapes are
+efd/operators.py's, shared with the CLI; the SQL is efd/store/operations.py's. A redrive or
+a replay wakes this process's dispatcher at once (PostgreSQL's NOTIFY wakes the others).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+from sqlalchemy.exc import SQLAlchemyError
+
+from efd import jsonjs, operators, server
+from efd.config import Settings
+from efd.server import error_response, json_response
+from efd.store.operations import OperationsStore
+from efd.store.runner import AsyncStore
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 16 * 1024  # the bodies are a handful of filters
+
+
+def _invalid(error: operators.Invalid) -> web.Response:
+    return json_response(
+        {"success": False, "code": error.code, "message": error.message, "field": error.field},
+        400,
+    )
+
+
+def _unavailable(error: SQLAlchemyError) -> web.Response:
+    log.error("admin API: the store is unavailable: %s", str(error).splitlines()[0][:200])
+    return error_response("storage_unavailable", "the store is unavailable; retry", 503)
+
+
+class AdminApi:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        db: AsyncStore,
+        operations: OperationsStore,
+        on_due: Callable[[], None],
+    ) -> None:
+        self._settings = settings
+        self._db = db
+        self._ops = operations
+        self._on_due = on_due  # new work is due now: the dispatcher's notify
+
+    def reload(self, settings: Settings) -> None:
+        self._settings = settings
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/admin/messages/{source}/{message_id}", self._admin(self._message)),
+            web.get("/admin/deliveries", self._admin(self._deliveries)),
+            web.post("/admin/redrive", self._admin(self._redrive)),
+            web.post("/admin/replay", self._admin(self._replay)),
+        ]
+
+    def _admin(
+        self, handler: Callable[[web.Request], Awaitable[web.Response]]
+    ) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def checked(request: web.Request) -> web.Response:
+            refused = server.require_admin(self._settings, request)
+            if refused is not None:
+                return refused
+            try:
+                return await handler(request)
+            except operators.Invalid as error:
+                return _invalid(error)
+            except SQLAlchemyError as error:
+                return _unavailable(error)
+
+        return checked
+
+    @property
+    def _window(self) -> float:
+        return self._settings.delivery.retry_window_seconds
+
+    @property
+    def _configured(self) -> set[str]:
+        return {d.name for d in self._settings.destinations}
+
+    async def _body(self, request: web.Request) -> Any:
+        raw = await server.read_body(request, MAX_BODY_BYTES)
+        if not raw.strip():
+            return {}
+        try:
+            return jsonjs.loads(raw)
+        except jsonjs.TooDeep:
+            raise operators.Invalid("body", "the body is nested too deeply", "too_deep") from None
+        except (ValueError, UnicodeDecodeError) as error:
+            raise operators.Invalid(
+                "body", f"the body is not valid JSON: {error}", "invalid_json"
+            ) from None
+
+    async def _message(self, request: web.Request) -> web.Response:
+        source = request.match_info["source"]
+        message_id = request.match_info["message_id"]
+        found = await self._db.read(self._ops.message, source, message_id)
+        if found is None:
+            return error_response(
+                "not_found", f"no message {message_id!r} from source {source!r} is stored", 404
+            )
+        return json_response(operators.message_json(found, self._window))
+
+    async def _deliveries(self, request: web.Request) -> web.Response:
+        params: dict[str, str] = {}
+        for key, value in request.query.items():
+            if key in params:
+                raise operators.Invalid(key, f"{key} is given more than once")
+            params[key] = value
+        query, limit, cursor = operators.list_query(params, time.time())
+        found = await self._db.read(self._ops.deliveries, query, limit=limit + 1, before=cursor)
+        return json_response(operators.page_json(found, limit, self._window))
+
+    async def _redrive(self, request: web.Request) -> web.Response:
+        query, dry_run = operators.redrive_query(
+            await self._body(request), time.time(), self._configured
+        )
+        if dry_run:
+            count = await self._db.read(self._ops.count_redrivable, query)
+        else:
+            count = await self._db.write(self._ops.redrive, query, time.time())
+            if count:
+                log.info("redrive: %d deliveries are due again", count)
+                self._on_due()
+        return json_response({"count": count})
+
+    async def _replay(self, request: web.Request) -> web.Response:
+        source, message_id, destination = operators.replay_request(await self._body(request))
+        found = await self._db.read(self._ops.replay_sources, source, message_id)
+        if found is None:
+            return error_response(
+                "not_found", f"no message {message_id!r} from source {source!r} is stored", 404
+            )
+        pk, kept, originals = found
+        if not kept:
+            return error_response(
+                "message_purged",
+                "a deletion request purged this message's payload; it cannot be sent again",
+                409,
+            )
+        targets = operators.replay_targets(originals, destination, self._configured)
+        created = await self._db.write(self._ops.replay, pk, targets, time.time())
+        log.info(
+            "replay of message %s from %s to %s",
+            message_id,
+            source,
+            ", ".join(name for _, name in created),
+        )
+        self._on_due()
+        return json_response(
+            {"deliveries": [{"id": i, "destination": name} for i, name in created]}, 201
+        )

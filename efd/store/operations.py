@@ -1,0 +1,266 @@
+"""What operators ask of the store: one message with its deliveries and attempts, a filtered
+list of deliveries (keyset pages, newest first), redrive and replay. Synchronous; the
+daemon runs it in threads (efd/store/runner.py), the CLI directly.
+
+Looking a message up by messageId uses the message_key index on PostgreSQL; SQLite keeps
+that index only in the writer's memory (efd/store/dedupe.py), so there it scans messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import ColumnElement, Connection, and_, func, insert, select, text, update
+
+from efd.rows import (
+    AttemptRecord,
+    DeliveryQuery,
+    DeliveryRecord,
+    DeliveryStatus,
+    MessageRecord,
+)
+from efd.store.dedupe import message_key
+from efd.store.queue import NOTIFY_CHANNEL, Store
+from efd.store.schema import attempts, deliveries, messages
+
+REDRIVABLE = (DeliveryStatus.FAILED, DeliveryStatus.EXPIRED)
+
+_DELIVERY_COLUMNS = (
+    deliveries.c.id,
+    deliveries.c.destination,
+    deliveries.c.status,
+    deliveries.c.attempts,
+    deliveries.c.created_at,
+    deliveries.c.first_attempt_at,
+    deliveries.c.next_attempt_at,
+    deliveries.c.finished_at,
+    deliveries.c.last_error,
+    deliveries.c.replay_of,
+    messages.c.source,
+    messages.c.message_id,
+    messages.c.type,
+    messages.c.user_id,
+    messages.c.event,
+    messages.c.received_at,
+)
+
+
+def _delivery(row: Any) -> DeliveryRecord:
+    return DeliveryRecord(*row)
+
+
+def _message_conditions(query: DeliveryQuery) -> list[ColumnElement[bool]]:
+    conditions: list[ColumnElement[bool]] = []
+    if query.since is not None:
+        conditions.append(messages.c.received_at >= query.since)
+    if query.until is not None:
+        conditions.append(messages.c.received_at < query.until)
+    if query.source is not None:
+        conditions.append(messages.c.source == query.source)
+    if query.user_id is not None:
+        conditions.append(messages.c.user_id == query.user_id)
+    if query.message_id is not None:
+        conditions.append(messages.c.message_id == query.message_id)
+    return conditions
+
+
+def _delivery_conditions(query: DeliveryQuery) -> list[ColumnElement[bool]]:
+    conditions: list[ColumnElement[bool]] = []
+    if query.destinations:
+        conditions.append(deliveries.c.destination.in_(query.destinations))
+    if query.statuses:
+        conditions.append(deliveries.c.status.in_([str(s) for s in query.statuses]))
+    return conditions
+
+
+def _redrivable(query: DeliveryQuery) -> ColumnElement[bool]:
+    """The deliveries a redrive of `query` moves, and a dry run counts: failed or expired
+    (or the subset asked for), of a message whose payload is still there."""
+    statuses = [s for s in (query.statuses or REDRIVABLE) if s in REDRIVABLE]
+    kept = select(messages.c.id).where(messages.c.body.is_not(None), *_message_conditions(query))
+    conditions = [deliveries.c.status.in_([str(s) for s in statuses])]
+    if query.destinations:
+        conditions.append(deliveries.c.destination.in_(query.destinations))
+    return and_(*conditions, deliveries.c.message_pk.in_(kept))
+
+
+class OperationsStore:
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def message(self, source: str, message_id: str) -> MessageRecord | None:
+        """The newest stored message with this source and messageId (one sent again after
+        the 24-hour deduplication window is stored again), with its deliveries and
+        attempts; None when there is none."""
+        with self._store.reader.connect() as conn:
+            pk = self._message_pk(conn, source, message_id)
+            if pk is None:
+                return None
+            row = conn.execute(
+                select(
+                    messages.c.id,
+                    messages.c.source,
+                    messages.c.message_id,
+                    messages.c.type,
+                    messages.c.user_id,
+                    messages.c.anonymous_id,
+                    messages.c.event,
+                    messages.c.received_at,
+                    messages.c.body,
+                ).where(messages.c.id == pk)
+            ).one()
+            found = [
+                _delivery(r)
+                for r in conn.execute(
+                    select(*_DELIVERY_COLUMNS)
+                    .select_from(
+                        deliveries.join(messages, messages.c.id == deliveries.c.message_pk)
+                    )
+                    .where(deliveries.c.message_pk == pk)
+                    .order_by(deliveries.c.id)
+                )
+            ]
+            by_delivery: dict[int, list[AttemptRecord]] = {d.id: [] for d in found}
+            if found:
+                for delivery_id, *fields in conn.execute(
+                    select(
+                        attempts.c.delivery_id,
+                        attempts.c.attempted_at,
+                        attempts.c.hook_url,
+                        attempts.c.outcome,
+                        attempts.c.status_code,
+                        attempts.c.error_class,
+                        attempts.c.error,
+                        attempts.c.duration_ms,
+                        attempts.c.response_head,
+                    )
+                    .where(attempts.c.delivery_id.in_(list(by_delivery)))
+                    .order_by(attempts.c.attempted_at, attempts.c.id)
+                ):
+                    by_delivery[delivery_id].append(AttemptRecord(*fields))
+        return MessageRecord(
+            *row,
+            deliveries=tuple(found),
+            attempts={k: tuple(v) for k, v in by_delivery.items()},
+        )
+
+    @staticmethod
+    def _message_pk(conn: Connection, source: str, message_id: str) -> int | None:
+        pk = conn.execute(
+            select(func.max(messages.c.id)).where(
+                messages.c.message_key == message_key(source, message_id),
+                messages.c.source == source,
+                messages.c.message_id == message_id,
+            )
+        ).scalar()
+        return None if pk is None else int(pk)
+
+    def deliveries(
+        self, query: DeliveryQuery, *, limit: int, before: int | None = None
+    ) -> list[DeliveryRecord]:
+        """Up to `limit` deliveries matching `query`, newest first; `before`: only those
+        older than that delivery id (the previous page's last)."""
+        conditions = [*_delivery_conditions(query), *_message_conditions(query)]
+        if before is not None:
+            conditions.append(deliveries.c.id < before)
+        statement = (
+            select(*_DELIVERY_COLUMNS)
+            .select_from(deliveries.join(messages, messages.c.id == deliveries.c.message_pk))
+            .where(*conditions)
+            .order_by(deliveries.c.id.desc())
+            .limit(limit)
+        )
+        with self._store.reader.connect() as conn:
+            return [_delivery(r) for r in conn.execute(statement)]
+
+    def count_redrivable(self, query: DeliveryQuery) -> int:
+        """How many deliveries `redrive(query)` would move now (a dry run)."""
+        with self._store.reader.connect() as conn:
+            return int(
+                conn.execute(
+                    select(func.count()).select_from(deliveries).where(_redrivable(query))
+                ).scalar_one()
+            )
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def redrive(self, query: DeliveryQuery, now: float) -> int:
+        """Move the failed or expired deliveries matching `query` back to pending with a
+        fresh start: due now, the retry window and the backoff counted from now. Their rows
+        and attempts stay. Deliveries whose message a deletion request purged are left as
+        they are. Returns how many moved."""
+        with self._store.writer.begin() as conn:
+            moved = conn.execute(
+                update(deliveries)
+                .where(_redrivable(query))
+                .values(
+                    status=DeliveryStatus.PENDING.value,
+                    attempts=0,
+                    first_attempt_at=now,
+                    next_attempt_at=now,
+                    finished_at=None,
+                    failed_hooks=None,
+                    lease_owner=None,
+                )
+            ).rowcount
+            if moved:
+                self._notify(conn)
+            return int(moved)
+
+    def replay_sources(
+        self, source: str, message_id: str
+    ) -> tuple[int, bool, dict[str, int]] | None:
+        """For a replay of the newest such message: (its pk, whether its payload is still
+        there, {destination: its first delivery there that is not itself a replay}), or None
+        when no such message is stored."""
+        with self._store.reader.connect() as conn:
+            pk = self._message_pk(conn, source, message_id)
+            if pk is None:
+                return None
+            kept = conn.execute(
+                select(messages.c.body.is_not(None)).where(messages.c.id == pk)
+            ).scalar_one()
+            originals: dict[str, int] = {}
+            for delivery_id, destination in conn.execute(
+                select(deliveries.c.id, deliveries.c.destination)
+                .where(deliveries.c.message_pk == pk, deliveries.c.replay_of.is_(None))
+                .order_by(deliveries.c.id)
+            ):
+                originals.setdefault(destination, delivery_id)
+        return pk, bool(kept), originals
+
+    def replay(
+        self, message_pk: int, targets: Sequence[tuple[int, str]], now: float
+    ) -> list[tuple[int, str]]:
+        """New pending deliveries of the message, one per (original delivery id,
+        destination), due now; returns their (id, destination)."""
+        created: list[tuple[int, str]] = []
+        with self._store.writer.begin() as conn:
+            for original, destination in targets:
+                new_id = conn.execute(
+                    insert(deliveries)
+                    .values(
+                        message_pk=message_pk,
+                        destination=destination,
+                        status=DeliveryStatus.PENDING.value,
+                        attempts=0,
+                        created_at=now,
+                        next_attempt_at=now,
+                        lease_token=0,
+                        replay_of=original,
+                    )
+                    .returning(deliveries.c.id)
+                ).scalar_one()
+                created.append((int(new_id), destination))
+            if created:
+                self._notify(conn)
+        return created
+
+    def _notify(self, conn: Connection) -> None:
+        """PostgreSQL: wake every daemon's dispatcher at commit (efd/store/queue.py). A
+        daemon on SQLite finds the work at its next poll, or is woken by the caller."""
+        if not self._store.sqlite:
+            conn.execute(text("SELECT pg_notify(:channel, '')"), {"channel": NOTIFY_CHANNEL})
