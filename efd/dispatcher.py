@@ -27,9 +27,13 @@ from efd.config import Settings
 from efd.metrics import Metrics
 from efd.retry import AttemptResult, Backoff, RetryPolicy, Verdict
 from efd.rows import AttemptRow, Claimed, DeliveryStatus, Outcome
+from efd.stream import Hub
 from efd.webhooks import Route
 
 log = logging.getLogger(__name__)
+
+# What the recorder writes for one round: its outcome, its attempts, destination, messageId.
+_Recorded = tuple[Outcome, list[AttemptRow], str, str]
 
 _CLAIM_BATCH = 500
 _IDLE_POLL = 1.0  # seconds; the longest a due retry can wait unnoticed
@@ -87,12 +91,14 @@ class Dispatcher:
         metrics: Metrics,
         owner: str,
         rng: random.Random | None = None,
+        hub: Hub | None = None,
     ) -> None:
         delivery = settings.delivery
         self._deliveries = deliveries
         self._rounds = rounds
         self._metrics = metrics
         self._owner = owner
+        self._hub = hub  # the live stream, told of each recorded attempt
         self._rng = rng or random.Random()
         self._routes = {d.name: d.route(delivery.user_agent) for d in settings.destinations}
         self._lease = delivery.lease_seconds
@@ -125,7 +131,7 @@ class Dispatcher:
         self._wake = asyncio.Event()
         self._stopping = False
         self._loop_task: asyncio.Task[None] | None = None
-        self._recorder: GroupCommit[tuple[Outcome, list[AttemptRow]], None] = GroupCommit(
+        self._recorder: GroupCommit[_Recorded, None] = GroupCommit(
             self._record, max_items=2000, name="efd-outcome-recorder"
         )
 
@@ -452,7 +458,7 @@ class Dispatcher:
             for r in results
         ]
         # Not awaited: the recorder writes outcomes in batches and then drops the leases.
-        self._recorder.add([(outcome, rows)])
+        self._recorder.add([(outcome, rows, route.name, item.message_id)])
 
     async def _send_round(
         self, route: Route, item: Claimed, urls: list[str]
@@ -512,12 +518,10 @@ class Dispatcher:
                 decision.last_error,
             )
 
-    async def _record(
-        self, take: Callable[[], list[tuple[Outcome, list[AttemptRow]]]]
-    ) -> list[None]:
+    async def _record(self, take: Callable[[], list[_Recorded]]) -> list[None]:
         items = take()
-        outcomes = [outcome for outcome, _ in items]
-        rows = [row for _, attempt_rows in items for row in attempt_rows]
+        outcomes = [outcome for outcome, _, _, _ in items]
+        rows = [row for _, attempt_rows, _, _ in items for row in attempt_rows]
         backoff = Backoff()
         tries = 0
         while True:
@@ -538,6 +542,23 @@ class Dispatcher:
                 await asyncio.sleep(delay)
         for outcome in outcomes:
             self._leases.pop(outcome.delivery_id, None)
+        if self._hub is not None and self._hub.active:
+            for _, attempt_rows, destination, message_id in items:
+                for row in attempt_rows:
+                    self._hub.publish(
+                        "attempt",
+                        {
+                            "destination": destination,
+                            "url": row.hook_url,
+                            "messageId": message_id,
+                            "statusCode": row.status_code,
+                            "error": None
+                            if row.error_class is None
+                            else f"{row.error_class}: {row.error}",
+                            "durationMs": row.duration_ms,
+                            "delivered": row.outcome == "success",
+                        },
+                    )
         if stale:
             self._metrics.stale_outcomes += stale
             log.warning("%d outcomes arrived after their lease moved on; not applied", stale)
