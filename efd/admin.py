@@ -4,6 +4,7 @@
     GET  /admin/deliveries?…                    filtered, newest first, by cursor
     POST /admin/redrive                         failed/expired -> pending, fresh window
     POST /admin/replay                          a message again, as new deliveries
+    GET  /openapi.json                          the API's description (no token needed)
 
 Bearer [server] admin_token (server.require_admin). The rules and the JSON shapes are
 efd/operators.py's, shared with the CLI; the SQL is efd/store/operations.py's. A redrive or
@@ -12,6 +13,7 @@ a replay wakes this process's dispatcher at once (PostgreSQL's NOTIFY wakes the 
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -20,7 +22,7 @@ from typing import Any
 from aiohttp import web
 from sqlalchemy.exc import SQLAlchemyError
 
-from efd import jsonjs, operators, server
+from efd import __version__, jsonjs, openapi, operators, server
 from efd.config import Settings
 from efd.server import error_response, json_response
 from efd.store.operations import OperationsStore
@@ -56,6 +58,7 @@ class AdminApi:
         self._db = db
         self._ops = operations
         self._on_due = on_due  # new work is due now: the dispatcher's notify
+        self._openapi = json.dumps(openapi.document(__version__)).encode()
 
     def reload(self, settings: Settings) -> None:
         self._settings = settings
@@ -66,7 +69,11 @@ class AdminApi:
             web.get("/admin/deliveries", self._admin(self._deliveries)),
             web.post("/admin/redrive", self._admin(self._redrive)),
             web.post("/admin/replay", self._admin(self._replay)),
+            web.get("/openapi.json", self._openapi_json),
         ]
+
+    async def _openapi_json(self, _request: web.Request) -> web.Response:
+        return web.Response(body=self._openapi, content_type="application/json")
 
     def _admin(
         self, handler: Callable[[web.Request], Awaitable[web.Response]]
@@ -106,8 +113,8 @@ class AdminApi:
             ) from None
 
     async def _message(self, request: web.Request) -> web.Response:
-        source = request.match_info["source"]
-        message_id = request.match_info["message_id"]
+        source = operators.text(request.match_info["source"], "source")
+        message_id = operators.text(request.match_info["message_id"], "messageId")
         found = await self._db.read(self._ops.message, source, message_id)
         if found is None:
             return error_response(

@@ -1,4 +1,5 @@
-"""The `efd` command: serve, migrate, check-config, audiences, listen, message-key."""
+"""The `efd` command: serve, migrate, check-config, audiences, listen, message-key, and the
+operator's inspect, deliveries, redrive and replay."""
 
 from __future__ import annotations
 
@@ -168,6 +169,252 @@ def cmd_message_key(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- the operator's commands: the rules and shapes of efd/operators.py, as the admin API ---------
+
+
+def _operations(args: argparse.Namespace) -> tuple[config.Settings, Any, Any]:
+    """(settings, store, operations) for a command that works on the database directly,
+    beside a running daemon or without one."""
+    from efd.store import Store, migrate
+    from efd.store.operations import OperationsStore
+
+    settings = _load(args.config)
+    url = settings.storage.url
+    if migrate.current_revision(url) != migrate.head_revision():
+        print("efd: the database is not migrated yet: run `efd migrate`", file=sys.stderr)
+        raise SystemExit(1)
+    store = Store(url, pool_size=1)
+    return settings, store, OperationsStore(store)
+
+
+def _operator_command(run: Any) -> Any:
+    """Runs `run(args, settings, operations)`: bad arguments exit 2 with the reason, an
+    unreachable store 1."""
+
+    def command(args: argparse.Namespace) -> int:
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from efd.operators import Invalid
+
+        settings, store, operations = _operations(args)
+        try:
+            code: int = run(args, settings, operations)
+            return code
+        except Invalid as error:
+            print(f"efd {args.command}: {error.message}", file=sys.stderr)
+            return 2
+        except SQLAlchemyError as error:
+            print(f"efd {args.command}: the store is unavailable: {error}", file=sys.stderr)
+            return 1
+        finally:
+            store.dispose()
+
+    return command
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def _short(value: str | None, width: int) -> str:
+    text = "-" if value is None else value
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _inspect(args: argparse.Namespace, settings: config.Settings, operations: Any) -> int:
+    from efd.operators import message_json
+
+    found = operations.message(args.source, args.message_id)
+    if found is None:
+        print(
+            f"efd inspect: no message {args.message_id!r} from source {args.source!r} is stored",
+            file=sys.stderr,
+        )
+        return 1
+    shown = message_json(found, settings.delivery.retry_window_seconds)
+    if args.json:
+        _print_json(shown)
+        return 0
+    what = shown["type"] + (f" {shown['event']!r}" if shown["event"] else "")
+    print(f"message {shown['messageId']} from {shown['source']}: {what}")
+    print(f"  userId {shown['userId'] or '-'}, anonymousId {shown['anonymousId'] or '-'}")
+    print(f"  received {shown['receivedAt']}")
+    if shown["body"] is None:
+        print("  body: purged by a deletion request")
+    else:
+        print(f"  body: {json.dumps(shown['body'], ensure_ascii=False)}")
+    for d in shown["deliveries"]:
+        replay = f", replay of delivery {d['replayOf']}" if d["replayOf"] else ""
+        print(
+            f"delivery {d['id']} to {d['destination']}: {d['status']}, rounds sent: "
+            f"{d['attemptCount']}{replay}"
+        )
+        if d["nextAttemptAt"]:
+            print(f"  next attempt {d['nextAttemptAt']}")
+        print(f"  retry window ends {d['windowEndsAt']}")
+        if not d["attempts"]:
+            print("  no attempts yet")
+        for a in d["attempts"]:
+            result = str(a["statusCode"]) if a["statusCode"] is not None else a["error"]
+            duration = f"{a['durationMs']:.1f} ms" if a["durationMs"] is not None else "-"
+            print(f"  {a['at']}  {a['url']}  {result}  {duration}")
+            if a["statusCode"] is not None and a["error"]:
+                print(f"    error: {a['error']}")
+            if a["response"]:
+                print(f"    response: {_short(' '.join(a['response'].split()), 100)}")
+    return 0
+
+
+def _deliveries(args: argparse.Namespace, settings: config.Settings, operations: Any) -> int:
+    import time
+
+    from efd.operators import list_query, page_json
+
+    given = {
+        "destination": args.destination,
+        "status": args.status,
+        "since": args.since,
+        "until": args.until,
+        "user_id": args.user_id,
+        "message_id": args.message_id,
+        "source": args.source,
+        "limit": args.limit,
+        "cursor": args.cursor,
+    }
+    query, limit, cursor = list_query(
+        {k: v for k, v in given.items() if v is not None}, time.time()
+    )
+    found = operations.deliveries(query, limit=limit + 1, before=cursor)
+    page = page_json(found, limit, settings.delivery.retry_window_seconds)
+    if args.json:
+        _print_json(page)
+        return 0
+    print(
+        f"{'id':>8}  {'received':24}  {'source':12}  {'messageId':36}  {'destination':16}  "
+        f"{'status':9}  {'rounds':>6}  {'next attempt':24}  userId"
+    )
+    for d in page["deliveries"]:
+        status = d["status"] + ("*" if d["replayOf"] else "")
+        print(
+            f"{d['id']:>8}  {d['receivedAt']:24}  {_short(d['source'], 12):12}  "
+            f"{_short(d['messageId'], 36):36}  {_short(d['destination'], 16):16}  {status:9}  "
+            f"{d['attemptCount']:>6}  {d['nextAttemptAt'] or '-':24}  {_short(d['userId'], 30)}"
+        )
+    if not page["deliveries"]:
+        print("(no deliveries match)")
+    if any(d["replayOf"] for d in page["deliveries"]):
+        print("* a replay")
+    if page["nextCursor"]:
+        print(f"more: add --cursor {page['nextCursor']}")
+    return 0
+
+
+def _redrive(args: argparse.Namespace, settings: config.Settings, operations: Any) -> int:
+    import time
+
+    from efd.operators import redrive_query
+
+    payload = {
+        "destination": args.destination,
+        "status": args.status,
+        "since": args.since,
+        "until": args.until,
+        "dry_run": args.dry_run,
+    }
+    query, dry_run = redrive_query(
+        {k: v for k, v in payload.items() if v is not None},
+        time.time(),
+        {d.name for d in settings.destinations},
+    )
+    count = (
+        operations.count_redrivable(query) if dry_run else operations.redrive(query, time.time())
+    )
+    if args.json:
+        _print_json({"count": count})
+    elif dry_run:
+        print(f"deliveries that would be sent again: {count} (dry run: nothing changed)")
+    else:
+        print(f"deliveries pending again, due now: {count}")
+    return 0
+
+
+def _replay(args: argparse.Namespace, settings: config.Settings, operations: Any) -> int:
+    import time
+
+    from efd.operators import replay_targets
+
+    found = operations.replay_sources(args.source, args.message_id)
+    if found is None:
+        print(
+            f"efd replay: no message {args.message_id!r} from source {args.source!r} is stored",
+            file=sys.stderr,
+        )
+        return 1
+    pk, kept, originals = found
+    if not kept:
+        print(
+            "efd replay: a deletion request purged this message's payload; it cannot be sent again",
+            file=sys.stderr,
+        )
+        return 1
+    targets = replay_targets(originals, args.destination, {d.name for d in settings.destinations})
+    created = operations.replay(pk, targets, time.time())
+    if args.json:
+        _print_json({"deliveries": [{"id": i, "destination": name} for i, name in created]})
+    else:
+        for delivery_id, name in created:
+            print(f"delivery {delivery_id} to {name}: pending, due now (a replay)")
+    return 0
+
+
+def _operator_parsers(sub: Any) -> None:
+    def common(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--config", required=True, help="path of the TOML configuration")
+        parser.add_argument("--json", action="store_true", help="print JSON")
+
+    when = "ISO 8601, or relative: 2h, 30m, 1d ago"
+    inspect = sub.add_parser("inspect", help="a message: its body, deliveries and every attempt")
+    common(inspect)
+    inspect.add_argument("--source", required=True)
+    inspect.add_argument("--message-id", required=True)
+    inspect.set_defaults(func=_operator_command(_inspect))
+
+    listing = sub.add_parser("deliveries", help="deliveries, newest first, filtered")
+    common(listing)
+    listing.add_argument("--destination")
+    listing.add_argument("--status", help="pending|delivered|failed|expired")
+    listing.add_argument("--since", help=f"messages received since: {when}")
+    listing.add_argument("--until", help=f"messages received before: {when}")
+    listing.add_argument("--user-id")
+    listing.add_argument("--message-id")
+    listing.add_argument("--source")
+    listing.add_argument("--limit", help="at most this many (default 50, at most 500)")
+    listing.add_argument("--cursor", help="the next page, as the previous one printed")
+    listing.set_defaults(func=_operator_command(_deliveries))
+
+    redrive = sub.add_parser(
+        "redrive", help="send failed or expired deliveries again, with a fresh retry window"
+    )
+    common(redrive)
+    redrive.add_argument("--destination")
+    redrive.add_argument("--status", help="failed|expired (default both)")
+    redrive.add_argument("--since", help=f"messages received since: {when}")
+    redrive.add_argument("--until", help=f"messages received before: {when}")
+    redrive.add_argument(
+        "--dry-run", action="store_true", help="count what would be sent, change nothing"
+    )
+    redrive.set_defaults(func=_operator_command(_redrive))
+
+    replay = sub.add_parser(
+        "replay", help="send a message again, even a delivered one, under its messageId"
+    )
+    common(replay)
+    replay.add_argument("--source", required=True)
+    replay.add_argument("--message-id", required=True)
+    replay.add_argument("--destination", help="only this one (default: every one it went to)")
+    replay.set_defaults(func=_operator_command(_replay))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="efd", description="Event-forwarding daemon")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -216,6 +463,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     key.add_argument("source", help="the source's name, as in the configuration")
     key.add_argument("message_id", metavar="MESSAGE_ID")
     key.set_defaults(func=cmd_message_key)
+
+    _operator_parsers(sub)
 
     args = parser.parse_args(argv)
     result: int = args.func(args)

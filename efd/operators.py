@@ -76,6 +76,12 @@ def parse_time(value: Any, field: str, now: float) -> float:
         ) from None
 
 
+def text(value: Any, field: str) -> str:
+    """A name, userId or messageId as given: non-empty, bounded, and valid Unicode without
+    NUL, which PostgreSQL's text cannot hold."""
+    return _text(value, field)
+
+
 def _text(value: Any, field: str) -> str:
     if not isinstance(value, str) or not value or len(value) > MAX_TEXT:
         raise Invalid(field, f"{field} must be a non-empty string of at most {MAX_TEXT} characters")

@@ -4,13 +4,18 @@ API and the CLI. Real daemons, real receivers on 127.0.0.1, SQLite and PostgreSQ
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
-from efd import dispatcher, webhooks
-from tests.conftest import SECRET, eventually, post, settings_dict, sql
+from efd import cli, dispatcher, webhooks
+from tests.conftest import ROOT, SECRET, eventually, post, settings_dict, sql, write_toml
 from tests.integration.test_regulations import api
 
 TOKEN = "adm-secret-0123456789"
@@ -306,6 +311,10 @@ BAD = [
     ("POST", "/admin/redrive", {"since": 5}, "since"),
     ("POST", "/admin/redrive", {"everything": True}, "everything"),
     ("POST", "/admin/replay", b"\xff\xfe", "body"),
+    ("POST", "/admin/replay", {"source": "web", "messageId": "m\ud800"}, "messageId"),
+    ("POST", "/admin/replay", {"source": "web\u0000", "messageId": "m-1"}, "source"),
+    ("GET", "/admin/messages/web/m%00", None, "messageId"),
+    ("GET", "/admin/deliveries?user_id=%00", None, "user_id"),
 ]
 
 
@@ -319,3 +328,94 @@ async def test_bad_input_is_a_400_that_names_the_field(db_url, daemon_factory):
         assert answer["success"] is False
         assert answer["field"] == field, (path, body, answer)
     assert statuses(db_url) == {"m-1": "failed"}
+
+
+# -- the CLI -----------------------------------------------------------------------------------
+
+
+def run_cli(*args: str) -> tuple[int, str, str]:
+    """`efd …` in this process (the daemon under test runs in it too, so the CLI's writes
+    reach the dispatcher only through the store, as from another process)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main(list(args))
+        except SystemExit as exit_:
+            code = int(exit_.code or 0)
+    return code, out.getvalue(), err.getvalue()
+
+
+async def test_the_cli_inspects_lists_redrives_and_replays(
+    db_url, daemon_factory, receiver_factory, tmp_path: Path
+):
+    switch = Switch(400)
+    receiver = await receiver_factory(switch)
+    settings = ops_settings(db_url, [receiver.url])
+    daemon = await daemon_factory(settings)
+    config = str(write_toml(tmp_path / "efd.toml", settings))
+    await send(daemon.port, "m-1")
+    await send(daemon.port, "m-2", user_id="u2")
+    await eventually(lambda: statuses(db_url) == {"m-1": "failed", "m-2": "failed"})
+    switch.status = 200
+
+    async def efd(*args: str) -> tuple[int, str, str]:
+        return await asyncio.to_thread(run_cli, *args, "--config", config)
+
+    code, out, _ = await efd("inspect", "--source", "web", "--message-id", "m-1", "--json")
+    assert code == 0
+    shown = json.loads(out)
+    assert shown["messageId"] == "m-1"
+    assert shown["deliveries"][0]["status"] == "failed"
+    assert shown["deliveries"][0]["attempts"][0]["statusCode"] == 400
+    code, out, _ = await efd("inspect", "--source", "web", "--message-id", "m-1")
+    assert code == 0
+    assert "failed" in out
+    assert receiver.url in out
+
+    code, out, _ = await efd("deliveries", "--status", "failed", "--json")
+    assert code == 0
+    assert [d["messageId"] for d in json.loads(out)["deliveries"]] == ["m-2", "m-1"]
+    code, out, _ = await efd("deliveries", "--user-id", "u2", "--since", "1h")
+    assert code == 0
+    assert "m-2" in out
+    assert "m-1" not in out
+
+    code, out, _ = await efd("redrive", "--dry-run", "--json")
+    assert (code, json.loads(out)) == (0, {"count": 2})
+    # The real redrive from another process: the daemon learns of it from the store (its
+    # poll on SQLite, NOTIFY on PostgreSQL), within the receiver's wait.
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [
+            *(sys.executable, "-m", "efd", "redrive", "--config", config),
+            *("--status", "failed", "--destination", "hooks", "--json"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert (done.returncode, json.loads(done.stdout)) == (0, {"count": 2}), done.stderr
+    await receiver.wait_for(4)
+    await eventually(lambda: statuses(db_url) == {"m-1": "delivered", "m-2": "delivered"})
+
+    code, out, _ = await efd("replay", "--source", "web", "--message-id", "m-1", "--json")
+    assert code == 0
+    [created] = json.loads(out)["deliveries"]
+    assert created["destination"] == "hooks"
+    [*_, again] = await receiver.wait_for(5)
+    assert again.json()["messageId"] == "m-1"
+
+    code, _, err = await efd("replay", "--source", "web", "--message-id", "nope")
+    assert code == 1
+    assert "no message" in err
+    for bad in (
+        ("deliveries", "--since", "soon"),
+        ("deliveries", "--status", "lost"),
+        ("deliveries", "--limit", "0"),
+        ("redrive", "--status", "pending"),
+        ("redrive", "--destination", "nowhere"),
+        ("replay", "--source", "web"),
+    ):
+        code, _, err = await efd(*bad)
+        assert code == 2, bad
+        assert err.strip(), bad
