@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 
 from aiohttp import web
 from sqlalchemy.exc import SQLAlchemyError
 
+from efd import server
 from efd.config import Settings
 from efd.metrics import CONTENT_TYPE, Metrics
-from efd.server import error_response, json_response
+from efd.server import json_response
 from efd.store.runner import AsyncStore
 
 
@@ -36,12 +36,12 @@ class Status:
         return json_response({"status": "ok"})
 
     async def _render(self, request: web.Request) -> web.Response:
-        token = self._settings.server.admin_token
-        if token is not None:
-            expected = f"Bearer {token.get_secret_value()}".encode()
-            given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
-            if not hmac.compare_digest(given, expected):
-                return error_response("unauthorized", "bearer token needed", 401)
+        # Open while no admin token is configured, unlike the admin endpoints: a scraper on
+        # a private interface needs no secret.
+        if self._settings.server.admin_token is not None:
+            refused = server.require_admin(self._settings, request)
+            if refused is not None:
+                return refused
         with contextlib.suppress(SQLAlchemyError, TimeoutError):
             async with asyncio.timeout(5):
                 backlog = await self._db.read(self._db.store.backlog)

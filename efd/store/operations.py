@@ -78,11 +78,21 @@ def _redrivable(query: DeliveryQuery) -> ColumnElement[bool]:
     """The deliveries a redrive of `query` moves, and a dry run counts: failed or expired
     (or the subset asked for), of a message whose payload is still there."""
     statuses = [s for s in (query.statuses or REDRIVABLE) if s in REDRIVABLE]
-    kept = select(messages.c.id).where(messages.c.body.is_not(None), *_message_conditions(query))
+    # Correlated, so the status index picks the deliveries and each looks up its message by
+    # key: an IN list would gather every kept message first.
+    kept = (
+        select(messages.c.id)
+        .where(
+            messages.c.id == deliveries.c.message_pk,
+            messages.c.body.is_not(None),
+            *_message_conditions(query),
+        )
+        .exists()
+    )
     conditions = [deliveries.c.status.in_([str(s) for s in statuses])]
     if query.destinations:
         conditions.append(deliveries.c.destination.in_(query.destinations))
-    return and_(*conditions, deliveries.c.message_pk.in_(kept))
+    return and_(*conditions, kept)
 
 
 class OperationsStore:
