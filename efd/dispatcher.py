@@ -258,8 +258,13 @@ class Dispatcher:
                 if limit <= 0:
                     self._start_ready(route)
                     continue
+                # The probe is the earliest pending delivery, due or not: the hook is
+                # probed every interval even while the backlog waits out its backoff.
+                due_by = math.inf
+            else:
+                due_by = now
             claimed = await self._deliveries.claim(
-                route.name, limit, owner=self._owner, now=now, lease_until=now + self._lease
+                route.name, limit, owner=self._owner, now=due_by, lease_until=now + self._lease
             )
             for item in claimed:
                 self._leases[item.delivery_id] = item.lease_token
