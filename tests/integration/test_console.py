@@ -155,6 +155,18 @@ async def test_console_feed_attempts_health_redrive_and_search(
         await console.click('#search-results tr.result[data-message-id="fail-1"]')
         await console.wait("#search-detail tr.attempt >> nth=1")  # the 400, then the 200
         await console.screenshot("console-search.png")
+
+        # A burst beyond what the feed draws: it shows a sample and says so.
+        await console.click("#tabs button[data-view=feed]")
+        burst = [
+            {"type": "track", "event": "Burst", "userId": "u", "messageId": f"burst-{i}"}
+            for i in range(500)
+        ]
+        status, _ = await post(daemon.port, "/v1/batch", {"batch": burst})
+        assert status == 200
+        await console.wait("#feed-sample:not([hidden]):has-text('showing a sample')")
+        drawn = await console.do(lambda page: page.locator("#feed > li").count())
+        assert drawn <= 200
         assert console.errors == []
     finally:
         await console.close()
