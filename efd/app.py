@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -328,17 +329,7 @@ class Daemon:
         if self.hub.active:  # committed: the live stream may show them
             for row, status in zip(taken, statuses, strict=True):
                 if status is InsertStatus.STORED:
-                    self.hub.publish(
-                        "message",
-                        {
-                            "source": row.source,
-                            "messageId": row.message_id,
-                            "type": row.type,
-                            "userId": row.user_id,
-                            "event": row.event,
-                            "receivedAt": iso(row.received_at),
-                        },
-                    )
+                    self.hub.publish("message", functools.partial(_message_event, row))
         return statuses
 
     # -- reload ------------------------------------------------------------------------------
@@ -409,6 +400,18 @@ def restart_needed(running: Settings, new: Settings) -> list[str]:
             if name not in _RELOADED_KEYS and getattr(before, key) != getattr(after, key):
                 changed.append(name)
     return changed
+
+
+def _message_event(row: NewMessage) -> dict[str, Any]:
+    """A stored message as GET /admin/stream shows it."""
+    return {
+        "source": row.source,
+        "messageId": row.message_id,
+        "type": row.type,
+        "userId": row.user_id,
+        "event": row.event,
+        "receivedAt": iso(row.received_at),
+    }
 
 
 def _parser_sources(settings: Settings) -> list[tuple[str, str, tuple[str, ...]]]:

@@ -33,15 +33,21 @@ class Subscriber:
         self.dropped_events = 0  # not sent since the last `sampled`
         self.closed = False
 
-    def offer(self, kind: str, payload: str, now: float) -> None:
+    def take(self, now: float) -> bool:
+        """Whether this second's budget has room for one more event (else it is counted
+        as left out)."""
         if self.closed:
-            return
+            return False
         if now - self._second >= 1.0:
             self._second, self._taken = now, 0
         if self._taken >= self._rate:
             self.dropped_events += 1
-            return
+            return False
         self._taken += 1
+        return True
+
+    def put(self, kind: str, payload: str) -> None:
+        """Queue an event `take` made room for, after a `sampled` if some were left out."""
         if self.dropped_events:
             self._put("sampled", json.dumps({"dropped": self.dropped_events}))
             self.dropped_events = 0
@@ -119,10 +125,15 @@ class Hub:
         for subscriber in list(self._subscribers):
             self.unsubscribe(subscriber)
 
-    def publish(self, kind: str, data: dict[str, Any]) -> None:
+    def publish(self, kind: str, data: dict[str, Any] | Callable[[], dict[str, Any]]) -> None:
+        """Offer an event to every subscriber; `data` may be a function building it, called
+        only when some subscriber takes the event."""
         if not self._subscribers:
             return
-        payload = json.dumps(data)
         now = self._clock()
-        for subscriber in list(self._subscribers):
-            subscriber.offer(kind, payload, now)
+        takers = [s for s in self._subscribers if s.take(now)]
+        if not takers:
+            return  # over every subscriber's budget: not even serialised
+        payload = json.dumps(data() if callable(data) else data)
+        for subscriber in takers:
+            subscriber.put(kind, payload)

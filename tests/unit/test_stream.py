@@ -60,3 +60,19 @@ async def test_close_ends_every_subscription() -> None:
     hub.close()
     assert not hub.active
     assert await subscriber.next(1) is None
+
+
+async def test_an_event_no_subscriber_takes_is_never_built() -> None:
+    built = []
+
+    def build() -> dict[str, int]:
+        built.append(1)
+        return {"n": len(built)}
+
+    hub = Hub(buffer=100, rate=2, clock=Clock())
+    hub.publish("message", build)  # no subscriber
+    subscriber = hub.subscribe(lambda: None)
+    for _ in range(5):
+        hub.publish("message", build)
+    assert len(built) == 2  # the two within the budget
+    assert len(await subscriber.next(1)) == 2
