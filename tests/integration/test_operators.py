@@ -233,15 +233,13 @@ async def test_replay_sends_a_delivered_message_again_under_its_messageid(
     assert second.headers["webhook-id"] == first.headers["webhook-id"] == "m-1"
     assert webhooks.verify(SECRET, second.body, second.headers["X-Signature"])
 
-    async def inspected() -> dict[str, Any]:
-        _, found = await api(daemon.port, "GET", "/admin/messages/web/m-1")
-        return found  # type: ignore[no-any-return]
-
-    for _ in range(200):
-        found = await inspected()
-        if found["deliveries"][1]["status"] == "delivered":
-            break
-        await asyncio.sleep(0.05)
+    await eventually(
+        lambda: (
+            sql(db_url, "SELECT status FROM deliveries ORDER BY id")
+            == [("delivered",), ("delivered",)]
+        )
+    )
+    _, found = await api(daemon.port, "GET", "/admin/messages/web/m-1")
     original, replay = found["deliveries"]
     assert replay["id"] == created["id"]
     assert replay["replayOf"] == original["id"]
