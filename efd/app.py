@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -30,7 +31,9 @@ from efd.batching import GroupCommit
 from efd.config import Settings
 from efd.dispatcher import Dispatcher, Rounds
 from efd.ingest import Ingest
+from efd.live import LiveApi
 from efd.metrics import Metrics
+from efd.operators import iso
 from efd.parse import MAX_RAW_REQUEST_BYTES
 from efd.parsers import ParserPool
 from efd.periodic import Periodic, computations
@@ -49,6 +52,7 @@ from efd.store.operations import OperationsStore
 from efd.store.profiles import ProfilesStore
 from efd.store.regulations import RegulationsStore, Suppressions
 from efd.store.runner import AsyncDeliveries, AsyncStore
+from efd.stream import Hub
 from efd.systemd import Notifier
 
 log = logging.getLogger(__name__)
@@ -64,6 +68,7 @@ class Daemon:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.metrics = Metrics()
+        self.hub = Hub()  # GET /admin/stream's subscribers
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.port: int | None = None
         self.computations: list[Computation] = computations(settings)
@@ -151,6 +156,7 @@ class Daemon:
             settings=settings,
             metrics=self.metrics,
             owner=self.owner,
+            hub=self.hub,
         )
         if not store.sqlite:
             _listen_for_work(stack, store, dispatcher.notify)
@@ -204,6 +210,7 @@ class Daemon:
             admin_api=AdminApi(
                 settings, db=db, operations=OperationsStore(store), on_due=dispatcher.notify
             ),
+            live_api=LiveApi(settings, db=db, hub=self.hub, circuits=dispatcher.circuits),
             status=Status(settings, db=db, metrics=self.metrics),
             periodic=self._periodic,
             capture=capture,
@@ -211,8 +218,12 @@ class Daemon:
         await self._serve(
             stack,
             parts.ingest,
-            parts.status.routes() + parts.regulations_api.routes() + parts.admin_api.routes(),
+            parts.status.routes()
+            + parts.regulations_api.routes()
+            + parts.admin_api.routes()
+            + parts.live_api.routes(),
         )
+        stack.callback(self.hub.close)  # first at shutdown: open streams end, not linger
         log.info(
             "efd listening on http://%s:%s (%d sources, %d destinations)",
             settings.server.host,
@@ -307,11 +318,19 @@ class Daemon:
     async def _store_messages(self, take: Callable[[], list[NewMessage]]) -> list[InsertStatus]:
         store = self.db.store
 
+        taken: list[NewMessage] = []
+
         def write() -> list[InsertStatus]:
             rows = take()  # in the writer thread: everything that arrived until now
+            taken.extend(rows)
             return store.insert_messages(rows, time.time()) if rows else []
 
-        return await self.db.write_later(write)
+        statuses = await self.db.write_later(write)
+        if self.hub.active:  # committed: the live stream may show them
+            for row, status in zip(taken, statuses, strict=True):
+                if status is InsertStatus.STORED:
+                    self.hub.publish("message", functools.partial(_message_event, row))
+        return statuses
 
     # -- reload ------------------------------------------------------------------------------
 
@@ -338,6 +357,7 @@ class Daemon:
             parts.ingest.reload(settings)
             parts.regulations_api.reload(settings)
             parts.admin_api.reload(settings)
+            parts.live_api.reload(settings)
             parts.regulation_runner.reload(settings)
             parts.status.reload(settings)
             found = computations(settings)
@@ -382,6 +402,18 @@ def restart_needed(running: Settings, new: Settings) -> list[str]:
     return changed
 
 
+def _message_event(row: NewMessage) -> dict[str, Any]:
+    """A stored message as GET /admin/stream shows it."""
+    return {
+        "source": row.source,
+        "messageId": row.message_id,
+        "type": row.type,
+        "userId": row.user_id,
+        "event": row.event,
+        "receivedAt": iso(row.received_at),
+    }
+
+
 def _parser_sources(settings: Settings) -> list[tuple[str, str, tuple[str, ...]]]:
     return [
         (s.write_key.get_secret_value(), s.name, tuple(s.destinations)) for s in settings.sources
@@ -397,6 +429,7 @@ class _Reloadable:
     regulations_api: RegulationsApi
     regulation_runner: RegulationRunner
     admin_api: AdminApi
+    live_api: LiveApi
     status: Status
     periodic: Periodic
     capture: Capture

@@ -15,20 +15,25 @@ import math
 import random
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Protocol
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from efd import retry, webhooks
 from efd.batching import GroupCommit
+from efd.circuit import Change, Circuits
 from efd.config import Settings
 from efd.metrics import Metrics
 from efd.retry import AttemptResult, Backoff, RetryPolicy, Verdict
 from efd.rows import AttemptRow, Claimed, DeliveryStatus, Outcome
+from efd.stream import Hub
 from efd.webhooks import Route
 
 log = logging.getLogger(__name__)
+
+# What the recorder writes for one round: its outcome, its attempts, destination, messageId.
+_Recorded = tuple[Outcome, list[AttemptRow], str, str]
 
 _CLAIM_BATCH = 500
 _IDLE_POLL = 1.0  # seconds; the longest a due retry can wait unnoticed
@@ -65,6 +70,16 @@ class Deliveries(Protocol):
         """The earliest next_attempt_at of the destination's pending deliveries."""
         ...
 
+    async def wake(self, destination: str, hook: str, now: float) -> int:
+        """Make due at `now` the destination's pending deliveries, not leased, for which
+        `hook` has not failed for good; return how many moved."""
+        ...
+
+    async def expire_waiting(self, destination: str, window: float, now: float) -> int:
+        """Expire the destination's pending deliveries, not leased, whose retry window
+        (from their first attempt, or their creation if never attempted) has closed."""
+        ...
+
 
 class Dispatcher:
     def __init__(
@@ -76,12 +91,14 @@ class Dispatcher:
         metrics: Metrics,
         owner: str,
         rng: random.Random | None = None,
+        hub: Hub | None = None,
     ) -> None:
         delivery = settings.delivery
         self._deliveries = deliveries
         self._rounds = rounds
         self._metrics = metrics
         self._owner = owner
+        self._hub = hub  # the live stream, told of each recorded attempt
         self._rng = rng or random.Random()
         self._routes = {d.name: d.route(delivery.user_agent) for d in settings.destinations}
         self._lease = delivery.lease_seconds
@@ -91,6 +108,9 @@ class Dispatcher:
             initial=delivery.retry_initial_seconds,
             maximum=delivery.retry_max_seconds,
             window=delivery.retry_window_seconds,
+        )
+        self._circuits = Circuits(
+            threshold=delivery.circuit_failures, probe_seconds=delivery.circuit_probe_seconds
         )
         self._in_flight = 0
         # Claimed ahead, per destination: a freed slot starts the next round at once instead
@@ -111,7 +131,7 @@ class Dispatcher:
         self._wake = asyncio.Event()
         self._stopping = False
         self._loop_task: asyncio.Task[None] | None = None
-        self._recorder: GroupCommit[tuple[Outcome, list[AttemptRow]], None] = GroupCommit(
+        self._recorder: GroupCommit[_Recorded, None] = GroupCommit(
             self._record, max_items=2000, name="efd-outcome-recorder"
         )
 
@@ -170,6 +190,10 @@ class Dispatcher:
             with contextlib.suppress(SQLAlchemyError):
                 await self._deliveries.release(list(self._leases.items()), time.time())
 
+    @property
+    def circuits(self) -> Circuits:
+        return self._circuits
+
     # -- the loop --------------------------------------------------------------------------
 
     async def _run(self) -> None:
@@ -210,8 +234,37 @@ class Dispatcher:
             if limit <= 0 or self._stopping:
                 continue
             now = time.time()
+            hooks = [url for url, _ in route.hooks]
+            if self._circuits.blocked(hooks, now):
+                # Every hook is open and none may be probed yet: claim nothing.
+                self._backlog[route.name] = False
+                self._start_ready(route)
+                continue
+            if all(self._circuits.is_open(url) for url in hooks):
+                # A probe is due: claim one delivery for it. Deliveries left waiting keep
+                # their retry window, so those whose window closed meanwhile expire now.
+                expired = await self._deliveries.expire_waiting(
+                    route.name, self._policy.window, now
+                )
+                if expired:
+                    self._metrics.expired[route.name] += expired
+                    log.error(
+                        "%d deliveries to %s expired: retry window closed while every hook's "
+                        "circuit was open",
+                        expired,
+                        route.name,
+                    )
+                limit = min(limit, 1 - len(ready))
+                if limit <= 0:
+                    self._start_ready(route)
+                    continue
+                # The probe is the earliest pending delivery, due or not: the hook is
+                # probed every interval even while the backlog waits out its backoff.
+                due_by = math.inf
+            else:
+                due_by = now
             claimed = await self._deliveries.claim(
-                route.name, limit, owner=self._owner, now=now, lease_until=now + self._lease
+                route.name, limit, owner=self._owner, now=due_by, lease_until=now + self._lease
             )
             for item in claimed:
                 self._leases[item.delivery_id] = item.lease_token
@@ -244,9 +297,20 @@ class Dispatcher:
         destination with no free slot is left out: a finishing delivery wakes the loop.
         """
         now = time.time()
-        open_routes = [route for route in self._routes.values() if self._capacity(route) > 0]
+        wait = _IDLE_POLL
+        open_routes = []
+        for route in self._routes.values():
+            if self._capacity(route) <= 0:
+                continue
+            hooks = [url for url, _ in route.hooks]
+            if self._circuits.blocked(hooks, now):
+                # Its due deliveries wait for the circuit: look again at the next probe.
+                probes = [self._circuits.next_probe_at(url) for url in hooks]
+                wait = min([wait, *(at - now for at in probes if at is not None)])
+                continue
+            open_routes.append(route)
         if not open_routes:
-            return _IDLE_POLL
+            return max(0.0, wait)
         if now - self._due_checked >= _IDLE_POLL or self._due_hint <= now:
             self._due_checked = now
             self._due_hint = math.inf
@@ -254,15 +318,88 @@ class Dispatcher:
                 due = await self._deliveries.next_due(route.name)
                 if due is not None:
                     self._due_hint = min(self._due_hint, due)
-        return min(_IDLE_POLL, max(0.0, self._due_hint - now))
+        return min(wait, max(0.0, self._due_hint - now))
 
     def _start(self, route: Route, item: Claimed) -> None:
         urls = [url for url, _ in route.hooks if url not in item.failed_hooks]
+        now = time.time()
+        closed = [
+            url
+            for url in urls
+            if not self._circuits.is_open(url) or self._circuits.take_probe(url, now)
+        ]
+        if urls and not closed:
+            # Every hook it may still go to is open: back to pending until a probe is due,
+            # without an attempt (a probe's success makes it due at once anyway).
+            probes = [self._circuits.next_probe_at(url) for url in urls]
+            at = min((p for p in probes if p is not None), default=now)
+            at = max(at, now + 0.001)
+            self._leases.pop(item.delivery_id, None)
+            self._defer([(item.delivery_id, item.lease_token)], at)
+            return
+        urls = closed
         self._in_flight += 1
         self._in_flight_by_url.update(urls)
         task = asyncio.create_task(self._deliver(route, item, urls))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _defer(self, leases: list[tuple[int, int]], at: float) -> None:
+        async def defer() -> None:
+            with contextlib.suppress(SQLAlchemyError):  # else the lease lapses: due anyway
+                await self._deliveries.release(leases, at)
+
+        self._background(defer())
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _circuit_changes(self, results: list[AttemptResult], urls: list[str], now: float) -> None:
+        """Count the round's results against the hooks' circuits; log, expose and act on a
+        circuit that opened or closed."""
+        answered = set()
+        for result in results:
+            answered.add(result.hook_url)
+            change = self._circuits.record(result, now)
+            if change is None:
+                continue
+            hook = webhooks.redact_url(result.hook_url)
+            names = [r.name for r in self._routes.values() if result.hook_url in dict(r.hooks)]
+            for name in names:
+                self._metrics.circuit_open[(name, hook)] = int(change is Change.OPENED)
+            if change is Change.OPENED:
+                log.warning(
+                    "circuit of %s (%s) opened after %d failed attempts in a row; "
+                    "probing every %g s",
+                    hook,
+                    ", ".join(names),
+                    self._circuits.threshold,
+                    self._circuits.probe_seconds,
+                )
+            else:
+                log.info(
+                    "circuit of %s (%s) closed: the probe got an answer", hook, ", ".join(names)
+                )
+                for name in names:
+                    self._background(self._wake_waiting(name, result.hook_url))
+        for url in urls:
+            if url not in answered:
+                self._circuits.release_probe(url)  # the round sent nothing (purged payload)
+
+    async def _wake_waiting(self, destination: str, hook: str) -> None:
+        now = time.time()
+        try:
+            woken = await self._deliveries.wake(destination, hook, now)
+        except SQLAlchemyError as error:
+            log.error("cannot make the deliveries waiting on a closed circuit due: %s", error)
+            return
+        if woken:
+            log.info("%d deliveries to %s waiting on the circuit are due now", woken, destination)
+        self._due_hint = min(self._due_hint, now)
+        self._backlog[destination] = True
+        self._wake.set()
 
     def _release(self, route: Route, urls: list[str]) -> None:
         self._in_flight -= 1
@@ -274,9 +411,12 @@ class Dispatcher:
     # -- one round -------------------------------------------------------------------------
 
     async def _deliver(self, route: Route, item: Claimed, urls: list[str]) -> None:
+        results: list[AttemptResult] = []
         try:
             results, note = await self._send_round(route, item, urls)
         finally:
+            # Counted before the slot is freed, so the next round sees a circuit that opened.
+            self._circuit_changes(results, urls, time.time())
             # The slots are free once the receivers answered; recording the outcome may
             # wait behind a large commit, and the lease keeps the delivery ours meanwhile.
             self._release(route, urls)
@@ -323,7 +463,7 @@ class Dispatcher:
             for r in results
         ]
         # Not awaited: the recorder writes outcomes in batches and then drops the leases.
-        self._recorder.add([(outcome, rows)])
+        self._recorder.add([(outcome, rows, route.name, item.message_id)])
 
     async def _send_round(
         self, route: Route, item: Claimed, urls: list[str]
@@ -383,12 +523,10 @@ class Dispatcher:
                 decision.last_error,
             )
 
-    async def _record(
-        self, take: Callable[[], list[tuple[Outcome, list[AttemptRow]]]]
-    ) -> list[None]:
+    async def _record(self, take: Callable[[], list[_Recorded]]) -> list[None]:
         items = take()
-        outcomes = [outcome for outcome, _ in items]
-        rows = [row for _, attempt_rows in items for row in attempt_rows]
+        outcomes = [outcome for outcome, _, _, _ in items]
+        rows = [row for _, attempt_rows, _, _ in items for row in attempt_rows]
         backoff = Backoff()
         tries = 0
         while True:
@@ -409,6 +547,23 @@ class Dispatcher:
                 await asyncio.sleep(delay)
         for outcome in outcomes:
             self._leases.pop(outcome.delivery_id, None)
+        if self._hub is not None and self._hub.active:
+            for _, attempt_rows, destination, message_id in items:
+                for row in attempt_rows:
+                    self._hub.publish(
+                        "attempt",
+                        {
+                            "destination": destination,
+                            "url": row.hook_url,
+                            "messageId": message_id,
+                            "statusCode": row.status_code,
+                            "error": None
+                            if row.error_class is None
+                            else f"{row.error_class}: {row.error}",
+                            "durationMs": row.duration_ms,
+                            "delivered": row.outcome == "success",
+                        },
+                    )
         if stale:
             self._metrics.stale_outcomes += stale
             log.warning("%d outcomes arrived after their lease moved on; not applied", stale)

@@ -65,6 +65,8 @@ class Metrics:
         self.requests_timed_out = 0  # answered 408
         self.latency: dict[str, Histogram] = {}
         self.backlog: dict[str, int] = {}
+        # (destination, redacted hook URL) -> 1 while the hook's circuit is open, else 0
+        self.circuit_open: dict[tuple[str, str], int] = {}
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))
 
@@ -159,6 +161,14 @@ class _Collector(Collector):
         for destination, value in sorted(m.backlog.items()):
             backlog.add_metric([destination], value)
         yield backlog
+        circuits = GaugeMetricFamily(
+            "efd_circuit_open",
+            "1 while the hook's circuit is open (only probes are sent to it), else 0.",
+            labels=["destination", "hook"],
+        )
+        for (destination, hook), value in sorted(m.circuit_open.items()):
+            circuits.add_metric([destination, hook], value)
+        yield circuits
         durations = HistogramMetricFamily(
             "efd_attempt_duration_seconds",
             "Time from request start to complete answer.",

@@ -281,6 +281,45 @@ _REGULATION_REQUEST = {
 }
 
 
+_WINDOW = {
+    "type": "object",
+    "required": ["attempts", "successRate", "p50Ms", "p99Ms"],
+    "properties": {
+        "attempts": {"type": "integer"},
+        "successRate": {"type": ["number", "null"], "description": "null without attempts"},
+        "p50Ms": {"type": ["number", "null"]},
+        "p99Ms": {"type": ["number", "null"]},
+    },
+}
+_DESTINATION_HEALTH = {
+    "type": "object",
+    "required": ["name", "backlog", "oldestPendingAt", "hooks"],
+    "properties": {
+        "name": {"type": "string"},
+        "backlog": {"type": "integer", "description": "pending deliveries"},
+        "oldestPendingAt": {**_NULLABLE_ISO, "description": "the oldest pending one's creation"},
+        "hooks": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["url", "circuit", "lastError", "lastErrorAt", "window"],
+                "properties": {
+                    "url": {"type": "string", "description": "credentials and query values hidden"},
+                    "circuit": {"enum": ["closed", "open"]},
+                    "lastError": {**_NULLABLE_STRING, "description": "within the last 24 h"},
+                    "lastErrorAt": _NULLABLE_ISO,
+                    "window": {
+                        "type": "object",
+                        "required": ["1h", "24h"],
+                        "properties": {"1h": _WINDOW, "24h": _WINDOW},
+                    },
+                },
+            },
+        },
+    },
+}
+
+
 def _paths() -> dict[str, Any]:
     paths: dict[str, Any] = {}
     batch = "A batch of messages (all or nothing)"
@@ -483,6 +522,48 @@ def _paths() -> dict[str, Any]:
                     "400": _error("a field is invalid, or the message was not routed there"),
                     "404": _error("no such message is stored"),
                     "409": _error("a deletion request purged the message's payload"),
+                },
+            }
+        )
+    }
+    paths["/admin/destinations"] = {
+        "get": _admin(
+            {
+                "summary": "Endpoint health: backlog per destination; per hook its circuit, "
+                "last error, and attempts, success rate and p50/p99 over 1 h and 24 h",
+                "responses": {
+                    "200": _json(
+                        {
+                            "type": "object",
+                            "required": ["destinations"],
+                            "properties": {
+                                "destinations": {
+                                    "type": "array",
+                                    "items": _DESTINATION_HEALTH,
+                                }
+                            },
+                        },
+                        "every configured destination",
+                    )
+                },
+            }
+        )
+    }
+    paths["/admin/stream"] = {
+        "get": _admin(
+            {
+                "summary": "Server-sent events: messages as they are stored, attempts as "
+                "they are recorded",
+                "description": "`event: message` data {source, messageId, type, userId, event, "
+                "receivedAt}; `event: attempt` data {destination, url, messageId, statusCode, "
+                "error, durationMs, delivered}; `event: sampled` data {dropped}: that many "
+                "events were left out (over 1,000 a second). A subscriber that does not read "
+                "fast enough is disconnected.",
+                "responses": {
+                    "200": {
+                        "description": "the stream, until the client leaves",
+                        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                    }
                 },
             }
         )

@@ -503,6 +503,51 @@ class Store:
             )
             return result.rowcount
 
+    def wake(self, destination: str, hook: str, now: float) -> int:
+        """Make due at `now` the destination's pending deliveries that are not leased and
+        for which `hook` has not failed for good (failed_hooks is a JSON list of URLs)."""
+        needle = json.dumps(hook)
+        for char in ("\\", "%", "_"):
+            needle = needle.replace(char, "\\" + char)
+        with self.writer.begin() as conn:
+            result = conn.execute(
+                update(deliveries)
+                .where(
+                    deliveries.c.destination == destination,
+                    deliveries.c.status == PENDING,
+                    deliveries.c.lease_owner.is_(None),
+                    deliveries.c.next_attempt_at > now,
+                    or_(
+                        deliveries.c.failed_hooks.is_(None),
+                        deliveries.c.failed_hooks.not_like(f"%{needle}%", escape="\\"),
+                    ),
+                )
+                .values(next_attempt_at=now)
+            )
+            return result.rowcount
+
+    def expire_waiting(self, destination: str, window: float, now: float) -> int:
+        """Expire the destination's pending deliveries, not leased, whose retry window has
+        closed: counted from the first attempt, or from creation if never attempted."""
+        with self.writer.begin() as conn:
+            result = conn.execute(
+                update(deliveries)
+                .where(
+                    deliveries.c.destination == destination,
+                    deliveries.c.status == PENDING,
+                    deliveries.c.lease_owner.is_(None),
+                    func.coalesce(deliveries.c.first_attempt_at, deliveries.c.created_at)
+                    <= now - window,
+                )
+                .values(
+                    status=DeliveryStatus.EXPIRED,
+                    finished_at=now,
+                    next_attempt_at=None,
+                    last_error="retry window closed while every hook's circuit was open",
+                )
+            )
+            return result.rowcount
+
     def next_due(self, destination: str) -> float | None:
         with self.reader.connect() as conn:
             value = conn.execute(

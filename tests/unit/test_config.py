@@ -124,6 +124,8 @@ def test_an_empty_file_gives_the_defaults(tmp_path: Path) -> None:
     assert settings.delivery.retry_window_seconds == 14400  # the spec's 4 hours
     assert settings.delivery.user_agent.endswith("/1.0")
     assert settings.delivery.allowed_networks == []
+    assert settings.delivery.circuit_failures == 10
+    assert settings.delivery.circuit_probe_seconds == 30
     assert settings.sources == []
     assert settings.destinations == []
 
@@ -152,6 +154,7 @@ def test_source_without_destinations_and_unconnected_destination(tmp_path: Path)
         ("retry_max_seconds", 1.5),
         ("retry_window_seconds", 2.5),
         ("lease_seconds", 30.5),
+        ("circuit_probe_seconds", 0.2),
     ],
 )
 def test_fractional_durations(tmp_path: Path, key: str, value: float) -> None:
@@ -162,10 +165,19 @@ def test_fractional_durations(tmp_path: Path, key: str, value: float) -> None:
     assert getattr(settings.delivery, key) == value
 
 
-@pytest.mark.parametrize("key", ["timeout_seconds", "retry_window_seconds", "retry_max_seconds"])
+@pytest.mark.parametrize(
+    "key",
+    ["timeout_seconds", "retry_window_seconds", "retry_max_seconds", "circuit_probe_seconds"],
+)
 @pytest.mark.parametrize("value", ["0", "-1", "-0.5", '"soon"'])
 def test_durations_must_be_positive_numbers(tmp_path: Path, key: str, value: str) -> None:
     assert f"delivery.{key}" in keys_of(problems_of(tmp_path, f"[delivery]\n{key} = {value}\n"))
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "2.5", '"ten"'])
+def test_circuit_failures_must_be_a_positive_whole_number(tmp_path: Path, value: str) -> None:
+    problems = problems_of(tmp_path, f"[delivery]\ncircuit_failures = {value}\n")
+    assert keys_of(problems) == {"delivery.circuit_failures"}
 
 
 # -- hooks ---------------------------------------------------------------------------------

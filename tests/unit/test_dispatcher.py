@@ -142,6 +142,23 @@ class MemoryDeliveries:
         ]
         return min(due, default=None)
 
+    async def wake(self, destination: str, hook: str, now: float) -> int:
+        woken = 0
+        for r in self.rows.values():
+            if (
+                r.destination == destination
+                and r.status is DeliveryStatus.PENDING
+                and not r.leased
+                and r.next_attempt_at > now
+                and hook not in r.failed_hooks
+            ):
+                r.next_attempt_at = now
+                woken += 1
+        return woken
+
+    async def expire_waiting(self, destination: str, window: float, now: float) -> int:
+        return 0
+
     async def wait(self, check: Any) -> None:
         """Until `check()` holds, woken by each recorded outcome (no polling)."""
         while not check():
@@ -335,3 +352,26 @@ async def test_an_idle_dispatcher_does_not_ask_the_store_again_and_again(running
     for _ in range(1000):
         await asyncio.sleep(0)
     assert store.calls == before
+
+
+async def test_an_open_circuit_gets_probes_only_and_its_closing_makes_the_backlog_due(running):
+    store, rounds = MemoryDeliveries(), FakeRounds(verdicts={HOOK_A: Verdict.RETRY})
+    store.add("a", 5)
+    metrics = Metrics()
+    running(
+        store,
+        rounds,
+        metrics,
+        circuit_failures=2,
+        circuit_probe_seconds=0.05,
+        # Backoffs far beyond the test: only probes (taken even before a delivery is due)
+        # and the closing circuit can get these deliveries out.
+        retry_initial_seconds=600,
+        retry_max_seconds=600,
+    )
+    await store.wait(lambda: rounds.sent[HOOK_A] >= 5 + 2)  # the first rounds, two probes
+    assert metrics.circuit_open[("a", HOOK_A)] == 1
+    assert store.status("a") == {"pending": 5}
+    rounds.verdicts.clear()  # back: the next probe succeeds and the rest are due at once
+    await store.wait(lambda: store.status("a") == {"delivered": 5})
+    assert metrics.circuit_open[("a", HOOK_A)] == 0

@@ -1,0 +1,206 @@
+"""What is happening now: endpoint health, the live stream, and the web console.
+
+    GET /admin/destinations   per destination: backlog; per hook: circuit, last error,
+                              attempts, success rate and p50/p99 over 1 h and 24 h
+    GET /admin/stream         server-sent events: `message`, `attempt`, `sampled`
+    GET /console              the web console (static files in efd/console/)
+
+Bearer [server] admin_token (server.require_admin) for the two APIs. The console's page
+holds no data, but it is off like them (403 with the reason) while no token is set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from importlib import resources
+from typing import Any
+
+from aiohttp import web
+from sqlalchemy.exc import SQLAlchemyError
+
+from efd import server, webhooks
+from efd.circuit import Circuits
+from efd.config import Settings
+from efd.operators import iso
+from efd.server import error_response, json_response
+from efd.store.health import HealthStore, WindowStats
+from efd.store.runner import AsyncStore
+from efd.stream import Hub
+
+log = logging.getLogger(__name__)
+
+WINDOWS = (("1h", 3600.0), ("24h", 86400.0))
+KEEPALIVE = 15.0  # seconds between comments on a quiet stream, so proxies keep it open
+_CHECK = 1.0  # seconds between looks at whether a quiet stream's client is still there
+_ASSETS = {
+    "console.js": "text/javascript",
+    "console.css": "text/css",
+}
+
+
+def _window_json(stats: WindowStats | None) -> dict[str, Any]:
+    if stats is None or stats.attempts == 0:
+        return {"attempts": 0, "successRate": None, "p50Ms": None, "p99Ms": None}
+    return {
+        "attempts": stats.attempts,
+        "successRate": round(stats.successes / stats.attempts, 4),
+        "p50Ms": None if stats.p50_ms is None else round(stats.p50_ms, 3),
+        "p99Ms": None if stats.p99_ms is None else round(stats.p99_ms, 3),
+    }
+
+
+def _asset(name: str) -> bytes:
+    return resources.files("efd").joinpath("console", name).read_bytes()
+
+
+class LiveApi:
+    def __init__(self, settings: Settings, *, db: AsyncStore, hub: Hub, circuits: Circuits) -> None:
+        self._settings = settings
+        self._db = db
+        self._health = HealthStore(db.store)
+        self._hub = hub
+        self._circuits = circuits
+
+    def reload(self, settings: Settings) -> None:
+        self._settings = settings
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/admin/destinations", self._destinations),
+            web.get("/admin/stream", self._stream),
+            web.get("/console", self._console),
+            web.get("/console/{asset}", self._console_asset),
+        ]
+
+    # -- health --------------------------------------------------------------------------
+
+    async def _destinations(self, request: web.Request) -> web.Response:
+        refused = server.require_admin(self._settings, request)
+        if refused is not None:
+            return refused
+        now = time.time()
+        # The URL as the attempts table holds it (credentials and query values hidden),
+        # for the circuit lookups the configured one.
+        hooks = {
+            webhooks.redact_url(hook.url): hook.url
+            for d in self._settings.destinations
+            for hook in d.hooks
+        }
+        try:
+            backlog = await self._db.read(self._health.backlog)
+            windows = {
+                label: await self._db.read(self._health.window, list(hooks), now - seconds)
+                for label, seconds in WINDOWS
+            }
+            errors = await self._db.read(self._health.last_errors, list(hooks), now - 86400)
+        except SQLAlchemyError as error:
+            log.error("admin API: the store is unavailable: %s", str(error).splitlines()[0][:200])
+            return error_response("storage_unavailable", "the store is unavailable; retry", 503)
+        result = []
+        for destination in self._settings.destinations:
+            pending, oldest = backlog.get(destination.name, (0, None))
+            hook_list = []
+            for hook in destination.hooks:
+                url = webhooks.redact_url(hook.url)
+                last = errors.get(url)
+                hook_list.append(
+                    {
+                        "url": url,
+                        "circuit": "open" if self._circuits.is_open(hook.url) else "closed",
+                        "lastError": None if last is None else last.error,
+                        "lastErrorAt": None if last is None else iso(last.at),
+                        "window": {
+                            label: _window_json(windows[label].get(url)) for label, _ in WINDOWS
+                        },
+                    }
+                )
+            result.append(
+                {
+                    "name": destination.name,
+                    "backlog": pending,
+                    "oldestPendingAt": iso(oldest),
+                    "hooks": hook_list,
+                }
+            )
+        return json_response({"destinations": result})
+
+    # -- stream --------------------------------------------------------------------------
+
+    async def _stream(self, request: web.Request) -> web.StreamResponse:
+        refused = server.require_admin(self._settings, request)
+        if refused is not None:
+            return refused
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-store",
+                "X-Accel-Buffering": "no",  # nginx: pass each event on at once
+            }
+        )
+        await response.prepare(request)
+        transport = request.transport
+
+        def drop() -> None:
+            log.info("admin stream: a subscriber fell behind and was dropped")
+            if transport is not None:
+                transport.abort()
+
+        subscriber = self._hub.subscribe(drop)
+        try:
+            await response.write(b": efd live stream\n\n")
+            quiet_since = time.monotonic()
+            while (items := await subscriber.next(_CHECK)) is not None:
+                if not items:
+                    # aiohttp does not cancel a handler whose client left: look for it.
+                    if transport is None or transport.is_closing():
+                        break
+                    if time.monotonic() - quiet_since >= KEEPALIVE:
+                        await response.write(b": keepalive\n\n")
+                        quiet_since = time.monotonic()
+                    continue
+                quiet_since = time.monotonic()
+                chunk = "".join(f"event: {kind}\ndata: {data}\n\n" for kind, data in items)
+                await response.write(chunk.encode())
+        except ConnectionError:
+            return response  # the subscriber went away, or was dropped
+        finally:
+            self._hub.unsubscribe(subscriber)
+        with contextlib.suppress(ConnectionError):
+            await response.write_eof()  # closed by the daemon's shutdown
+        return response
+
+    # -- console -------------------------------------------------------------------------
+
+    async def _console(self, _request: web.Request) -> web.Response:
+        if self._settings.server.admin_token is None:
+            return error_response(
+                "admin_api_disabled",
+                "the console is off: set [server] admin_token to turn it on",
+                403,
+            )
+        response = web.Response(body=_asset("console.html"), content_type="text/html")
+        response.headers["Cache-Control"] = "no-store"
+        response.headers["Content-Security-Policy"] = (
+            "default-src 'self'; script-src 'self'; style-src 'self'; "
+            "connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'"
+        )
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        return response
+
+    async def _console_asset(self, request: web.Request) -> web.Response:
+        name = request.match_info["asset"]
+        if self._settings.server.admin_token is None:
+            return error_response(
+                "admin_api_disabled",
+                "the console is off: set [server] admin_token to turn it on",
+                403,
+            )
+        content_type = _ASSETS.get(name)
+        if content_type is None:
+            return error_response("not_found", f"no console file {name!r}", 404)
+        response = web.Response(body=_asset(name), content_type=content_type)
+        response.headers["Cache-Control"] = "no-store"
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        return response

@@ -1,0 +1,203 @@
+"""The web console (/console) in a real Chromium (Playwright, the system browser): the live
+feed, a message's attempts, the destinations' health, a redrive, and search. Every wait is
+on the page's DOM. The screenshots of each view go to docs/img/ (the README shows one)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from tests.conftest import ROOT, post, settings_dict
+from tests.integration.test_browser import Browser, browser  # noqa: F401  (the fixture)
+
+TOKEN = "console-secret-0123456789"
+IMAGES = ROOT / "docs" / "img"
+
+
+class Switch:
+    """A receiver's behaviour: answers `status` until changed."""
+
+    def __init__(self, status: int) -> None:
+        self.status = status
+
+    async def __call__(self, _request: web.Request, _n: int) -> web.StreamResponse:
+        return web.json_response({"status": self.status}, status=self.status)
+
+
+class Console:
+    def __init__(self, chromium: Browser, url: str) -> None:
+        self.browser = chromium
+        self.url = url
+        self.page: Any = None
+        self.context: Any = None
+        self.errors: list[str] = []
+
+    async def open(self) -> None:
+        async def open_() -> None:
+            self.context = await self.browser.browser.new_context(
+                viewport={"width": 1280, "height": 800}
+            )
+            self.page = await self.context.new_page()
+            self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+            self.page.on(
+                "console",
+                lambda m: self.errors.append(m.text) if m.type == "error" else None,
+            )
+            await self.page.goto(self.url)
+
+        await self.browser.run(open_)
+
+    async def do(self, action: Any) -> Any:
+        return await self.browser.run(lambda: action(self.page))
+
+    async def wait(self, selector: str, timeout: float = 10_000) -> None:
+        await self.do(lambda page: page.wait_for_selector(selector, timeout=timeout))
+
+    async def click(self, selector: str) -> None:
+        await self.do(lambda page: page.click(selector))
+
+    async def text(self, selector: str) -> str:
+        text: str = await self.do(lambda page: page.text_content(selector))
+        return text
+
+    async def screenshot(self, name: str) -> None:
+        IMAGES.mkdir(parents=True, exist_ok=True)
+        await self.do(lambda page: page.screenshot(path=str(IMAGES / name)))
+
+    async def close(self) -> None:
+        if self.context is not None:
+            await self.browser.run(self.context.close)
+
+
+async def test_console_feed_attempts_health_redrive_and_search(
+    tmp_path,
+    browser,  # noqa: F811
+    receiver_factory,
+    daemon_factory,
+):
+    switch = Switch(200)
+    receiver = await receiver_factory(switch)
+    settings = settings_dict(f"sqlite:///{tmp_path}/efd.db", [receiver.url])
+    settings["server"]["admin_token"] = TOKEN
+    daemon = await daemon_factory(settings)
+    console = Console(browser, f"http://127.0.0.1:{daemon.port}/console")
+    await console.open()
+    try:
+        # The token is asked for, kept in the tab, and the feed goes live.
+        await console.do(lambda page: page.fill("#token", TOKEN))
+        await console.click("#login-form button[type=submit]")
+        await console.wait("#feed-state[data-state=live]")
+        stored = await console.do(
+            lambda page: page.evaluate("sessionStorage.getItem('efd-admin-token')")
+        )
+        assert stored == TOKEN
+
+        # A message sent shows in the feed within a second, then its delivery.
+        for i in range(3):
+            await post(
+                daemon.port,
+                "/v1/track",
+                {"userId": f"user-{i}", "event": "Order Completed", "messageId": f"order-{i}"},
+            )
+        status, _ = await post(
+            daemon.port,
+            "/v1/track",
+            {
+                "userId": "user-42",
+                "event": "Signed Up",
+                "messageId": "feed-1",
+                "properties": {"plan": "pro"},
+            },
+        )
+        assert status == 200
+        await console.wait('#feed li[data-message-id="feed-1"]', timeout=1000)
+        await console.wait('#feed li[data-message-id="feed-1"] .badge.delivered')
+        # Opened: its payload, its delivery and the attempt that delivered it.
+        await console.click('#feed li[data-message-id="feed-1"] .summary')
+        await console.wait('#feed li[data-message-id="feed-1"] .detail tr.attempt')
+        payload = await console.text('#feed li[data-message-id="feed-1"] pre.payload')
+        assert '"plan": "pro"' in payload
+        code = await console.text('#feed li[data-message-id="feed-1"] tr.attempt .status-code')
+        assert code == "200"
+        await console.screenshot("console-feed.png")
+
+        # The receiver refuses: the delivery fails and the health view shows why.
+        switch.status = 400
+        await post(
+            daemon.port, "/v1/track", {"userId": "user-7", "event": "E", "messageId": "fail-1"}
+        )
+        await console.wait('#feed li[data-message-id="fail-1"] .badge.failed')
+        await console.click("#tabs button[data-view=destinations]")
+        await console.wait(
+            '.destination[data-destination="hooks"] td.last-error:has-text("HTTP 400")'
+        )
+        await console.screenshot("console-destinations.png")
+
+        # Back up: the redrive shows the dry run's count first, then sends it again.
+        switch.status = 200
+        await console.click('.destination[data-destination="hooks"] .redrive-start')
+        await console.wait('.redrive-count[data-count="1"]')
+        await console.click(".redrive-confirm")
+        await console.wait('.redrive-done[data-count="1"]')
+        await console.click("#tabs button[data-view=feed]")
+        await console.wait('#feed li[data-message-id="fail-1"] .badge.delivered')
+
+        # Search by userId finds it, delivered.
+        await console.click("#tabs button[data-view=search]")
+        await console.do(lambda page: page.select_option("#search-by", "user_id"))
+        await console.do(lambda page: page.fill("#search-query", "user-7"))
+        await console.click("#search-form button[type=submit]")
+        await console.wait(
+            '#search-results tr.result[data-message-id="fail-1"][data-status="delivered"]'
+        )
+        await console.click('#search-results tr.result[data-message-id="fail-1"]')
+        await console.wait("#search-detail tr.attempt >> nth=1")  # the 400, then the 200
+        await console.screenshot("console-search.png")
+
+        # A burst beyond what the feed draws: it shows a sample and says so.
+        await console.click("#tabs button[data-view=feed]")
+        burst = [
+            {"type": "track", "event": "Burst", "userId": "u", "messageId": f"burst-{i}"}
+            for i in range(500)
+        ]
+        status, _ = await post(daemon.port, "/v1/batch", {"batch": burst})
+        assert status == 200
+        await console.wait("#feed-sample:not([hidden]):has-text('showing a sample')")
+        drawn = await console.do(lambda page: page.locator("#feed > li").count())
+        assert drawn <= 200
+        assert console.errors == []
+    finally:
+        await console.close()
+
+
+async def test_console_is_off_without_an_admin_token(tmp_path, daemon_factory):
+    daemon = await daemon_factory(settings_dict(f"sqlite:///{tmp_path}/efd.db"))
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{daemon.port}/console") as response,
+    ):
+        assert response.status == 403
+        answer = await response.json()
+    assert answer["code"] == "admin_api_disabled"
+    assert "admin_token" in answer["message"]
+
+
+async def test_console_serves_its_files_and_nothing_else(tmp_path, daemon_factory):
+    settings = settings_dict(f"sqlite:///{tmp_path}/efd.db")
+    settings["server"]["admin_token"] = TOKEN
+    daemon = await daemon_factory(settings)
+    base = f"http://127.0.0.1:{daemon.port}/console"
+    async with aiohttp.ClientSession() as session:
+        async with session.get(base) as response:
+            assert response.status == 200
+            assert response.content_type == "text/html"
+            assert "script-src 'self'" in response.headers["Content-Security-Policy"]
+            assert "/console/console.js" in await response.text()
+        for name, kind in (("console.js", "text/javascript"), ("console.css", "text/css")):
+            async with session.get(f"{base}/{name}") as response:
+                assert (response.status, response.content_type) == (200, kind)
+        for name in ("..%2Fapp.py", "console.py", "nothing.js"):
+            async with session.get(f"{base}/{name}") as response:
+                assert response.status == 404

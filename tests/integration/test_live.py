@@ -1,0 +1,195 @@
+"""What is happening now: GET /admin/destinations (health, circuit) and GET /admin/stream
+(server-sent events), against real daemons and receivers on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from efd import config, webhooks
+from efd.app import Daemon
+from efd.stream import Hub
+from tests.conftest import eventually, post, settings_dict
+from tests.integration.test_regulations import api
+
+TOKEN = "live-secret-0123456789"
+
+
+def live_settings(db_url: str, hooks: list[str], **delivery: Any) -> dict[str, Any]:
+    settings = settings_dict(db_url, hooks, delivery=delivery)
+    settings["server"]["admin_token"] = TOKEN
+    return settings
+
+
+async def fails(_request: web.Request, _n: int) -> web.StreamResponse:
+    return web.Response(status=503, text="down for maintenance")
+
+
+async def test_destinations_show_backlog_health_and_an_open_circuit(
+    db_url, receiver_factory, daemon_factory
+):
+    failing = await receiver_factory(fails)
+    healthy = await receiver_factory()
+    settings = live_settings(
+        db_url, [failing.url], circuit_failures=2, retry_initial_seconds=60, retry_max_seconds=60
+    )
+    settings["destinations"].append(
+        {"name": "ok", "type": "webhooks", "hooks": [{"url": healthy.url + "?key=s3cret"}]}
+    )
+    settings["sources"][0]["destinations"].append("ok")
+    daemon = await daemon_factory(settings)
+    for i in range(3):
+        status, _ = await post(
+            daemon.port, "/v1/track", {"userId": "u", "event": "E", "messageId": f"m{i}"}
+        )
+        assert status == 200
+    await healthy.wait_for(3)
+    await failing.wait_for(2)
+
+    async def read() -> dict[str, Any]:
+        status, answer = await api(daemon.port, "GET", "/admin/destinations", token=TOKEN)
+        assert status == 200, answer
+        return {d["name"]: d for d in answer["destinations"]}
+
+    found: dict[str, Any] = {}
+    for _ in range(200):  # polls the endpoint until the attempts are recorded
+        found = await read()
+        hook = found["hooks"]["hooks"][0]
+        ok_hook = found["ok"]["hooks"][0]
+        if (
+            hook["circuit"] == "open"
+            and ok_hook["window"]["1h"]["attempts"] == 3
+            and found["ok"]["backlog"] == 0
+        ):
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError(f"circuit not shown open: {found}")
+    down = found["hooks"]
+    assert down["backlog"] == 3
+    assert isinstance(down["oldestPendingAt"], str)
+    assert down["oldestPendingAt"].endswith("Z")
+    [hook] = down["hooks"]
+    assert hook["url"] == failing.url
+    assert hook["circuit"] == "open"
+    assert hook["lastError"] == "HTTP 503"
+    assert hook["lastErrorAt"].endswith("Z")
+    one_hour = hook["window"]["1h"]
+    assert one_hour["attempts"] == 2
+    assert one_hour["successRate"] == 0.0
+    assert one_hour["p50Ms"] > 0
+    assert one_hour["p99Ms"] >= one_hour["p50Ms"]
+    assert hook["window"]["24h"]["attempts"] == 2
+    up = found["ok"]
+    assert up["backlog"] == 0
+    assert up["oldestPendingAt"] is None
+    [ok_hook] = up["hooks"]
+    # The query value stays hidden, as in the attempts table.
+    assert ok_hook["url"] == webhooks.redact_url(healthy.url + "?key=s3cret")
+    assert "s3cret" not in json.dumps(found)
+    assert ok_hook["circuit"] == "closed"
+    assert ok_hook["lastError"] is None
+    assert ok_hook["window"]["1h"]["successRate"] == 1.0
+
+
+@pytest.mark.parametrize(("token", "status"), [(None, 401), ("wrong", 401)])
+async def test_live_endpoints_need_the_token(tmp_path, daemon_factory, token, status):
+    daemon = await daemon_factory(live_settings(f"sqlite:///{tmp_path}/efd.db", []))
+    for path in ("/admin/destinations", "/admin/stream"):
+        got, answer = await api(daemon.port, "GET", path, token=token)
+        assert (got, answer["code"]) == (status, "unauthorized")
+
+
+async def test_live_endpoints_and_console_are_off_without_a_token(tmp_path, daemon_factory):
+    daemon = await daemon_factory(settings_dict(f"sqlite:///{tmp_path}/efd.db"))
+    for path in ("/admin/destinations", "/admin/stream", "/console"):
+        got, answer = await api(daemon.port, "GET", path, token="anything")
+        assert got == 403
+        assert answer["code"] == "admin_api_disabled"
+        assert "admin_token" in answer["message"]
+
+
+async def events(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, Any]]:
+    kind = None
+    async for raw in response.content:
+        line = raw.decode().rstrip("\n")
+        if line.startswith("event: "):
+            kind = line.removeprefix("event: ")
+        elif line.startswith("data: "):
+            yield kind or "message", json.loads(line.removeprefix("data: "))
+
+
+async def test_stream_shows_accepted_messages_and_their_attempts(
+    db_url, receiver_factory, daemon_factory
+):
+    receiver = await receiver_factory()
+    daemon = await daemon_factory(live_settings(db_url, [receiver.url]))
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(
+            f"http://127.0.0.1:{daemon.port}/admin/stream",
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        ) as response,
+    ):
+        assert response.status == 200
+        assert response.headers["Content-Type"] == "text/event-stream"
+        await eventually(lambda: daemon.hub.subscribers == 1)
+        await post(
+            daemon.port, "/v1/track", {"userId": "u-7", "event": "Signed Up", "messageId": "s-1"}
+        )
+        seen: dict[str, Any] = {}
+        async with asyncio.timeout(10):
+            async for kind, data in events(response):
+                seen[kind] = data
+                if "message" in seen and "attempt" in seen:
+                    break
+    message = seen["message"]
+    assert message["source"] == "web"
+    assert message["messageId"] == "s-1"
+    assert (message["type"], message["userId"], message["event"]) == ("track", "u-7", "Signed Up")
+    assert message["receivedAt"].endswith("Z")
+    attempt = seen["attempt"]
+    assert attempt["destination"] == "hooks"
+    assert attempt["url"] == receiver.url
+    assert attempt["messageId"] == "s-1"
+    assert (attempt["statusCode"], attempt["error"], attempt["delivered"]) == (200, None, True)
+    assert attempt["durationMs"] > 0
+    await eventually(lambda: daemon.hub.subscribers == 0)
+
+
+async def test_a_consumer_that_never_reads_is_dropped_and_ingestion_goes_on(tmp_path):
+    settings = live_settings(f"sqlite:///{tmp_path}/efd.db", ["http://127.0.0.1:9/unused"])
+    settings["sources"][0]["destinations"] = []  # messages only: no delivery work
+    daemon = Daemon(config.load(None, **settings))
+    daemon.hub = Hub(buffer=50, rate=100_000)  # a small buffer: dropped after little traffic
+    await daemon.start()
+    try:
+        stalled = socket.socket()
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stalled.connect(("127.0.0.1", daemon.port))
+        request = f"GET /admin/stream HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+        stalled.sendall(request.encode())
+        await eventually(lambda: daemon.hub.subscribers == 1)
+        batches = 0
+        while daemon.hub.dropped_subscribers == 0:
+            batch = [
+                {"type": "track", "event": "E" * 200, "userId": "u", "messageId": f"b{batches}-{i}"}
+                for i in range(500)
+            ]
+            status, _ = await post(daemon.port, "/v1/batch", {"batch": batch})
+            assert status == 200  # never held up by the stalled reader
+            batches += 1
+            assert batches < 200, "the stalled subscriber was never dropped"
+        assert daemon.hub.subscribers == 0
+        status, _ = await post(daemon.port, "/v1/track", {"userId": "u", "event": "After"})
+        assert status == 200
+        stalled.close()
+    finally:
+        await daemon.stop()
