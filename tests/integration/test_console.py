@@ -1,19 +1,22 @@
 """The web console (/console) in a real Chromium (Playwright, the system browser): the live
 feed, a message's attempts, the destinations' health, a redrive, and search. Every wait is
-on the page's DOM. The screenshots of each view go to docs/img/ (the README shows one)."""
+on the page's DOM. The test screenshots each view: into $EFD_SCREENSHOTS when set (the README's
+images: `EFD_SCREENSHOTS=docs/img`), else into the test's temporary directory, so a test run leaves
+the working tree as it found it."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
-from tests.conftest import ROOT, post, settings_dict
+from tests.conftest import post, settings_dict
 from tests.integration.test_browser import Browser, browser  # noqa: F401  (the fixture)
 
 TOKEN = "console-secret-0123456789"
-IMAGES = ROOT / "docs" / "img"
 
 
 class Switch:
@@ -27,9 +30,10 @@ class Switch:
 
 
 class Console:
-    def __init__(self, chromium: Browser, url: str) -> None:
+    def __init__(self, chromium: Browser, url: str, images: Path) -> None:
         self.browser = chromium
         self.url = url
+        self.images = images
         self.page: Any = None
         self.context: Any = None
         self.errors: list[str] = []
@@ -63,8 +67,8 @@ class Console:
         return text
 
     async def screenshot(self, name: str) -> None:
-        IMAGES.mkdir(parents=True, exist_ok=True)
-        await self.do(lambda page: page.screenshot(path=str(IMAGES / name)))
+        self.images.mkdir(parents=True, exist_ok=True)
+        await self.do(lambda page: page.screenshot(path=str(self.images / name)))
 
     async def close(self) -> None:
         if self.context is not None:
@@ -82,7 +86,8 @@ async def test_console_feed_attempts_health_redrive_and_search(
     settings = settings_dict(f"sqlite:///{tmp_path}/efd.db", [receiver.url])
     settings["server"]["admin_token"] = TOKEN
     daemon = await daemon_factory(settings)
-    console = Console(browser, f"http://127.0.0.1:{daemon.port}/console")
+    images = Path(os.environ.get("EFD_SCREENSHOTS") or tmp_path / "screenshots")
+    console = Console(browser, f"http://127.0.0.1:{daemon.port}/console", images)
     await console.open()
     try:
         # The token is asked for, kept in the tab, and the feed goes live.
