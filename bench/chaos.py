@@ -135,6 +135,7 @@ class Soak:
     request_failures: int = 0
     abandoned: int = 0  # messages whose every request failed: never acknowledged
     skipped_ticks: int = 0
+    reload_tags: list[str] = field(default_factory=list)  # the header each reload set
 
 
 # -- PostgreSQL ------------------------------------------------------------------------------
@@ -452,7 +453,7 @@ class Traffic:
         while CLOCK() < until:
             ids = [f"m{self.seq + i}" for i in range(per_tick)]
             self.seq += per_tick
-            if len(self.tasks) < 64:
+            if len(self.tasks) < 256:
                 if self.rng.random() < 0.2:
                     for mid in ids:
                         self._spawn(self._send(session, "/v1/track", [mid]))
@@ -639,6 +640,7 @@ class Faults:
     async def _reload(self, daemon: Daemon) -> None:
         try:
             daemon.reload()
+            self.soak.reload_tags.append(daemon.tag)
             say(f"SIGHUP {daemon.key}: headers now {daemon.tag}")
             await asyncio.sleep(1.0)  # one reload at a time per daemon
         finally:
@@ -692,14 +694,15 @@ def delivery_statuses(store_url: str, ids: list[str]) -> dict[tuple[str, str], s
     return {(r[0], r[1]): r[2] for r in rows}
 
 
-def explain(first: Receipt, soak: Soak, store_down: list[Window]) -> str | None:
+def explain(first: Receipt, again: Receipt, soak: Soak, store_down: list[Window]) -> str | None:
     """Why a second receipt is allowed: the first was answered to a daemon incarnation that
-    was then killed -9 before it could record the outcome. None when nothing explains it."""
+    was then killed -9 before it could record the outcome, and the second came after the
+    kill. None when nothing explains it."""
     ending = soak.endings.get(first.incarnation)
     if ending is None or ending.how != "kill9":
         return None
     kill = ending.t
-    if first.t > kill + KILL_SLACK_S:
+    if first.t > kill + KILL_SLACK_S or again.t < kill:
         return None
     if kill - first.t <= COMMIT_WINDOW_S:
         return f"{first.incarnation} killed -9 {kill - first.t:.2f} s after this receipt"
@@ -745,7 +748,7 @@ def account(
                 max_delay = max(max_delay, delay)
         for mid, got in receipts.items():
             for previous, again in itertools.pairwise(got):
-                reason = explain(previous, soak, store_down)
+                reason = explain(previous, again, soak, store_down)
                 duplicates.append(
                     {
                         "destination": dest,
@@ -757,6 +760,9 @@ def account(
                 )
     unacked = sum(1 for r in receivers.values() for mid in r.receipts if mid not in soak.acked)
     unexplained = [d for d in duplicates if d["explained"] is None]
+    # A reload took effect when a delivery carried the header it set.
+    tags = {x.tag for r in receivers.values() for got in r.receipts.values() for x in got}
+    reloads_seen = sum(1 for tag in soak.reload_tags if tag in tags)
     return {
         "acknowledged": len(soak.acked),
         "deliveries_expected": len(soak.acked) * len(DESTINATIONS),
@@ -778,6 +784,7 @@ def account(
         "skipped_ticks": soak.skipped_ticks,
         "faults": dict(sorted(soak.faults.items())),
         "skipped_faults": soak.skipped_faults,
+        "reloads_seen_in_deliveries": f"{reloads_seen}/{len(soak.reload_tags)}",
         "outage_windows": len(soak.windows),
         "_duplicates": duplicates,
     }
@@ -847,7 +854,7 @@ async def soak(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             if not missing:
                 break
             await asyncio.sleep(0.25)
-        say(f"drained in {CLOCK() - until:.1f} s; {len(missing)} deliveries not received")
+        say(f"drain ended {CLOCK() - until:.1f} s after the soak time; {len(missing)} not received")
         statuses = delivery_statuses(store_url, sorted({m for _, m in missing}))
         for d in daemons:
             if d.alive():
