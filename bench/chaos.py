@@ -135,6 +135,7 @@ class Soak:
     request_failures: int = 0
     abandoned: int = 0  # messages whose every request failed: never acknowledged
     skipped_ticks: int = 0
+    orphans_lingering: int = 0  # kills of the daemon alone whose children did not exit
     reload_tags: list[str] = field(default_factory=list)  # the header each reload set
 
 
@@ -315,14 +316,33 @@ class Daemon:
             await asyncio.sleep(0.2)
         raise RuntimeError(f"{self.name} did not become healthy; see {self.log_path}")
 
-    def kill9(self) -> float:
+    def kill9(self, group: bool) -> float:
+        """SIGKILL to the whole group (a host or cgroup kill), or to the daemon process
+        alone (its sender process is left to notice, as after an OOM kill)."""
         assert self.proc is not None
         self.up = False
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            if group:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            else:
+                self.proc.kill()
         t = CLOCK()
         self.proc.wait(30)
         return t
+
+    async def orphans_gone(self, timeout: float) -> bool:
+        """Whether the killed daemon's group empties within `timeout` (then SIGKILLed)."""
+        assert self.proc is not None
+        deadline = CLOCK() + timeout
+        while CLOCK() < deadline:
+            try:
+                os.killpg(self.proc.pid, 0)
+            except ProcessLookupError:
+                return True
+            await asyncio.sleep(0.1)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        return False
 
     async def terminate(self) -> int:
         """SIGTERM to the group, as systemd does; SIGKILL after 30 s."""
@@ -584,7 +604,7 @@ class Faults:
         daemon = rng.choice(free_d)
         daemon.busy = True
         if kind == "kill9":
-            return self._kill9(daemon, rng.uniform(0.5, 3))
+            return self._kill9(daemon, rng.uniform(0.5, 3), group=rng.random() < 0.5)
         if kind == "sigterm":
             return self._sigterm(daemon, rng.uniform(0.5, 2))
         return self._reload(daemon)
@@ -606,13 +626,17 @@ class Faults:
         self.soak.windows.append(Window(f"recv_{mode}", start, CLOCK(), receiver.name))
         say(f"receiver {receiver.name}: ok again")
 
-    async def _kill9(self, daemon: Daemon, down: float) -> None:
+    async def _kill9(self, daemon: Daemon, down: float, group: bool) -> None:
         try:
             key = daemon.key
             pid = daemon.proc.pid if daemon.proc else 0
-            t = daemon.kill9()
+            t = daemon.kill9(group)
             self.soak.endings[key] = Ending("kill9", t)
-            say(f"kill -9 {key} (pid {pid}); restart in {down:.1f} s")
+            what = "its process group" if group else "the daemon process only"
+            say(f"kill -9 {key}: {what} (pid {pid}); restart in {down:.1f} s")
+            if not group and not await daemon.orphans_gone(10.0):
+                self.soak.orphans_lingering += 1
+                say(f"{key}: its sender process outlived it by 10 s")
             await asyncio.sleep(down)
             ready = await daemon.start(self.session)
             # On PostgreSQL the killed process's claims wait for their lease to lapse.
@@ -784,6 +808,7 @@ def account(
         "skipped_ticks": soak.skipped_ticks,
         "faults": dict(sorted(soak.faults.items())),
         "skipped_faults": soak.skipped_faults,
+        "orphans_lingering": soak.orphans_lingering,
         "reloads_seen_in_deliveries": f"{reloads_seen}/{len(soak.reload_tags)}",
         "outage_windows": len(soak.windows),
         "_duplicates": duplicates,
