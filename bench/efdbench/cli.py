@@ -21,10 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from efdbench.loadgen import generator_main
+from efdbench.pgscale import run_postgresql
+from efdbench.pgserver import PgServer, admin_url
 from efdbench.plan import FULL, PHASES, QUICK
 from efdbench.processes import Profiler, Worker
 from efdbench.receiver import receiver_main
-from efdbench.report import KEYS, fmt, table
+from efdbench.report import KEYS, fmt, pg_table, table
 from efdbench.scenarios import Bench
 
 HERE = Path(__file__).resolve().parent.parent
@@ -60,6 +62,18 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
         help="benchmark the efd source tree in this directory (put first on PYTHONPATH), "
         "e.g. a patched copy for an experiment",
     )
+    parser.add_argument(
+        "--store",
+        choices=("sqlite", "postgresql"),
+        default="sqlite",
+        help="postgresql: PostgreSQL's write limit, then ingest and deliver with N daemons on "
+        "one database of the local server ($EFD_BENCH_PG or scripts/ensure-postgres); "
+        "writes the `postgresql` section of the results file and keeps the rest",
+    )
+    parser.add_argument("--daemons", type=int, default=1, help="with --store postgresql")
+    parser.add_argument(
+        "--scale", action="store_true", help="--store postgresql with 1, 2 and 3 daemons"
+    )
     parser.add_argument("--out", default=str(HERE / "results.json"), help="results file")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, dbs)")
     args = parser.parse_args(argv)
@@ -69,6 +83,11 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
         parser.error(f"unknown phases: {', '.join(sorted(unknown))}")
     if "backlog" in only:
         only.add("ingest")  # the ratio needs the empty-store rate
+    if args.scale:
+        args.store = "postgresql"
+    counts = [1, 2, 3] if args.scale else [args.daemons]
+    if args.store == "postgresql" and min(counts) < 1:
+        parser.error("--daemons must be at least 1")
 
     plan = QUICK if args.quick else FULL
     started = time.monotonic()
@@ -96,14 +115,19 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
     )
     print(f"efd bench ({'quick' if args.quick else 'full'}) in {root}")
     failure = None
+    pg_section: dict[str, Any] | None = None
+    server: PgServer | None = None
     try:
-        if "limits" in only:
+        if args.store == "postgresql":
+            server = PgServer(admin_url(str(ROOT)))
+            pg_section = run_postgresql(bench, server, counts)
+        elif "limits" in only:
             bench.limits()
-        if "ingest" in only:
+        if args.store == "sqlite" and "ingest" in only:
             bench.ingest_and_backlog()
-        if only & {"deliver", "latency"}:
+        if args.store == "sqlite" and only & {"deliver", "latency"}:
             bench.deliver_and_latency()
-        if "recovery" in only:
+        if args.store == "sqlite" and "recovery" in only:
             bench.recovery()
     except Exception as error:  # any failure: report it with what was measured
         traceback.print_exc()
@@ -113,6 +137,9 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
         if bench.daemon is not None:
             with contextlib.suppress(Exception):
                 bench.stop_daemon()
+        if server is not None:
+            with contextlib.suppress(Exception):
+                server.drop_all()
         receiver.stop(("stop",))
         generator.stop(None)
         kept = args.keep or failure is not None or bench.keep
@@ -124,10 +151,11 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
         results["deliver_ratio"] = round(
             results["deliver_events_per_s"] / results["bare_post_per_s"], 3
         )
-    report: dict[str, Any] = {key: results.get(key) for key in KEYS}
-    report["context"] = {
+    context = {
         "quick": args.quick,
         "phases_run": sorted(only),
+        "store": args.store,
+        "daemons": counts if args.store == "postgresql" else [1],
         "profile": bool(args.profile),
         "cores": os.cpu_count(),
         "cpu_model": _cpu_model(),
@@ -145,15 +173,32 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
         "total_seconds": round(time.monotonic() - started, 1),
         "temp_dir_kept": str(root) if kept else None,
     }
-    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    # One results file holds both stores: each run replaces its own part and keeps the other.
+    out = Path(args.out)
+    previous: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        previous = json.loads(out.read_text())
+    if args.store == "postgresql":
+        pg_section = pg_section or {}
+        report = {k: v for k, v in previous.items() if k != "postgresql"}
+        report["postgresql"] = {**pg_section, "context": context}
+    else:
+        report = {key: results.get(key) for key in KEYS}
+        report["context"] = context
+        if "postgresql" in previous:
+            report["postgresql"] = previous["postgresql"]
+    out.write_text(json.dumps(report, indent=2) + "\n")
     print()
-    print(table(results))
+    if pg_section is not None:
+        print(pg_table(pg_section, counts))
+    else:
+        print(table(results))
     for note in bench.notes:
         print(f"note: {note}")
-    extra = report["context"]["extra"]
+    extra = context["extra"]
     if extra:
         print("context: " + ", ".join(f"{k}={fmt(v)}" for k, v in extra.items()))
-    print(f"wrote {args.out} in {report['context']['total_seconds']} s")
+    print(f"wrote {args.out} in {context['total_seconds']} s")
     return 1 if failure else 0
 
 

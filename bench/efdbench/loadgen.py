@@ -118,6 +118,7 @@ async def job_ingest(
     window: int | None = None,
     keep_ids: bool = False,
     sample_every: float = 0.5,
+    ports: list[int] | None = None,
 ) -> dict[str, Any]:
     """Closed-loop ingestion: `clients` connections, each POSTing as soon as answered.
 
@@ -125,8 +126,9 @@ async def job_ingest(
     endpoint. Stops at `duration` seconds or after `max_events` accepted events. With
     `window`, a client waits while acked - received >= window (sustained end-to-end mode).
     """
-    pool = _Pool(port)
-    conns = [await pool.connect() for _ in range(clients)]
+    # With `ports` (several daemons on one database), client i goes to ports[i % len].
+    pools = [_Pool(p) for p in ports or [port]]
+    conns = [(pools[i % len(pools)], await pools[i % len(pools)].connect()) for i in range(clients)]
     single = not path.endswith("/batch")
     state = {"acked": 0, "claimed": 0, "requests": 0, "seq": 0}
     errors: Counter[str] = Counter()
@@ -136,7 +138,7 @@ async def job_ingest(
     t0 = time.monotonic()
     end = t0 + duration
 
-    async def worker(client: _Client) -> None:
+    async def worker(pool: _Pool, client: _Client) -> None:
         while True:
             if time.monotonic() >= end:
                 break
@@ -174,7 +176,7 @@ async def job_ingest(
             await asyncio.sleep(sample_every)
 
     sampling = asyncio.create_task(sampler())
-    await asyncio.gather(*(worker(c) for c in conns))
+    await asyncio.gather(*(worker(p, c) for p, c in conns))
     elapsed = time.monotonic() - t0
     samples.append((elapsed, state["acked"], received.value))
     sampling.cancel()

@@ -65,13 +65,22 @@ class Worker:
 
 
 class Daemon:
-    """`python -m efd serve` on a fresh SQLite database in its own directory."""
+    """`python -m efd serve` in its own directory, on a fresh SQLite database there or on
+    `storage_url` (a PostgreSQL database that several daemons may share)."""
 
-    def __init__(self, name: str, root: Path, delivery: dict[str, Any], hook_url: str) -> None:
+    def __init__(
+        self,
+        name: str,
+        root: Path,
+        delivery: dict[str, Any],
+        hook_url: str,
+        storage_url: str | None = None,
+    ) -> None:
         self.name = name
         self.dir = root / name
         self.dir.mkdir(parents=True)
         self.db = self.dir / "efd.db"
+        self.storage_url = storage_url
         self.port = free_port()
         self.log_path = self.dir / "efd.log"
         lines = [
@@ -79,7 +88,7 @@ class Daemon:
             'host = "127.0.0.1"',
             f"port = {self.port}",
             "[storage]",
-            f'url = "sqlite:///{self.db}"',
+            f'url = "{storage_url or f"sqlite:///{self.db}"}"',
             "[delivery]",
             'allowed_networks = ["127.0.0.0/8"]',
             'user_agent = "efd-bench/1.0"',
@@ -150,11 +159,16 @@ class Daemon:
         return dict(counts)
 
     def pending(self) -> int:
+        query = "SELECT count(*) FROM deliveries WHERE status = 'pending'"
+        if self.storage_url is not None:
+            import psycopg
+
+            with psycopg.connect(self.storage_url.replace("+psycopg", "")) as pg:
+                row = pg.execute(query).fetchone()
+                return int(row[0]) if row else 0
         with contextlib.closing(sqlite3.connect(f"file:{self.db}?mode=ro", uri=True)) as db:
             db.execute("PRAGMA busy_timeout=10000")
-            return int(
-                db.execute("SELECT count(*) FROM deliveries WHERE status = 'pending'").fetchone()[0]
-            )
+            return int(db.execute(query).fetchone()[0])
 
     def stop(self, grace: float = 15) -> dict[str, Any]:
         started = time.monotonic()

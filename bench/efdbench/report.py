@@ -103,3 +103,51 @@ def table(results: dict[str, Any]) -> str:
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+_PG_COLUMNS = (
+    ("events/s", "events_per_s"),
+    ("x limit", "ratio_to_limit"),
+    ("per daemon", "per_daemon_ratio_to_limit"),
+    ("growth", "growth"),
+    ("daemon us/ev", "daemon_cpu_us_per_event"),
+    ("pg us/ev", "pg_cpu_us_per_event"),
+    ("machine cpu%", "machine_cpu_pct"),
+)
+
+
+def pg_table(section: dict[str, Any], counts: list[int]) -> str:
+    """The PostgreSQL figures: the database's own limits, then one row per figure and
+    number of daemons."""
+    lines = ["PostgreSQL's own write limit (one client, 100 events a transaction):"]
+    for key in (
+        "limit_insert_events_per_s",
+        "limit_insert_noindex_events_per_s",
+        "limit_copy_events_per_s",
+        "limit_copy_noindex_events_per_s",
+    ):
+        lines.append(f"  {key:36} {fmt(section.get(key)):>10}")
+    lines.append(
+        f"  {'limit_insert_pg_cpu_us_per_event':36} "
+        f"{fmt(section.get('limit_insert_pg_cpu_us_per_event')):>10}"
+    )
+    rows = [("figure", "daemons", *(title for title, _ in _PG_COLUMNS))]
+    runs = section.get("daemons", {})
+    for kind in ("ingest", "deliver"):
+        for n in counts:
+            entry = runs.get(str(n), {})
+            if entry.get(f"{kind}_events_per_s") is None:
+                continue
+            rows.append(
+                (kind, str(n), *(fmt(entry.get(f"{kind}_{key}")) for _, key in _PG_COLUMNS))
+            )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for n, row in enumerate(rows):
+        lines.append(
+            "  ".join(
+                c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(row)
+            )
+        )
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)

@@ -38,7 +38,9 @@ class Bench:
     # -- helpers -----------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def phase(self, name: str, *, second_daemon: int | None = None) -> Iterator[dict[str, Any]]:
+    def phase(
+        self, name: str, *, second_daemon: int | None = None, daemons: list[int] | None = None
+    ) -> Iterator[dict[str, Any]]:
         pids = {
             "orchestrator": os.getpid(),
             "receiver": self.receiver.pid,
@@ -48,6 +50,8 @@ class Bench:
             pids["daemon"] = self.daemon.pid
         if second_daemon is not None:
             pids["daemon2"] = second_daemon
+        for i, pid in enumerate(daemons or []):
+            pids[f"daemon{i + 1}"] = pid
 
         # A daemon's figure includes its sender processes; the others are single processes
         # (the orchestrator's children are the receiver, generator and daemons themselves).
