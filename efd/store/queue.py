@@ -88,6 +88,19 @@ _DELIVERY_FIELDS = (
 )
 
 
+# PostgreSQL's deduplication lookup: one index probe per key. As `message_key IN (...) AND
+# received_at > ...` the planner seq-scans `messages` whenever its statistics are missing or
+# stale (a fresh database, a restore, autovacuum off). Through LATERAL it plans one index
+# probe per key even without statistics; OFFSET 0 keeps the subquery from being flattened
+# into a join the planner could turn back into a scan.
+_RECENT_BY_KEY = text(
+    "SELECT m.source, m.message_id"
+    " FROM unnest(CAST(:r_keys AS BIGINT[])) AS k(key)"
+    " CROSS JOIN LATERAL (SELECT source, message_id FROM messages"
+    " WHERE message_key = k.key AND received_at > :r_since OFFSET 0) AS m"
+)
+
+
 # Delivery statements, built once with named parameters (see Store._run).
 _CLAIM = (
     update(deliveries)
@@ -327,35 +340,29 @@ class Store:
         key is in `keys`. The caller compares these pairs, not the keys: a colliding key
         finds a pair that matches nothing."""
         since = now - DEDUPE_WINDOW_SECONDS
+        if not self.sqlite:
+            rows = conn.execute(_RECENT_BY_KEY, {"r_keys": sorted(set(keys)), "r_since": since})
+            return {(source, message_id) for source, message_id in rows}
         seen: set[tuple[str, str]] = set()
-        if self.sqlite:
-            dedupe.ensure(conn, now, DEDUPE_WINDOW_SECONDS)
+        dedupe.ensure(conn, now, DEDUPE_WINDOW_SECONDS)
         for chunk in _chunks(sorted(set(keys))):
 
             def query(chunk: Sequence[int] = chunk) -> Any:
-                if self.sqlite:  # the writer's in-memory index (efd/store/dedupe.py)
-                    return (
-                        select(messages.c.source, messages.c.message_id)
-                        .select_from(
-                            dedupe.recent.join(
-                                messages, messages.c.id == dedupe.recent.c.message_pk
-                            )
-                        )
-                        .where(
-                            dedupe.recent.c.message_key.in_(chunk),
-                            messages.c.received_at > since,
-                        )
+                # The writer's in-memory index (efd/store/dedupe.py).
+                return (
+                    select(messages.c.source, messages.c.message_id)
+                    .select_from(
+                        dedupe.recent.join(messages, messages.c.id == dedupe.recent.c.message_pk)
                     )
-                return select(messages.c.source, messages.c.message_id).where(
-                    messages.c.message_key.in_(chunk), messages.c.received_at > since
+                    .where(
+                        dedupe.recent.c.message_key.in_(chunk),
+                        messages.c.received_at > since,
+                    )
                 )
 
-            if self.sqlite:
-                # Compiled once per chunk size; SQLAlchemy's expanding IN costs more than
-                # the query itself at ingestion rates.
-                found = fastpath.query(conn, "recent", query, [*chunk, since])
-            else:
-                found = list(conn.execute(query()))
+            # Compiled once per chunk size; SQLAlchemy's expanding IN costs more than the
+            # query itself at ingestion rates.
+            found = fastpath.query(conn, "recent", query, [*chunk, since])
             seen.update((source, message_id) for source, message_id in found)
         return seen
 
