@@ -510,6 +510,13 @@ class Store:
             )
             return result.rowcount
 
+    def autovacuum_off(self) -> bool:
+        """Whether the PostgreSQL server runs with autovacuum off (never on SQLite)."""
+        if self.sqlite:
+            return False
+        with self.reader.connect() as conn:
+            return conn.execute(text("SHOW autovacuum")).scalar() == "off"
+
     def next_due(self, destination: str) -> float | None:
         with self.reader.connect() as conn:
             value = conn.execute(
