@@ -101,6 +101,61 @@ _RECENT_BY_KEY = text(
 )
 
 
+# PostgreSQL's inserts of ingestion: one array per column, so the statement's text is the
+# same for any number of rows. A multi-row VALUES list is a new, long text per batch size,
+# which the driver parses again on every execution (it caches only short queries) and the
+# server never gets to prepare. ORDER BY the ordinality makes the sequence hand out ids in
+# the rows' order, so the returned ids, sorted, line up with the rows.
+_PG_TYPES = {
+    "source": "TEXT",
+    "message_id": "TEXT",
+    "type": "TEXT",
+    "user_id": "TEXT",
+    "anonymous_id": "TEXT",
+    "event": "TEXT",
+    "timestamp": "DOUBLE PRECISION",
+    "received_at": "DOUBLE PRECISION",
+    "body": "TEXT",
+    "message_key": "BIGINT",
+    "message_pk": "BIGINT",
+    "destination": "TEXT",
+    "status": "TEXT",
+    "attempts": "INTEGER",
+    "created_at": "DOUBLE PRECISION",
+    "next_attempt_at": "DOUBLE PRECISION",
+    "lease_token": "INTEGER",
+}
+
+
+def _pg_unnest_insert(table: str, columns: Sequence[str], *, returning: bool) -> Any:
+    # `body` goes as one JSON array: the driver escapes the quotes of every body in a text
+    # array element by element in Python, the json module does it in C.
+    arrays = [c for c in columns if c != "body"]
+    unnest = ", ".join(f"CAST(:a_{c} AS {_PG_TYPES[c]}[])" for c in arrays)
+    source = f"unnest({unnest}) WITH ORDINALITY AS r({', '.join(arrays)}, n)"
+    if "body" in columns:
+        source += (
+            " JOIN json_array_elements_text(CAST(:a_body AS JSON)) WITH ORDINALITY"
+            " AS b(body, n) USING (n)"
+        )
+    names = ", ".join(columns)
+    return text(
+        f"INSERT INTO {table} ({names}) SELECT {names} FROM {source} ORDER BY n"
+        + (" RETURNING id" if returning else "")
+    )
+
+
+def _pg_arrays(columns: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> dict[str, Any]:
+    params: dict[str, Any] = {f"a_{c}": [row[i] for row in rows] for i, c in enumerate(columns)}
+    if "a_body" in params:
+        params["a_body"] = json.dumps(params["a_body"], ensure_ascii=False)
+    return params
+
+
+_PG_INSERT_MESSAGES = _pg_unnest_insert("messages", _MESSAGE_COLUMNS, returning=True)
+_PG_INSERT_DELIVERIES = _pg_unnest_insert("deliveries", _DELIVERY_FIELDS, returning=False)
+
+
 # Delivery statements, built once with named parameters (see Store._run).
 _CLAIM = (
     update(deliveries)
@@ -291,13 +346,10 @@ class Store:
             first = (last or 0) + 1
             ids: Sequence[int] = range(first, first + len(rows))
         else:
-            ids = (
+            ids = sorted(
                 conn.execute(
-                    insert(messages).returning(messages.c.id, sort_by_parameter_order=True),
-                    [dict(zip(_MESSAGE_COLUMNS, t, strict=True)) for t in message_tuples],
-                )
-                .scalars()
-                .all()
+                    _PG_INSERT_MESSAGES, _pg_arrays(_MESSAGE_COLUMNS, message_tuples)
+                ).scalars()
             )
         delivery_tuples = [
             (pk, name, PENDING, 0, now, now, 0)
@@ -324,10 +376,7 @@ class Store:
                 if delivery_tuples:
                     fastpath.insert_many(cursor, deliveries, _DELIVERY_FIELDS, delivery_tuples)
         elif delivery_tuples:
-            conn.execute(
-                insert(deliveries),
-                [dict(zip(_DELIVERY_FIELDS, t, strict=True)) for t in delivery_tuples],
-            )
+            conn.execute(_PG_INSERT_DELIVERIES, _pg_arrays(_DELIVERY_FIELDS, delivery_tuples))
         if delivery_tuples and not self.sqlite:
             # Delivered at commit, to every process's LISTEN: none waits for a poll.
             conn.execute(text("SELECT pg_notify(:channel, '')"), {"channel": NOTIFY_CHANNEL})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 import threading
 import time
@@ -496,3 +498,23 @@ def test_postgresql_outcome_update_finds_its_row_by_primary_key(
     scans = {(n["Node Type"], n.get("Relation Name"), n.get("Index Name")) for n in nodes}
     assert not any(kind == "Seq Scan" for kind, _, _ in scans), scans
     assert any(index == "deliveries_pkey" for _, _, index in scans), scans
+
+
+def test_a_large_batch_keeps_each_message_with_its_body_and_deliveries(store, db_url):
+    rows = [
+        dataclasses.replace(
+            message(f"m{i}", destinations=tuple(f"d{j}" for j in range(i % 3))),
+            body=json.dumps({"i": i, "text": 'quote " backslash \\ é 😀'}, ensure_ascii=i % 2 == 0),
+        )
+        for i in range(300)
+    ]
+    assert store.insert_messages(rows, time.time()) == ["stored"] * 300
+    stored = sql(db_url, "SELECT message_id, body FROM messages")
+    assert sorted(stored) == sorted((r.message_id, r.body) for r in rows)
+    pairs = sql(
+        db_url,
+        "SELECT m.message_id, d.destination FROM deliveries d JOIN messages m"
+        " ON m.id = d.message_pk",
+    )
+    expected = [(r.message_id, d) for r in rows for d in r.destinations]
+    assert sorted(pairs) == sorted(expected)
