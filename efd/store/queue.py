@@ -101,12 +101,11 @@ _RECENT_BY_KEY = text(
 )
 
 
-# PostgreSQL's inserts of messages, deliveries and attempts: one array per column, so the
-# statement's text is the same for any number of rows. A multi-row VALUES list is a new,
-# long text per batch size, which the driver parses again on every execution (it caches
-# only short queries) and the server never gets to prepare. ORDER BY the ordinality makes
-# the sequence hand out ids in the rows' order, so the returned ids, sorted, line up with
-# the rows.
+# PostgreSQL's inserts of ingestion: one array per column, so the statement's text is the
+# same for any number of rows. A multi-row VALUES list is a new, long text per batch size,
+# which the driver parses again on every execution (it caches only short queries) and the
+# server never gets to prepare. ORDER BY the ordinality makes the sequence hand out ids in
+# the rows' order, so the returned ids, sorted, line up with the rows.
 _PG_TYPES = {
     "source": "TEXT",
     "message_id": "TEXT",
@@ -125,15 +124,6 @@ _PG_TYPES = {
     "created_at": "DOUBLE PRECISION",
     "next_attempt_at": "DOUBLE PRECISION",
     "lease_token": "INTEGER",
-    "delivery_id": "BIGINT",
-    "hook_url": "TEXT",
-    "attempted_at": "DOUBLE PRECISION",
-    "duration_ms": "DOUBLE PRECISION",
-    "outcome": "TEXT",
-    "status_code": "INTEGER",
-    "error_class": "TEXT",
-    "error": "TEXT",
-    "response_head": "TEXT",
 }
 
 
@@ -228,7 +218,6 @@ _ATTEMPT_FIELDS = (
 )
 _INSERT_ATTEMPT = insert(attempts).values({name: bindparam(name) for name in _ATTEMPT_FIELDS})
 _attempt_fields = attrgetter(*_ATTEMPT_FIELDS)
-_PG_INSERT_ATTEMPTS = _pg_unnest_insert("attempts", _ATTEMPT_FIELDS, returning=False)
 
 
 def _attempt_params(row: AttemptRow) -> dict[str, Any]:
@@ -487,12 +476,7 @@ class Store:
         requests did happen.
         """
         with self._bookkeeping() as conn:
-            if attempt_rows and not self.sqlite:
-                conn.execute(
-                    _PG_INSERT_ATTEMPTS,
-                    _pg_arrays(_ATTEMPT_FIELDS, [_attempt_fields(a) for a in attempt_rows]),
-                )
-            elif attempt_rows:
+            if attempt_rows:
                 self._run(
                     conn, "attempts", _INSERT_ATTEMPT, [_attempt_params(a) for a in attempt_rows]
                 )
