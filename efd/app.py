@@ -263,11 +263,18 @@ class Daemon:
             stack.callback(lock.release)
         log.info("store: %s", safe_url(storage.url))
         await asyncio.to_thread(migrations.upgrade, storage.url)
-        return Store(
+        store = Store(
             storage.url,
             sqlite_synchronous=storage.sqlite_synchronous,
             pool_size=storage.pool_size,
         )
+        if await asyncio.to_thread(store.autovacuum_off):
+            log.warning(
+                "PostgreSQL runs with autovacuum off: efd's tables get no planner statistics "
+                "and keep their dead rows, so queries slow down as they grow; turn autovacuum "
+                "on, or run VACUUM ANALYZE on the database regularly"
+            )
+        return store
 
     @staticmethod
     async def _resume(db: AsyncStore, regulations: RegulationsStore) -> None:

@@ -88,6 +88,74 @@ _DELIVERY_FIELDS = (
 )
 
 
+# PostgreSQL's deduplication lookup: one index probe per key. As `message_key IN (...) AND
+# received_at > ...` the planner seq-scans `messages` whenever its statistics are missing or
+# stale (a fresh database, a restore, autovacuum off). Through LATERAL it plans one index
+# probe per key even without statistics; OFFSET 0 keeps the subquery from being flattened
+# into a join the planner could turn back into a scan.
+_RECENT_BY_KEY = text(
+    "SELECT m.source, m.message_id"
+    " FROM unnest(CAST(:r_keys AS BIGINT[])) AS k(key)"
+    " CROSS JOIN LATERAL (SELECT source, message_id FROM messages"
+    " WHERE message_key = k.key AND received_at > :r_since OFFSET 0) AS m"
+)
+
+
+# PostgreSQL's inserts of ingestion: one array per column, so the statement's text is the
+# same for any number of rows. A multi-row VALUES list is a new, long text per batch size,
+# which the driver parses again on every execution (it caches only short queries) and the
+# server never gets to prepare. ORDER BY the ordinality makes the sequence hand out ids in
+# the rows' order, so the returned ids, sorted, line up with the rows.
+_PG_TYPES = {
+    "source": "TEXT",
+    "message_id": "TEXT",
+    "type": "TEXT",
+    "user_id": "TEXT",
+    "anonymous_id": "TEXT",
+    "event": "TEXT",
+    "timestamp": "DOUBLE PRECISION",
+    "received_at": "DOUBLE PRECISION",
+    "body": "TEXT",
+    "message_key": "BIGINT",
+    "message_pk": "BIGINT",
+    "destination": "TEXT",
+    "status": "TEXT",
+    "attempts": "INTEGER",
+    "created_at": "DOUBLE PRECISION",
+    "next_attempt_at": "DOUBLE PRECISION",
+    "lease_token": "INTEGER",
+}
+
+
+def _pg_unnest_insert(table: str, columns: Sequence[str], *, returning: bool) -> Any:
+    # `body` goes as one JSON array: the driver escapes the quotes of every body in a text
+    # array element by element in Python, the json module does it in C.
+    arrays = [c for c in columns if c != "body"]
+    unnest = ", ".join(f"CAST(:a_{c} AS {_PG_TYPES[c]}[])" for c in arrays)
+    source = f"unnest({unnest}) WITH ORDINALITY AS r({', '.join(arrays)}, n)"
+    if "body" in columns:
+        source += (
+            " JOIN json_array_elements_text(CAST(:a_body AS JSON)) WITH ORDINALITY"
+            " AS b(body, n) USING (n)"
+        )
+    names = ", ".join(columns)
+    return text(
+        f"INSERT INTO {table} ({names}) SELECT {names} FROM {source} ORDER BY n"
+        + (" RETURNING id" if returning else "")
+    )
+
+
+def _pg_arrays(columns: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> dict[str, Any]:
+    params: dict[str, Any] = {f"a_{c}": [row[i] for row in rows] for i, c in enumerate(columns)}
+    if "a_body" in params:
+        params["a_body"] = json.dumps(params["a_body"], ensure_ascii=False)
+    return params
+
+
+_PG_INSERT_MESSAGES = _pg_unnest_insert("messages", _MESSAGE_COLUMNS, returning=True)
+_PG_INSERT_DELIVERIES = _pg_unnest_insert("deliveries", _DELIVERY_FIELDS, returning=False)
+
+
 # Delivery statements, built once with named parameters (see Store._run).
 _CLAIM = (
     update(deliveries)
@@ -278,13 +346,10 @@ class Store:
             first = (last or 0) + 1
             ids: Sequence[int] = range(first, first + len(rows))
         else:
-            ids = (
+            ids = sorted(
                 conn.execute(
-                    insert(messages).returning(messages.c.id, sort_by_parameter_order=True),
-                    [dict(zip(_MESSAGE_COLUMNS, t, strict=True)) for t in message_tuples],
-                )
-                .scalars()
-                .all()
+                    _PG_INSERT_MESSAGES, _pg_arrays(_MESSAGE_COLUMNS, message_tuples)
+                ).scalars()
             )
         delivery_tuples = [
             (pk, name, PENDING, 0, now, now, 0)
@@ -311,10 +376,7 @@ class Store:
                 if delivery_tuples:
                     fastpath.insert_many(cursor, deliveries, _DELIVERY_FIELDS, delivery_tuples)
         elif delivery_tuples:
-            conn.execute(
-                insert(deliveries),
-                [dict(zip(_DELIVERY_FIELDS, t, strict=True)) for t in delivery_tuples],
-            )
+            conn.execute(_PG_INSERT_DELIVERIES, _pg_arrays(_DELIVERY_FIELDS, delivery_tuples))
         if delivery_tuples and not self.sqlite:
             # Delivered at commit, to every process's LISTEN: none waits for a poll.
             conn.execute(text("SELECT pg_notify(:channel, '')"), {"channel": NOTIFY_CHANNEL})
@@ -327,35 +389,29 @@ class Store:
         key is in `keys`. The caller compares these pairs, not the keys: a colliding key
         finds a pair that matches nothing."""
         since = now - DEDUPE_WINDOW_SECONDS
+        if not self.sqlite:
+            rows = conn.execute(_RECENT_BY_KEY, {"r_keys": sorted(set(keys)), "r_since": since})
+            return {(source, message_id) for source, message_id in rows}
         seen: set[tuple[str, str]] = set()
-        if self.sqlite:
-            dedupe.ensure(conn, now, DEDUPE_WINDOW_SECONDS)
+        dedupe.ensure(conn, now, DEDUPE_WINDOW_SECONDS)
         for chunk in _chunks(sorted(set(keys))):
 
             def query(chunk: Sequence[int] = chunk) -> Any:
-                if self.sqlite:  # the writer's in-memory index (efd/store/dedupe.py)
-                    return (
-                        select(messages.c.source, messages.c.message_id)
-                        .select_from(
-                            dedupe.recent.join(
-                                messages, messages.c.id == dedupe.recent.c.message_pk
-                            )
-                        )
-                        .where(
-                            dedupe.recent.c.message_key.in_(chunk),
-                            messages.c.received_at > since,
-                        )
+                # The writer's in-memory index (efd/store/dedupe.py).
+                return (
+                    select(messages.c.source, messages.c.message_id)
+                    .select_from(
+                        dedupe.recent.join(messages, messages.c.id == dedupe.recent.c.message_pk)
                     )
-                return select(messages.c.source, messages.c.message_id).where(
-                    messages.c.message_key.in_(chunk), messages.c.received_at > since
+                    .where(
+                        dedupe.recent.c.message_key.in_(chunk),
+                        messages.c.received_at > since,
+                    )
                 )
 
-            if self.sqlite:
-                # Compiled once per chunk size; SQLAlchemy's expanding IN costs more than
-                # the query itself at ingestion rates.
-                found = fastpath.query(conn, "recent", query, [*chunk, since])
-            else:
-                found = list(conn.execute(query()))
+            # Compiled once per chunk size; SQLAlchemy's expanding IN costs more than the
+            # query itself at ingestion rates.
+            found = fastpath.query(conn, "recent", query, [*chunk, since])
             seen.update((source, message_id) for source, message_id in found)
         return seen
 
@@ -547,6 +603,13 @@ class Store:
                 )
             )
             return result.rowcount
+
+    def autovacuum_off(self) -> bool:
+        """Whether the PostgreSQL server runs with autovacuum off (never on SQLite)."""
+        if self.sqlite:
+            return False
+        with self.reader.connect() as conn:
+            return conn.execute(text("SHOW autovacuum")).scalar() == "off"
 
     def next_due(self, destination: str) -> float | None:
         with self.reader.connect() as conn:

@@ -394,6 +394,21 @@ async def test_disconnects_and_non_http_are_logged_quietly(db_url, daemon, caplo
 # -- configuration --------------------------------------------------------------------------
 
 
+async def test_start_warns_once_when_postgresql_runs_without_autovacuum(
+    db_url, receiver_factory, daemon_factory, caplog
+):
+    caplog.set_level(logging.WARNING)
+    receiver = await receiver_factory()
+    await daemon_factory(settings_dict(db_url, [receiver.url]))
+    warnings = [r.getMessage() for r in caplog.records if "autovacuum" in r.getMessage()]
+    # The server's own setting, read independently: the warning follows it.
+    off = not db_url.startswith("sqlite") and sql(db_url, "SHOW autovacuum") == [("off",)]
+    assert len(warnings) == (1 if off else 0), warnings
+    if off:
+        assert "VACUUM ANALYZE" in warnings[0]
+        assert "\n" not in warnings[0]
+
+
 @pytest.mark.parametrize(
     "token", ["", "   ", "short-token", " padded-token-0123456 ", "tab\tbed-token-01234"]
 )

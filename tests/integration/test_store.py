@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import re
 import threading
 import time
+from collections.abc import Callable
 
+import psycopg
 import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import create_engine, inspect
+from psycopg import sql as psql
+from sqlalchemy import create_engine, event, inspect
 
 from efd.rows import AttemptRow, DeliveryStatus, NewMessage, Outcome
 from efd.store import Store, dedupe, migrate
@@ -387,3 +393,128 @@ def test_migrated_schema_matches_the_tables_efd_uses(db_url):
             assert compare_metadata(context, metadata) == []
     finally:
         engine.dispose()
+
+
+def _captured(store: Store, needle: str, action: Callable[[], object]) -> tuple[str, dict]:
+    """The first statement containing `needle` that `action` makes the store execute, with
+    its parameters (the first set, for an executemany)."""
+    seen: list[tuple[str, dict]] = []
+
+    def capture(_conn, _cursor, statement, parameters, _context, _many):  # type: ignore[no-untyped-def]
+        if needle in statement and not seen:
+            seen.append((statement, parameters[0] if isinstance(parameters, list) else parameters))
+
+    event.listen(store.writer, "before_cursor_execute", capture)
+    try:
+        action()
+    finally:
+        event.remove(store.writer, "before_cursor_execute", capture)
+    assert seen, f"no statement with {needle!r} was executed"
+    return seen[0]
+
+
+def _plan_nodes(db_url: str, statement: str, params: dict, *, generic: bool) -> list[dict]:
+    """EXPLAIN of a statement as a prepared statement, the way psycopg runs a statement it has
+    seen often; with `generic`, under plan_cache_mode = force_generic_plan (the plan
+    PostgreSQL may cache and reuse whatever the parameters)."""
+    order = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", statement)))
+    prepared = re.sub(r"%\((\w+)\)s", lambda m: f"${order.index(m.group(1)) + 1}", statement)
+    with psycopg.connect(
+        normalise_url(db_url).set(drivername="postgresql").render_as_string(False)
+    ) as pg:
+        if generic:
+            pg.execute("SET plan_cache_mode = force_generic_plan")
+        pg.execute(f"PREPARE q AS {prepared}")
+        args = ", ".join(psql.Literal(params[name]).as_string(pg) for name in order)
+        [(plan,)] = pg.execute(f"EXPLAIN (FORMAT JSON) EXECUTE q({args})").fetchall()
+        pg.rollback()
+    nodes, todo = [], [plan[0]["Plan"]]
+    while todo:
+        node = todo.pop()
+        nodes.append(node)
+        todo.extend(node.get("Plans", []))
+    return nodes
+
+
+def _fill_unanalyzed(db_url: str, n: int) -> None:
+    """n messages with pending deliveries, and no statistics on either table: as right after
+    a bulk load or a restore, or on a server whose autovacuum is off."""
+    for table in ("messages", "deliveries"):
+        sql(db_url, f"ALTER TABLE {table} SET (autovacuum_enabled = off)")
+    sql(
+        db_url,
+        "INSERT INTO messages (source, message_id, type, timestamp, received_at, body,"
+        " message_key) SELECT 'web', 'm' || g, 'track', 0, :now, '{}', g FROM"
+        " generate_series(1, :n) AS g",
+        now=time.time(),
+        n=n,
+    )
+    sql(
+        db_url,
+        "INSERT INTO deliveries (message_pk, destination, status, attempts, created_at,"
+        " next_attempt_at) SELECT id, 'd', 'pending', 0, 0, 0 FROM messages",
+    )
+    assert sql(db_url, "SELECT count(*) FROM pg_stats WHERE tablename = 'messages'") == [(0,)]
+
+
+@pytest.mark.parametrize("generic", [False, True], ids=["custom", "generic"])
+def test_postgresql_dedupe_lookup_probes_the_key_index_without_statistics(
+    store: Store, db_url: str, generic: bool
+) -> None:
+    if store.sqlite:
+        pytest.skip("SQLite looks keys up in the writer's in-memory index")
+    _fill_unanalyzed(db_url, 5000)
+    batch = [message(f"new-{i}") for i in range(100)]
+    statement, params = _captured(
+        store, "message_key", lambda: store.insert_messages(batch, time.time())
+    )
+    nodes = _plan_nodes(db_url, statement, params, generic=generic)
+    scans = {(n["Node Type"], n.get("Relation Name"), n.get("Index Name")) for n in nodes}
+    assert not any(kind == "Seq Scan" and rel == "messages" for kind, rel, _ in scans), scans
+    assert any(index == "ix_messages_message_key" for _, _, index in scans), scans
+
+
+@pytest.mark.parametrize("generic", [False, True], ids=["custom", "generic"])
+def test_postgresql_outcome_update_finds_its_row_by_primary_key(
+    store: Store, db_url: str, generic: bool
+) -> None:
+    if store.sqlite:
+        pytest.skip("PostgreSQL's plans")
+    _fill_unanalyzed(db_url, 5000)
+    [claimed] = store.claim("d", 1, owner="t", now=1.0, lease_until=100.0)
+    outcome = Outcome(
+        delivery_id=claimed.delivery_id,
+        lease_token=claimed.lease_token,
+        status=DeliveryStatus.DELIVERED,
+        attempts=1,
+        first_attempt_at=1.0,
+        next_attempt_at=None,
+        finished_at=1.0,
+        failed_hooks=frozenset(),
+        last_error=None,
+    )
+    statement, params = _captured(store, "UPDATE deliveries", lambda: store.record([outcome], []))
+    nodes = _plan_nodes(db_url, statement, params, generic=generic)
+    scans = {(n["Node Type"], n.get("Relation Name"), n.get("Index Name")) for n in nodes}
+    assert not any(kind == "Seq Scan" for kind, _, _ in scans), scans
+    assert any(index == "deliveries_pkey" for _, _, index in scans), scans
+
+
+def test_a_large_batch_keeps_each_message_with_its_body_and_deliveries(store, db_url):
+    rows = [
+        dataclasses.replace(
+            message(f"m{i}", destinations=tuple(f"d{j}" for j in range(i % 3))),
+            body=json.dumps({"i": i, "text": 'quote " backslash \\ é 😀'}, ensure_ascii=i % 2 == 0),
+        )
+        for i in range(300)
+    ]
+    assert store.insert_messages(rows, time.time()) == ["stored"] * 300
+    stored = sql(db_url, "SELECT message_id, body FROM messages")
+    assert sorted(stored) == sorted((r.message_id, r.body) for r in rows)
+    pairs = sql(
+        db_url,
+        "SELECT m.message_id, d.destination FROM deliveries d JOIN messages m"
+        " ON m.id = d.message_pk",
+    )
+    expected = [(r.message_id, d) for r in rows for d in r.destinations]
+    assert sorted(pairs) == sorted(expected)

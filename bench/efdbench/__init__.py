@@ -1,0 +1,1 @@
+"""efd benchmark: the parts bench/run.py puts together (see bench/README.md)."""

@@ -1,0 +1,256 @@
+"""The command line: parse options, run the scenarios, write results.json."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import multiprocessing as mp
+import os
+import platform
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from efdbench.loadgen import generator_main
+from efdbench.pgscale import run_postgresql
+from efdbench.pgserver import PgServer, admin_url
+from efdbench.plan import FULL, PHASES, QUICK
+from efdbench.processes import Profiler, Worker
+from efdbench.receiver import receiver_main
+from efdbench.report import KEYS, fmt, pg_table, table
+from efdbench.scenarios import Bench
+
+HERE = Path(__file__).resolve().parent.parent
+ROOT = HERE.parent
+
+
+def main(argv: list[str] | None = None, doc: str | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(doc or __doc__ or "").split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller phases, under 2 minutes")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="py-spy record the daemon during each load phase into bench/profiles/ "
+        "(perturbs the figures a little)",
+    )
+    parser.add_argument(
+        "--gil",
+        action="store_true",
+        help="with --profile: sample only the thread holding the GIL (py-spy --gil)",
+    )
+    parser.add_argument(
+        "--only",
+        default=",".join(PHASES),
+        help=f"comma-separated subset of {','.join(PHASES)} (default: all)",
+    )
+    parser.add_argument(
+        "--rev",
+        help="benchmark this git revision (git archive into the temp dir, put first on "
+        "PYTHONPATH) instead of the working tree",
+    )
+    parser.add_argument(
+        "--src",
+        help="benchmark the efd source tree in this directory (put first on PYTHONPATH), "
+        "e.g. a patched copy for an experiment",
+    )
+    parser.add_argument(
+        "--store",
+        choices=("sqlite", "postgresql"),
+        default="sqlite",
+        help="postgresql: PostgreSQL's write limit, then ingest and deliver with N daemons on "
+        "one database of the local server ($EFD_BENCH_PG or scripts/ensure-postgres); "
+        "writes the `postgresql` section of the results file and keeps the rest",
+    )
+    parser.add_argument("--daemons", type=int, default=1, help="with --store postgresql")
+    parser.add_argument(
+        "--scale", action="store_true", help="--store postgresql with 1, 2 and 3 daemons"
+    )
+    parser.add_argument("--out", default=str(HERE / "results.json"), help="results file")
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, dbs)")
+    args = parser.parse_args(argv)
+    only = {p.strip() for p in args.only.split(",") if p.strip()}
+    unknown = only - set(PHASES)
+    if unknown:
+        parser.error(f"unknown phases: {', '.join(sorted(unknown))}")
+    if "backlog" in only:
+        only.add("ingest")  # the ratio needs the empty-store rate
+    if args.scale:
+        args.store = "postgresql"
+    counts = [1, 2, 3] if args.scale else [args.daemons]
+    if args.store == "postgresql" and min(counts) < 1:
+        parser.error("--daemons must be at least 1")
+
+    plan = QUICK if args.quick else FULL
+    started = time.monotonic()
+    root = Path(tempfile.mkdtemp(prefix="efd-bench-"))
+    efd_source = "working tree"
+    if args.rev and args.src:
+        parser.error("--rev and --src exclude each other")
+    if args.rev:
+        efd_source = snapshot(args.rev, root / "efd-src")
+    elif args.src:
+        efd_source = use_source(Path(args.src).resolve())
+    ctx = mp.get_context("spawn")
+    received = ctx.RawValue("q", 0)
+    receiver = Worker(ctx, receiver_main, received, 4096)
+    generator = Worker(ctx, generator_main, received)
+    bench = Bench(
+        plan=plan,
+        quick=args.quick,
+        only=only,
+        root=root,
+        profiler=Profiler(args.profile, HERE / "profiles", gil=args.gil),
+        receiver=receiver,
+        generator=generator,
+        received=received,
+    )
+    print(f"efd bench ({'quick' if args.quick else 'full'}) in {root}")
+    failure = None
+    pg_section: dict[str, Any] | None = None
+    server: PgServer | None = None
+    try:
+        if args.store == "postgresql":
+            server = PgServer(admin_url(str(ROOT)))
+            pg_section = run_postgresql(bench, server, counts)
+        elif "limits" in only:
+            bench.limits()
+        if args.store == "sqlite" and "ingest" in only:
+            bench.ingest_and_backlog()
+        if args.store == "sqlite" and only & {"deliver", "latency"}:
+            bench.deliver_and_latency()
+        if args.store == "sqlite" and "recovery" in only:
+            bench.recovery()
+    except Exception as error:  # any failure: report it with what was measured
+        traceback.print_exc()
+        failure = f"{type(error).__name__}: {error}"
+        print(f"\nbench stopped: {failure}", file=sys.stderr)
+    finally:
+        if bench.daemon is not None:
+            with contextlib.suppress(Exception):
+                bench.stop_daemon()
+        if server is not None:
+            with contextlib.suppress(Exception):
+                server.drop_all()
+        receiver.stop(("stop",))
+        generator.stop(None)
+        kept = args.keep or failure is not None or bench.keep
+        if not kept:
+            shutil.rmtree(root, ignore_errors=True)
+
+    results = bench.results
+    if results.get("deliver_events_per_s") and results.get("bare_post_per_s"):
+        results["deliver_ratio"] = round(
+            results["deliver_events_per_s"] / results["bare_post_per_s"], 3
+        )
+    context = {
+        "quick": args.quick,
+        "phases_run": sorted(only),
+        "store": args.store,
+        "daemons": counts if args.store == "postgresql" else [1],
+        "profile": bool(args.profile),
+        "cores": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+        "loadavg_at_end": os.getloadavg(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "sqlite": sqlite3.sqlite_version,
+        "efd_commit": _git_commit(),
+        "efd_source": efd_source,
+        "plan": plan.__dict__,
+        "extra": {k: v for k, v in results.items() if k not in KEYS},
+        "phases": bench.phases,
+        "notes": bench.notes,
+        "failure": failure,
+        "total_seconds": round(time.monotonic() - started, 1),
+        "temp_dir_kept": str(root) if kept else None,
+    }
+    # One results file holds both stores: each run replaces its own part and keeps the other.
+    out = Path(args.out)
+    previous: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        previous = json.loads(out.read_text())
+    if args.store == "postgresql":
+        pg_section = pg_section or {}
+        report = {k: v for k, v in previous.items() if k != "postgresql"}
+        report["postgresql"] = {**pg_section, "context": context}
+    else:
+        report = {key: results.get(key) for key in KEYS}
+        report["context"] = context
+        if "postgresql" in previous:
+            report["postgresql"] = previous["postgresql"]
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print()
+    if pg_section is not None:
+        print(pg_table(pg_section, counts))
+    else:
+        print(table(results))
+    for note in bench.notes:
+        print(f"note: {note}")
+    extra = context["extra"]
+    if extra:
+        print("context: " + ", ".join(f"{k}={fmt(v)}" for k, v in extra.items()))
+    print(f"wrote {args.out} in {context['total_seconds']} s")
+    return 1 if failure else 0
+
+
+def snapshot(rev: str, dest: Path) -> str:
+    """Extract `rev` of the repository into dest (read-only for the repository) and make
+    the daemons and this process import efd from there."""
+    commit = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--verify", f"{rev}^{{commit}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", commit],
+        capture_output=True,
+        check=True,
+    ).stdout
+    dest.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(dest, filter="data")
+    use_source(dest)
+    return f"git {rev} = {commit}"
+
+
+def use_source(path: Path) -> str:
+    if not (path / "efd" / "__init__.py").is_file():
+        raise SystemExit(f"{path} holds no efd package")
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = str(path) + (os.pathsep + old if old else "")
+    sys.path.insert(0, str(path))
+    return f"source tree {path}"
+
+
+def _cpu_model() -> str | None:
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as handle:
+        for line in handle:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return None
+
+
+def _git_commit() -> str | None:
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        out = subprocess.run(
+            ["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+        return out.stdout.strip() or None
+    return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,255 @@
+"""The PostgreSQL scenarios: N daemons on one fresh database behind the load generator, for
+ingestion and for sustained delivery, beside PostgreSQL's own write limit from the same run.
+
+Per figure: events/s, its ratio to the database's multi-row INSERT limit, the CPU per event
+in the daemons and in the database's backends, and its growth from 1 daemon."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from efdbench.pglimits import pg_write_limit
+from efdbench.pgserver import PgCpu, PgServer
+from efdbench.plan import INGEST_DELIVERY
+from efdbench.processes import Daemon
+from efdbench.procstats import cpu_seconds, machine_cpu_seconds
+from efdbench.scenarios import Bench
+from efdbench.stats import sample_at
+
+_DELIVER = {"timeout_seconds": 5, "retry_initial_seconds": 0.5, "retry_max_seconds": 2}
+
+
+def _limits(bench: Bench, server: PgServer) -> dict[str, Any]:
+    plan = bench.plan
+    out: dict[str, Any] = {}
+    for method in ("insert", "copy"):
+        for indexes in (True, False):
+            name = f"pg_{method}{'' if indexes else '_noindex'}"
+            with bench.phase(name) as info:
+                limit = pg_write_limit(
+                    server,
+                    method=method,
+                    indexes=indexes,
+                    seconds=plan.sqlite_seconds,
+                    max_rows=plan.sqlite_max_rows,
+                )
+                info.update(limit)
+            out[f"limit_{method}{'' if indexes else '_noindex'}_events_per_s"] = limit[
+                "events_per_s"
+            ]
+            if method == "insert" and indexes:
+                out["limit_insert_pg_cpu_us_per_event"] = limit["pg_cpu_us_per_event"]
+    return out
+
+
+class _Measure:
+    """CPU of the daemons, of the database's backends and of the machine over one window."""
+
+    def __init__(self, daemons: list[Daemon], pg: PgCpu) -> None:
+        self.daemons = daemons
+        self.pg = pg
+
+    def start(self) -> None:
+        self.started = time.monotonic()
+        self.daemon_cpu = sum(cpu_seconds(d.pid) for d in self.daemons)
+        self.machine = machine_cpu_seconds()
+        self.pg.start()
+
+    def stop(self, events: int) -> dict[str, Any]:
+        elapsed = time.monotonic() - self.started
+        daemon_cpu = sum(cpu_seconds(d.pid) for d in self.daemons) - self.daemon_cpu
+        pg = self.pg.stop()
+        machine = machine_cpu_seconds()
+        busy = machine["processes"] - self.machine["processes"]
+        per_event = 1e6 / max(1, events)
+        return {
+            "daemon_cpu_us_per_event": round(daemon_cpu * per_event, 1),
+            "pg_cpu_us_per_event": round(pg["backends"] * per_event, 1),
+            "pg_aux_cpu_us_per_event": round(pg["aux"] * per_event, 1),
+            "daemon_cpu_pct": round(daemon_cpu / elapsed * 100, 1),
+            "pg_cpu_pct": round(pg["backends"] / elapsed * 100, 1),
+            "machine_cpu_pct": round(busy / elapsed * 100, 1),
+            "pg_backends": int(pg["backend_count"]),
+        }
+
+
+def _start_daemons(
+    bench: Bench, server: PgServer, n: int, tag: str, delivery: dict[str, Any], hook: str
+) -> tuple[str, list[Daemon]]:
+    db = server.create_database(tag)
+    url = server.url(db)
+    daemons: list[Daemon] = []
+    try:
+        for i in range(n):
+            daemons.append(Daemon(f"{tag}_{i + 1}", bench.root, delivery, hook, storage_url=url))
+    except BaseException:
+        _stop_daemons(bench, daemons)
+        raise
+    return db, daemons
+
+
+def _stop_daemons(bench: Bench, daemons: list[Daemon]) -> None:
+    for daemon in daemons:
+        info = daemon.stop()
+        info["log_lines"] = daemon.log_counts()
+        if info["log_lines"].get("ERROR") or info["log_lines"].get("Traceback"):
+            info["first_error"] = daemon.first_error()
+            bench.keep = True
+            bench.notes.append(f"daemon {daemon.name}: {info['log_lines']} in its log")
+        bench.phases[f"{daemon.name}_stop"] = info
+
+
+def _ingest(bench: Bench, server: PgServer, n: int) -> dict[str, Any]:
+    plan = bench.plan
+    blackhole = bench.receiver.hello["blackhole_port"]
+    db, daemons = _start_daemons(
+        bench, server, n, f"ingest{n}", INGEST_DELIVERY, f"http://127.0.0.1:{blackhole}/hook"
+    )
+    ports = [d.port for d in daemons]
+    try:
+        bench.ingest_job(
+            ports[0], ports=ports, clients=plan.batch_clients, seconds=plan.warmup_seconds,
+            prefix=f"pw{n}",
+        )  # fmt: skip
+        measure = _Measure(daemons, PgCpu(server, db))
+        with bench.phase(f"pg_ingest_{n}", daemons=[d.pid for d in daemons]) as info:
+            measure.start()
+            out = bench.ingest_job(
+                ports[0], ports=ports, clients=plan.batch_clients, seconds=plan.ingest_seconds,
+                prefix=f"pi{n}",
+            )  # fmt: skip
+            info.update(measure.stop(out["acked"]))
+            info.update(
+                events=out["acked"],
+                errors=out["errors"],
+                events_per_s=round(out["acked"] / out["elapsed"], 1),
+            )
+        return info
+    finally:
+        _stop_daemons(bench, daemons)
+        server.drop_database(db)
+
+
+def _deliver(bench: Bench, server: PgServer, n: int) -> dict[str, Any]:
+    plan = bench.plan
+    port = bench.receiver.hello["port"]
+    db, daemons = _start_daemons(
+        bench, server, n, f"deliver{n}", _DELIVER, f"http://127.0.0.1:{port}/hook"
+    )
+    ports = [d.port for d in daemons]
+    total = plan.deliver_warmup_seconds + plan.deliver_seconds
+    try:
+        bench.receiver.call("reset")
+        measure = _Measure(daemons, PgCpu(server, db))
+        with bench.phase(f"pg_deliver_{n}", daemons=[d.pid for d in daemons]) as info:
+            # The CPU window starts after the warm-up, like the rate's: the sampler's
+            # figures are read at the same moments.
+            out: dict[str, Any] = {}
+            started = time.monotonic()
+
+            def run() -> None:
+                out.update(
+                    bench.ingest_job(
+                        ports[0], ports=ports, clients=plan.deliver_clients, seconds=total,
+                        prefix=f"pd{n}", window=plan.deliver_window, sample_every=0.25,
+                    )
+                )  # fmt: skip
+
+            worker = threading.Thread(target=run)
+            worker.start()
+            time.sleep(max(0.0, plan.deliver_warmup_seconds - (time.monotonic() - started)))
+            measure.start()
+            window_started = time.monotonic() - started
+            worker.join()
+            samples = out["samples"]
+            first = sample_at(samples, window_started)
+            last = sample_at(samples, total)
+            delivered = last[2] - first[2]
+            cpu = measure.stop(delivered)
+            rate = delivered / max(last[0] - first[0], 1e-3)
+            acked = out["acked"]
+            drained, _ = bench.wait_received(acked, plan.settle_cap_seconds)
+            stats = bench.receiver.call("stats")
+            info.update(cpu)
+            info.update(
+                delivered=delivered,
+                events_acked=acked,
+                events_per_s=round(rate, 1),
+                errors=out["errors"],
+                drained=drained,
+                lost=acked - stats["unique"],
+                duplicates=stats["duplicates"],
+            )
+        return info
+    finally:
+        _stop_daemons(bench, daemons)
+        server.drop_database(db)
+
+
+_FIGURE_KEYS = (
+    "events_per_s",
+    "daemon_cpu_us_per_event",
+    "pg_cpu_us_per_event",
+    "pg_aux_cpu_us_per_event",
+    "daemon_cpu_pct",
+    "pg_cpu_pct",
+    "machine_cpu_pct",
+)
+
+
+def run_postgresql(bench: Bench, server: PgServer, counts: list[int]) -> dict[str, Any]:
+    """The `postgresql` section of results.json."""
+    section: dict[str, Any] = {"server": server.settings()}
+    section.update(_limits(bench, server))
+    runs: dict[str, Any] = {}
+    for n in counts:
+        entry: dict[str, Any] = {}
+        for kind, measure in (("ingest", _ingest), ("deliver", _deliver)):
+            if kind not in bench.only:
+                continue
+            info = measure(bench, server, n)
+            for key in _FIGURE_KEYS:
+                entry[f"{kind}_{key}"] = info.get(key)
+            busy = (info.get("daemon_cpu_us_per_event") or 0) + (
+                info.get("pg_cpu_us_per_event") or 0
+            )
+            # What one core buys: the basis for sizing a larger host.
+            entry[f"{kind}_events_per_core_s"] = round(1e6 / busy, 1) if busy else None
+            if kind == "deliver":
+                entry["deliver_lost"] = info.get("lost")
+                entry["deliver_duplicates"] = info.get("duplicates")
+        runs[str(n)] = entry
+    # The machine's speed drifts over the minutes the daemons run: the INSERT limit is
+    # measured again at the end, and the ratios divide by the mean of both.
+    with bench.phase("pg_insert_again") as info:
+        again = pg_write_limit(
+            server,
+            method="insert",
+            indexes=True,
+            seconds=bench.plan.sqlite_seconds,
+            max_rows=bench.plan.sqlite_max_rows,
+        )
+        info.update(again)
+    section["limit_insert_events_per_s_each"] = [
+        section["limit_insert_events_per_s"],
+        again["events_per_s"],
+    ]
+    limit = round((section["limit_insert_events_per_s"] + again["events_per_s"]) / 2, 1)
+    section["limit_insert_events_per_s"] = limit
+    for count, entry in runs.items():
+        for kind in ("ingest", "deliver"):
+            rate = entry.get(f"{kind}_events_per_s")
+            if rate is not None and limit:
+                entry[f"{kind}_ratio_to_limit"] = round(rate / limit, 3)
+                entry[f"{kind}_per_daemon_ratio_to_limit"] = round(rate / int(count) / limit, 3)
+    first = runs.get(str(counts[0]), {}) if counts else {}
+    for entry in runs.values():
+        for kind in ("ingest", "deliver"):
+            base = first.get(f"{kind}_events_per_s")
+            value = entry.get(f"{kind}_events_per_s")
+            if base and value is not None:
+                entry[f"{kind}_growth"] = round(value / base, 3)
+    section["daemons"] = runs
+    return section

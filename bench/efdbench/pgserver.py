@@ -1,0 +1,120 @@
+"""The local PostgreSQL server a run uses: a database of its own per measurement, and the
+CPU of the server's processes that work for it (read from /proc)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from efdbench.procstats import own_cpu_seconds
+
+# The server's own helpers, whose work every database's writes cause (WAL flushes,
+# checkpoints). They serve other databases on the server too.
+AUX_TYPES = ("walwriter", "checkpointer", "background writer")
+
+
+def admin_url(root: str) -> str:
+    """$EFD_BENCH_PG, else what scripts/ensure-postgres prints (it starts a server if none
+    runs)."""
+    url = os.environ.get("EFD_BENCH_PG")
+    if url:
+        return url
+    out = subprocess.run(
+        [os.path.join(root, "scripts", "ensure-postgres")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.strip()
+
+
+class PgServer:
+    def __init__(self, admin: str) -> None:
+        self.admin = admin
+        self.prefix = f"efd_bench_{os.getpid()}_"
+        self.created: list[str] = []
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(self.admin, autocommit=True)
+
+    def url(self, db: str) -> str:
+        base, _, _ = self.admin.rpartition("/")
+        return f"{base}/{db}"
+
+    def create_database(self, tag: str) -> str:
+        name = self.prefix + tag
+        with self._connect() as pg:
+            pg.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+            pg.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        self.created.append(name)
+        return name
+
+    def drop_database(self, name: str) -> None:
+        with self._connect() as pg:
+            pg.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+        if name in self.created:
+            self.created.remove(name)
+
+    def drop_all(self) -> None:
+        for name in list(self.created):
+            self.drop_database(name)
+
+    def migrate(self, db: str) -> None:
+        from efd.store import migrate
+
+        migrate.upgrade(self.url(db))
+
+    def settings(self) -> dict[str, str]:
+        names = ("server_version", "autovacuum", "synchronous_commit", "shared_buffers", "fsync")
+        out: dict[str, str] = {}
+        with self._connect() as pg:
+            for name in names:
+                row = pg.execute(sql.SQL("SHOW {}").format(sql.Identifier(name))).fetchone()
+                out[name] = str(row[0]) if row else ""
+        return out
+
+    def backend_pids(self, db: str) -> list[int]:
+        """The backends connected to `db` (the daemons' pools and LISTEN connections)."""
+        with self._connect() as pg:
+            rows = pg.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = %s", (db,)
+            ).fetchall()
+        return [int(r[0]) for r in rows]
+
+    def aux_pids(self) -> list[int]:
+        with self._connect() as pg:
+            rows = pg.execute(
+                "SELECT pid FROM pg_stat_activity WHERE backend_type = ANY(%s)", (list(AUX_TYPES),)
+            ).fetchall()
+        return [int(r[0]) for r in rows]
+
+    @staticmethod
+    def backend_cpu_seconds(pids: list[int]) -> float:
+        return sum(c for c in (own_cpu_seconds(p) for p in pids) if c == c)
+
+
+class PgCpu:
+    """CPU seconds of the backends serving one database (and, apart, of the server's helpers)
+    between start() and stop(). Backends that connect in between count from zero; one that
+    exits in between is lost (the daemons keep their pools open, so that is rare)."""
+
+    def __init__(self, server: PgServer, db: str) -> None:
+        self.server = server
+        self.db = db
+
+    def start(self) -> None:
+        self.before = {p: own_cpu_seconds(p) for p in self.server.backend_pids(self.db)}
+        self.aux_before = {p: own_cpu_seconds(p) for p in self.server.aux_pids()}
+
+    def stop(self) -> dict[str, float]:
+        now = {p: own_cpu_seconds(p) for p in self.server.backend_pids(self.db)}
+        backends = sum(v - self.before.get(p, 0.0) for p, v in now.items() if v == v)
+        aux_now = {p: own_cpu_seconds(p) for p in self.aux_before}
+        aux = sum(aux_now[p] - v for p, v in self.aux_before.items() if aux_now[p] == aux_now[p])
+        return {"backends": backends, "aux": aux, "backend_count": float(len(now))}

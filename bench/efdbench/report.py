@@ -1,0 +1,153 @@
+"""The printed table: each figure beside its limit and its target."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from efdbench.plan import TARGETS
+
+KEYS = (
+    "bare_post_per_s",
+    "sqlite_raw_rows_per_s",
+    "ingest_batch_events_per_s",
+    "ingest_single_events_per_s",
+    "deliver_events_per_s",
+    "deliver_ratio",
+    "latency_p50_ms",
+    "latency_p99_ms",
+    "backlog_ingest_ratio",
+    "rss_mb_backlog",
+    "recovery_events_per_s",
+    "lost",
+    "duplicates",
+)
+
+LIMIT_OF = {
+    "ingest_batch_events_per_s": "sqlite_raw_rows_per_s",
+    "ingest_single_events_per_s": "sqlite_raw_rows_per_s",
+    "deliver_events_per_s": "bare_post_per_s",
+    "recovery_events_per_s": "deliver_events_per_s",
+}
+
+
+def _check(key: str, value: Any, results: dict[str, Any]) -> str:
+    if value is None:
+        return ""
+    if key == "recovery_events_per_s":
+        steady = results.get("deliver_events_per_s")
+        if steady is None:
+            return ""
+        return "ok" if value >= steady else "MISS"
+    if key not in TARGETS:
+        return ""
+    op, target = TARGETS[key]
+    ok = {">=": value >= target, "<=": value <= target, "==": value == target}[op]
+    return "ok" if ok else "MISS"
+
+
+def _target_text(key: str) -> str:
+    if key == "recovery_events_per_s":
+        return ">= deliver"
+    if key in TARGETS:
+        op, target = TARGETS[key]
+        return f"{op} {target:,}" if isinstance(target, int) else f"{op} {target}"
+    return "(limit)" if key in ("bare_post_per_s", "sqlite_raw_rows_per_s") else ""
+
+
+def fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.1f}" if abs(value) >= 100 else f"{value:,.3g}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def table(results: dict[str, Any]) -> str:
+    rows = [("figure", "value", "limit (same run)", "% of limit", "target", "")]
+    for key in KEYS:
+        value = results.get(key)
+        limit_key = LIMIT_OF.get(key)
+        limit = results.get(limit_key) if limit_key else None
+        share = f"{100 * value / limit:.1f}%" if value is not None and limit else ""
+        rows.append(
+            (
+                key,
+                fmt(value),
+                f"{fmt(limit)} ({limit_key})" if limit_key else "",
+                share,
+                _target_text(key),
+                _check(key, value, results),
+            )
+        )
+    for key, limit_key in (
+        ("sqlite_raw_efd_schema_rows_per_s", "sqlite_raw_rows_per_s"),
+        ("sqlalchemy_core_events_per_s", "sqlite_raw_rows_per_s"),
+    ):
+        value, limit = results.get(key), results.get(limit_key)
+        if value is not None:
+            share = f"{100 * value / limit:.1f}%" if limit else ""
+            rows.append(
+                ("  " + key, fmt(value), f"{fmt(limit)} ({limit_key})", share, "(context)", "")
+            )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for n, row in enumerate(rows):
+        lines.append(
+            "  ".join(
+                cell.rjust(widths[i]) if 0 < i < 4 else cell.ljust(widths[i])
+                for i, cell in enumerate(row)
+            ).rstrip()
+        )
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+_PG_COLUMNS = (
+    ("events/s", "events_per_s"),
+    ("x limit", "ratio_to_limit"),
+    ("per daemon", "per_daemon_ratio_to_limit"),
+    ("growth", "growth"),
+    ("daemon us/ev", "daemon_cpu_us_per_event"),
+    ("pg us/ev", "pg_cpu_us_per_event"),
+    ("machine cpu%", "machine_cpu_pct"),
+)
+
+
+def pg_table(section: dict[str, Any], counts: list[int]) -> str:
+    """The PostgreSQL figures: the database's own limits, then one row per figure and
+    number of daemons."""
+    lines = ["PostgreSQL's own write limit (one client, 100 events a transaction):"]
+    for key in (
+        "limit_insert_events_per_s",
+        "limit_insert_noindex_events_per_s",
+        "limit_copy_events_per_s",
+        "limit_copy_noindex_events_per_s",
+    ):
+        lines.append(f"  {key:36} {fmt(section.get(key)):>10}")
+    lines.append(
+        f"  {'limit_insert_pg_cpu_us_per_event':36} "
+        f"{fmt(section.get('limit_insert_pg_cpu_us_per_event')):>10}"
+    )
+    rows = [("figure", "daemons", *(title for title, _ in _PG_COLUMNS))]
+    runs = section.get("daemons", {})
+    for kind in ("ingest", "deliver"):
+        for n in counts:
+            entry = runs.get(str(n), {})
+            if entry.get(f"{kind}_events_per_s") is None:
+                continue
+            rows.append(
+                (kind, str(n), *(fmt(entry.get(f"{kind}_{key}")) for _, key in _PG_COLUMNS))
+            )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for n, row in enumerate(rows):
+        lines.append(
+            "  ".join(
+                c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(row)
+            )
+        )
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)

@@ -1,0 +1,40 @@
+"""Percentiles and rate samples."""
+
+from __future__ import annotations
+
+
+def p99_by_second(acks: dict[str, float], receipts: dict[str, float]) -> list[float | None]:
+    """The ack-to-receipt p99 of the messages acknowledged in each second: shows whether the
+    tail is spread out or comes in bursts (a checkpoint, a pause, another tenant)."""
+    if not acks:
+        return []
+    start = min(acks.values())
+    seconds: dict[int, list[float]] = {}
+    for mid, acked in acks.items():
+        if mid in receipts:
+            seconds.setdefault(int(acked - start), []).append(receipts[mid] - acked)
+    return [rounded(pct(sorted(seconds.get(i, [0.0])), 99) * 1000) for i in range(max(seconds) + 1)]
+
+
+def pct(sorted_values: list[float], p: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    k = (len(sorted_values) - 1) * p / 100
+    lo = int(k)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
+
+
+def rounded(value: float | None, digits: int = 2) -> float | None:
+    if value is None or value != value:
+        return None
+    return round(value, digits)
+
+
+def sample_at(samples: list[tuple[float, int, int]], t: float) -> tuple[float, int, int]:
+    """The last sample taken at or before t (samples are (elapsed, acked, received))."""
+    best = samples[0]
+    for sample in samples:
+        if sample[0] <= t:
+            best = sample
+    return best
