@@ -221,6 +221,9 @@ def settings_dict(db_url: str, hooks: list[str] | None = None, **sections: Any) 
         # No sender or parser process: each would cost a Python start-up per daemon, and
         # the suite starts hundreds. tests/integration/test_workers.py covers them.
         "sender_processes": 0,
+        # A receiver slowed by a loaded machine can open a hook's circuit; the tests' short
+        # back-offs call for a probe as short, or the backlog waits the default 30 s.
+        "circuit_probe_seconds": 1,
     }
     delivery.update(sections.pop("delivery", {}))
     result: dict[str, Any] = {

@@ -67,7 +67,7 @@ def check(result: dict[str, Any], out_kinds: set[str]) -> None:
 
 @pytest.mark.timeout(240)
 def test_chaos_sqlite() -> None:
-    check(soak("sqlite", seed=1, seconds=20), {"kill9"})
+    check(soak("sqlite", seed=1, seconds=12), {"kill9"})
 
 
 @pytest.mark.timeout(240)
@@ -77,4 +77,4 @@ def test_chaos_sqlite() -> None:
     reason="EFD_TEST_DB leaves PostgreSQL out",
 )
 def test_chaos_postgresql() -> None:
-    check(soak("postgresql", seed=36, seconds=20), {"kill9", "pg_stop"})
+    check(soak("postgresql", seed=36, seconds=12), {"kill9", "pg_stop"})
