@@ -53,9 +53,17 @@ class Deliveries(Protocol):
     tests' in-memory twin. Errors of the store are SQLAlchemyError."""
 
     async def claim(
-        self, destination: str, limit: int, *, owner: str, now: float, lease_until: float
+        self,
+        destination: str,
+        limit: int,
+        *,
+        owner: str,
+        now: float,
+        lease_until: float,
+        due_by: float | None = None,
     ) -> list[Claimed]:
-        """Lease up to `limit` due deliveries of `destination`, oldest first."""
+        """Lease up to `limit` deliveries of `destination` due by `due_by` (default `now`),
+        oldest first; a delivery under another claimer's live lease is never taken."""
         ...
 
     async def record(self, outcomes: Sequence[Outcome], attempts: Sequence[AttemptRow]) -> int:
@@ -264,7 +272,12 @@ class Dispatcher:
             else:
                 due_by = now
             claimed = await self._deliveries.claim(
-                route.name, limit, owner=self._owner, now=due_by, lease_until=now + self._lease
+                route.name,
+                limit,
+                owner=self._owner,
+                now=now,
+                lease_until=now + self._lease,
+                due_by=due_by,
             )
             for item in claimed:
                 self._leases[item.delivery_id] = item.lease_token

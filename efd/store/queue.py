@@ -165,7 +165,13 @@ _CLAIM = (
             .where(
                 deliveries.c.destination == bindparam("c_destination"),
                 deliveries.c.status == PENDING,
-                deliveries.c.next_attempt_at <= bindparam("c_now"),
+                deliveries.c.next_attempt_at <= bindparam("c_due_by"),
+                # A row another process holds under a live lease is never taken, even by a
+                # claim that reaches past `now` (a circuit's probe).
+                or_(
+                    deliveries.c.lease_owner.is_(None),
+                    deliveries.c.next_attempt_at <= bindparam("c_now"),
+                ),
             )
             .order_by(deliveries.c.next_attempt_at)
             .limit(bindparam("c_limit"))
@@ -418,9 +424,17 @@ class Store:
     # -- delivery ------------------------------------------------------------------------
 
     def claim(
-        self, destination: str, limit: int, *, owner: str, now: float, lease_until: float
+        self,
+        destination: str,
+        limit: int,
+        *,
+        owner: str,
+        now: float,
+        lease_until: float,
+        due_by: float | None = None,
     ) -> list[Claimed]:
-        """Lease up to `limit` due deliveries of one destination, oldest first.
+        """Lease up to `limit` deliveries of one destination due by `due_by` (default
+        `now`), oldest first, never one under another claimer's live lease.
 
         The lease moves next_attempt_at to `lease_until` and bumps the fencing token;
         FOR UPDATE SKIP LOCKED (PostgreSQL) keeps concurrent claimers off each other's rows.
@@ -428,6 +442,7 @@ class Store:
         params = {
             "c_destination": destination,
             "c_now": now,
+            "c_due_by": now if due_by is None else due_by,
             "c_limit": limit,
             "c_owner": owner,
             "c_until": lease_until,

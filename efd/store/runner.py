@@ -97,10 +97,23 @@ class AsyncDeliveries:
         self._db = db
 
     async def claim(
-        self, destination: str, limit: int, *, owner: str, now: float, lease_until: float
+        self,
+        destination: str,
+        limit: int,
+        *,
+        owner: str,
+        now: float,
+        lease_until: float,
+        due_by: float | None = None,
     ) -> list[Claimed]:
         return await self._db.write(
-            self._db.store.claim, destination, limit, owner=owner, now=now, lease_until=lease_until
+            self._db.store.claim,
+            destination,
+            limit,
+            owner=owner,
+            now=now,
+            lease_until=lease_until,
+            due_by=due_by,
         )
 
     async def record(self, outcomes: Sequence[Outcome], attempts: Sequence[AttemptRow]) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import threading
 import time
@@ -81,6 +82,21 @@ def test_claim_leases_and_hides_rows_until_the_lease_lapses(store):
     again = store.claim("d", 10, owner="C", now=now + 61, lease_until=now + 121)
     assert len(again) == 5
     assert all(c.lease_token == 2 for c in again)
+
+
+def test_a_claim_past_now_never_takes_a_row_under_a_live_lease(store):
+    # A circuit's probe claims the earliest pending delivery, due or not; a delivery another
+    # daemon holds must stay its own, or both send it at once.
+    now = time.time()
+    store.insert_messages([message("held")], now)
+    [held] = store.claim("d", 1, owner="A", now=now, lease_until=now + 60)
+    store.insert_messages([message("later")], now + 5)  # due at now + 5
+    probe = store.claim("d", 10, owner="B", now=now + 1, lease_until=now + 100, due_by=math.inf)
+    assert [c.message_id for c in probe] == ["later"]
+    assert held.message_id == "held"
+    # Once A's lease lapses, the row is anyone's again.
+    again = store.claim("d", 10, owner="C", now=now + 61, lease_until=now + 121, due_by=math.inf)
+    assert [c.message_id for c in again] == ["held"]
 
 
 def test_fencing_token_rejects_a_stale_outcome(store, db_url):

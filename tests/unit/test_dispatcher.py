@@ -74,16 +74,25 @@ class MemoryDeliveries:
         )
 
     async def claim(
-        self, destination: str, limit: int, *, owner: str, now: float, lease_until: float
+        self,
+        destination: str,
+        limit: int,
+        *,
+        owner: str,
+        now: float,
+        lease_until: float,
+        due_by: float | None = None,
     ) -> list[Claimed]:
         self.calls["claim"] += 1
+        bound = now if due_by is None else due_by
         due = sorted(
             (
                 r
                 for r in self.rows.values()
                 if r.destination == destination
                 and r.status is DeliveryStatus.PENDING
-                and r.next_attempt_at <= now
+                and r.next_attempt_at <= bound
+                and (not r.leased or r.next_attempt_at <= now)
             ),
             key=lambda r: r.next_attempt_at,
         )[:limit]
