@@ -53,6 +53,8 @@ TIMEOUT_S = 4.0
 LEASE_S = 10.0
 RETRY_INITIAL_S = 0.5
 RETRY_MAX_S = 2.0
+# A circuit opened by a receiver fault is probed as often as a retry would come.
+CIRCUIT_PROBE_S = 2.0
 RETRY_WINDOW_S = 3600.0
 # How long after a 2xx a daemon may still be committing its outcome: a receipt this close
 # before a kill -9 (or before it, while the store was down) was in flight at the kill.
@@ -242,6 +244,7 @@ class Daemon:
                     "retry_max_seconds": RETRY_MAX_S,
                     "retry_window_seconds": RETRY_WINDOW_S,
                     "lease_seconds": LEASE_S,
+                    "circuit_probe_seconds": CIRCUIT_PROBE_S,
                     "allowed_networks": ["127.0.0.0/8"],
                     "sender_processes": 1,
                     "user_agent": f"efd-chaos/{self.tag}",
