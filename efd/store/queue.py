@@ -205,6 +205,28 @@ _RECORD_OUTCOME = (
         lease_owner=None,
     )
 )
+# PostgreSQL's outcome UPDATE: one statement for the whole batch, its rows as arrays. As one
+# UPDATE a row (an executemany), each row is a statement of its own the server parses, plans
+# and runs, and the driver sends and reads back. The WHERE is the per-row statement's: the
+# id, the fencing token and `pending`, so a stale outcome matches nothing and is counted.
+# Two things keep the plan an index probe by primary key whatever the statistics:
+# `d.id = ANY(ids)`, without which the join, planned generically (unnest assumed to give ten
+# rows), hashes every delivery; and `pending` coming from the arrays side as `u.was`: as a
+# constant it lets the planner add a scan of the whole partial due index to the probe.
+_PG_RECORD_OUTCOMES = text(
+    "UPDATE deliveries AS d SET status = u.status, attempts = u.attempts,"
+    " first_attempt_at = u.first_at, next_attempt_at = u.next_at, finished_at = u.finished_at,"
+    " failed_hooks = u.failed, last_error = u.error, lease_owner = NULL"
+    " FROM unnest(CAST(:a_id AS BIGINT[]), CAST(:a_token AS INTEGER[]),"
+    " CAST(:a_status AS TEXT[]), CAST(:a_attempts AS INTEGER[]),"
+    " CAST(:a_first AS DOUBLE PRECISION[]), CAST(:a_next AS DOUBLE PRECISION[]),"
+    " CAST(:a_finished AS DOUBLE PRECISION[]), CAST(:a_failed AS TEXT[]),"
+    " CAST(:a_error AS TEXT[]),"
+    " array_fill(CAST('pending' AS TEXT), ARRAY[cardinality(CAST(:a_id AS BIGINT[]))]))"
+    " AS u(id, token, status, attempts, first_at, next_at, finished_at, failed, error, was)"
+    " WHERE d.id = ANY(CAST(:a_id AS BIGINT[])) AND d.id = u.id AND d.lease_token = u.token"
+    " AND d.status = u.was"
+)
 _ATTEMPT_FIELDS = (
     "delivery_id",
     "hook_url",
@@ -482,6 +504,8 @@ class Store:
                 )
             if not outcomes:
                 return 0
+            if not self.sqlite:
+                return len(outcomes) - self._record_pg(conn, outcomes)
             applied = self._run_count(
                 conn,
                 "outcome",
@@ -502,6 +526,24 @@ class Store:
                 ],
             )
         return len(outcomes) - applied
+
+    @staticmethod
+    def _record_pg(conn: Connection, outcomes: Sequence[Outcome]) -> int:
+        """Apply the outcomes in one UPDATE; return how many rows it changed."""
+        params = {
+            "a_id": [o.delivery_id for o in outcomes],
+            "a_token": [o.lease_token for o in outcomes],
+            "a_status": [str(o.status) for o in outcomes],
+            "a_attempts": [o.attempts for o in outcomes],
+            "a_first": [o.first_attempt_at for o in outcomes],
+            "a_next": [o.next_attempt_at for o in outcomes],
+            "a_finished": [o.finished_at for o in outcomes],
+            "a_failed": [
+                json.dumps(sorted(o.failed_hooks)) if o.failed_hooks else None for o in outcomes
+            ],
+            "a_error": [o.last_error for o in outcomes],
+        }
+        return int(conn.execute(_PG_RECORD_OUTCOMES, params).rowcount)
 
     def _run(
         self, conn: Connection, key: str, statement: Any, params: list[dict[str, Any]]

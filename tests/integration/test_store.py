@@ -110,6 +110,73 @@ def test_fencing_token_rejects_a_stale_outcome(store, db_url):
     assert sql(db_url, "SELECT status, lease_owner FROM deliveries") == [("delivered", None)]
 
 
+def test_a_batch_of_outcomes_writes_each_row_and_skips_only_the_stale(store, db_url):
+    now = time.time()
+    store.insert_messages([message(f"m{i}") for i in range(6)], now)
+    claimed = store.claim("d", 6, owner="A", now=now, lease_until=now + 1)
+    # Two leases lapse and another process takes them over: A's outcomes for them are stale.
+    taken = store.claim("d", 2, owner="B", now=now + 2, lease_until=now + 62)
+    stale_ids = {c.delivery_id for c in taken}
+    fields = {
+        DeliveryStatus.DELIVERED: (1, None, now + 1, frozenset(), None),
+        DeliveryStatus.PENDING: (2, now + 30, None, frozenset({"http://a"}), "HTTP 503: 'x' \\ é"),
+        DeliveryStatus.FAILED: (3, None, now + 3, frozenset({"http://a", "http://b"}), "gone"),
+    }
+    statuses = [DeliveryStatus.DELIVERED, DeliveryStatus.PENDING, DeliveryStatus.FAILED]
+    outcomes = []
+    for i, claim in enumerate(claimed):
+        status = statuses[i % 3]
+        attempts, next_at, finished, failed, error = fields[status]
+        outcomes.append(
+            Outcome(
+                delivery_id=claim.delivery_id,
+                lease_token=claim.lease_token,
+                status=status,
+                attempts=attempts,
+                first_attempt_at=now + i,
+                next_attempt_at=next_at,
+                finished_at=finished,
+                failed_hooks=failed,
+                last_error=error,
+            )
+        )
+    assert store.record(outcomes, []) == 2
+    rows = sql(
+        db_url,
+        "SELECT id, status, attempts, first_attempt_at, next_attempt_at, finished_at,"
+        " failed_hooks, last_error, lease_owner, lease_token FROM deliveries ORDER BY id",
+    )
+    expected = []
+    for o, claim in zip(outcomes, claimed, strict=True):
+        if o.delivery_id in stale_ids:
+            [b] = [c for c in taken if c.delivery_id == o.delivery_id]
+            expected.append(
+                (o.delivery_id, "pending", 0, None, now + 62, None, None, None, "B", b.lease_token)
+            )
+            continue
+        failed = json.dumps(sorted(o.failed_hooks)) if o.failed_hooks else None
+        expected.append(
+            (
+                o.delivery_id,
+                str(o.status),
+                o.attempts,
+                o.first_attempt_at,
+                o.next_attempt_at,
+                o.finished_at,
+                failed,
+                o.last_error,
+                None,
+                claim.lease_token,
+            )
+        )
+    assert [tuple(r) for r in rows] == expected
+    # Again: a finished row is no longer pending, so only the retries (still pending under
+    # the same token) match, as they would row by row.
+    again = [o for o in outcomes if o.delivery_id not in stale_ids]
+    retries = sum(o.status is DeliveryStatus.PENDING for o in again)
+    assert store.record(again, []) == len(again) - retries
+
+
 def test_concurrent_claimers_never_share_a_delivery(store, db_url):
     now = time.time()
     store.insert_messages([message(f"m{i}") for i in range(400)], now)
