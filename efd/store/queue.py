@@ -124,6 +124,15 @@ _PG_TYPES = {
     "created_at": "DOUBLE PRECISION",
     "next_attempt_at": "DOUBLE PRECISION",
     "lease_token": "INTEGER",
+    "delivery_id": "BIGINT",
+    "hook_url": "TEXT",
+    "attempted_at": "DOUBLE PRECISION",
+    "duration_ms": "DOUBLE PRECISION",
+    "outcome": "TEXT",
+    "status_code": "INTEGER",
+    "error_class": "TEXT",
+    "error": "TEXT",
+    "response_head": "TEXT",
 }
 
 
@@ -240,6 +249,9 @@ _ATTEMPT_FIELDS = (
 )
 _INSERT_ATTEMPT = insert(attempts).values({name: bindparam(name) for name in _ATTEMPT_FIELDS})
 _attempt_fields = attrgetter(*_ATTEMPT_FIELDS)
+# PostgreSQL: a round's attempt rows as arrays, like ingestion's rows: one fixed text, where
+# an executemany sends a multi-row VALUES the driver parses again for every batch size.
+_PG_INSERT_ATTEMPTS = _pg_unnest_insert("attempts", _ATTEMPT_FIELDS, returning=False)
 
 
 def _attempt_params(row: AttemptRow) -> dict[str, Any]:
@@ -498,7 +510,10 @@ class Store:
         requests did happen.
         """
         with self._bookkeeping() as conn:
-            if attempt_rows:
+            if attempt_rows and not self.sqlite:
+                rows = [_attempt_fields(a) for a in attempt_rows]
+                conn.execute(_PG_INSERT_ATTEMPTS, _pg_arrays(_ATTEMPT_FIELDS, rows))
+            elif attempt_rows:
                 self._run(
                     conn, "attempts", _INSERT_ATTEMPT, [_attempt_params(a) for a in attempt_rows]
                 )

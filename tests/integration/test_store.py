@@ -177,6 +177,30 @@ def test_a_batch_of_outcomes_writes_each_row_and_skips_only_the_stale(store, db_
     assert store.record(again, []) == len(again) - retries
 
 
+def test_a_batch_of_attempts_keeps_every_column(store, db_url):
+    now = time.time()
+    store.insert_messages([message(f"m{i}") for i in range(3)], now)
+    claimed = store.claim("d", 3, owner="A", now=now, lease_until=now + 60)
+    rows = [
+        AttemptRow(claimed[0].delivery_id, "http://a/h", now, 1.5, "success", 200, None, None, ""),
+        AttemptRow(
+            claimed[1].delivery_id, "http://b/h?k=***", now + 1, 2.5, "retry", 503, None, None,
+            'busy: "try later", \\ é {}',
+        ),
+        AttemptRow(
+            claimed[2].delivery_id, "http://c/h", now + 2, 5000.0, "retry", None, "timeout",
+            "no answer in 5 s", None,
+        ),
+    ]  # fmt: skip
+    store.record([], rows)
+    stored = sql(
+        db_url,
+        "SELECT delivery_id, hook_url, attempted_at, duration_ms, outcome, status_code,"
+        " error_class, error, response_head FROM attempts ORDER BY id",
+    )
+    assert [tuple(r) for r in stored] == [dataclasses.astuple(r) for r in rows]
+
+
 def test_concurrent_claimers_never_share_a_delivery(store, db_url):
     now = time.time()
     store.insert_messages([message(f"m{i}") for i in range(400)], now)
