@@ -124,6 +124,15 @@ _PG_TYPES = {
     "created_at": "DOUBLE PRECISION",
     "next_attempt_at": "DOUBLE PRECISION",
     "lease_token": "INTEGER",
+    "delivery_id": "BIGINT",
+    "hook_url": "TEXT",
+    "attempted_at": "DOUBLE PRECISION",
+    "duration_ms": "DOUBLE PRECISION",
+    "outcome": "TEXT",
+    "status_code": "INTEGER",
+    "error_class": "TEXT",
+    "error": "TEXT",
+    "response_head": "TEXT",
 }
 
 
@@ -155,6 +164,8 @@ def _pg_arrays(columns: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> dict[
 _PG_INSERT_MESSAGES = _pg_unnest_insert("messages", _MESSAGE_COLUMNS, returning=True)
 _PG_INSERT_DELIVERIES = _pg_unnest_insert("deliveries", _DELIVERY_FIELDS, returning=False)
 
+
+_RELAXED_COMMIT = text("SET LOCAL synchronous_commit = off")  # see Store._bookkeeping
 
 # Delivery statements, built once with named parameters (see Store._run).
 _CLAIM = (
@@ -211,6 +222,28 @@ _RECORD_OUTCOME = (
         lease_owner=None,
     )
 )
+# PostgreSQL's outcome UPDATE: one statement for the whole batch, its rows as arrays. As one
+# UPDATE a row (an executemany), each row is a statement of its own the server parses, plans
+# and runs, and the driver sends and reads back. The WHERE is the per-row statement's: the
+# id, the fencing token and `pending`, so a stale outcome matches nothing and is counted.
+# Two things keep the plan an index probe by primary key whatever the statistics:
+# `d.id = ANY(ids)`, without which the join, planned generically (unnest assumed to give ten
+# rows), hashes every delivery; and `pending` coming from the arrays side as `u.was`: as a
+# constant it lets the planner add a scan of the whole partial due index to the probe.
+_PG_RECORD_OUTCOMES = text(
+    "UPDATE deliveries AS d SET status = u.status, attempts = u.attempts,"
+    " first_attempt_at = u.first_at, next_attempt_at = u.next_at, finished_at = u.finished_at,"
+    " failed_hooks = u.failed, last_error = u.error, lease_owner = NULL"
+    " FROM unnest(CAST(:a_id AS BIGINT[]), CAST(:a_token AS INTEGER[]),"
+    " CAST(:a_status AS TEXT[]), CAST(:a_attempts AS INTEGER[]),"
+    " CAST(:a_first AS DOUBLE PRECISION[]), CAST(:a_next AS DOUBLE PRECISION[]),"
+    " CAST(:a_finished AS DOUBLE PRECISION[]), CAST(:a_failed AS TEXT[]),"
+    " CAST(:a_error AS TEXT[]),"
+    " array_fill(CAST('pending' AS TEXT), ARRAY[cardinality(CAST(:a_id AS BIGINT[]))]))"
+    " AS u(id, token, status, attempts, first_at, next_at, finished_at, failed, error, was)"
+    " WHERE d.id = ANY(CAST(:a_id AS BIGINT[])) AND d.id = u.id AND d.lease_token = u.token"
+    " AND d.status = u.was"
+)
 _ATTEMPT_FIELDS = (
     "delivery_id",
     "hook_url",
@@ -224,6 +257,9 @@ _ATTEMPT_FIELDS = (
 )
 _INSERT_ATTEMPT = insert(attempts).values({name: bindparam(name) for name in _ATTEMPT_FIELDS})
 _attempt_fields = attrgetter(*_ATTEMPT_FIELDS)
+# PostgreSQL: a round's attempt rows as arrays, like ingestion's rows: one fixed text, where
+# an executemany sends a multi-row VALUES the driver parses again for every batch size.
+_PG_INSERT_ATTEMPTS = _pg_unnest_insert("attempts", _ATTEMPT_FIELDS, returning=False)
 
 
 def _attempt_params(row: AttemptRow) -> dict[str, Any]:
@@ -253,8 +289,16 @@ class Store:
         the delivery is then simply due again. So on SQLite they commit without waiting for
         the disk (synchronous=NORMAL in WAL mode), and the next FULL commit flushes them too.
         A process crash loses nothing either way: committed pages are in the OS cache.
+        On PostgreSQL likewise, with synchronous_commit off for the transaction: a crash of
+        the server or the machine may lose its last fraction of a second of them, never an
+        acknowledged message, whose transaction keeps waiting for the WAL flush.
         """
-        if not self.sqlite or self._synchronous != "FULL":
+        if not self.sqlite:
+            with self.writer.begin() as conn:
+                conn.execute(_RELAXED_COMMIT)
+                yield conn
+            return
+        if self._synchronous != "FULL":
             with self.writer.begin() as conn:
                 yield conn
             return
@@ -491,12 +535,17 @@ class Store:
         requests did happen.
         """
         with self._bookkeeping() as conn:
-            if attempt_rows:
+            if attempt_rows and not self.sqlite:
+                rows = [_attempt_fields(a) for a in attempt_rows]
+                conn.execute(_PG_INSERT_ATTEMPTS, _pg_arrays(_ATTEMPT_FIELDS, rows))
+            elif attempt_rows:
                 self._run(
                     conn, "attempts", _INSERT_ATTEMPT, [_attempt_params(a) for a in attempt_rows]
                 )
             if not outcomes:
                 return 0
+            if not self.sqlite:
+                return len(outcomes) - self._record_pg(conn, outcomes)
             applied = self._run_count(
                 conn,
                 "outcome",
@@ -517,6 +566,24 @@ class Store:
                 ],
             )
         return len(outcomes) - applied
+
+    @staticmethod
+    def _record_pg(conn: Connection, outcomes: Sequence[Outcome]) -> int:
+        """Apply the outcomes in one UPDATE; return how many rows it changed."""
+        params = {
+            "a_id": [o.delivery_id for o in outcomes],
+            "a_token": [o.lease_token for o in outcomes],
+            "a_status": [str(o.status) for o in outcomes],
+            "a_attempts": [o.attempts for o in outcomes],
+            "a_first": [o.first_attempt_at for o in outcomes],
+            "a_next": [o.next_attempt_at for o in outcomes],
+            "a_finished": [o.finished_at for o in outcomes],
+            "a_failed": [
+                json.dumps(sorted(o.failed_hooks)) if o.failed_hooks else None for o in outcomes
+            ],
+            "a_error": [o.last_error for o in outcomes],
+        }
+        return int(conn.execute(_PG_RECORD_OUTCOMES, params).rowcount)
 
     def _run(
         self, conn: Connection, key: str, statement: Any, params: list[dict[str, Any]]

@@ -126,6 +126,97 @@ def test_fencing_token_rejects_a_stale_outcome(store, db_url):
     assert sql(db_url, "SELECT status, lease_owner FROM deliveries") == [("delivered", None)]
 
 
+def test_a_batch_of_outcomes_writes_each_row_and_skips_only_the_stale(store, db_url):
+    now = time.time()
+    store.insert_messages([message(f"m{i}") for i in range(6)], now)
+    claimed = store.claim("d", 6, owner="A", now=now, lease_until=now + 1)
+    # Two leases lapse and another process takes them over: A's outcomes for them are stale.
+    taken = store.claim("d", 2, owner="B", now=now + 2, lease_until=now + 62)
+    stale_ids = {c.delivery_id for c in taken}
+    fields = {
+        DeliveryStatus.DELIVERED: (1, None, now + 1, frozenset(), None),
+        DeliveryStatus.PENDING: (2, now + 30, None, frozenset({"http://a"}), "HTTP 503: 'x' \\ é"),
+        DeliveryStatus.FAILED: (3, None, now + 3, frozenset({"http://a", "http://b"}), "gone"),
+    }
+    statuses = [DeliveryStatus.DELIVERED, DeliveryStatus.PENDING, DeliveryStatus.FAILED]
+    outcomes = []
+    for i, claim in enumerate(claimed):
+        status = statuses[i % 3]
+        attempts, next_at, finished, failed, error = fields[status]
+        outcomes.append(
+            Outcome(
+                delivery_id=claim.delivery_id,
+                lease_token=claim.lease_token,
+                status=status,
+                attempts=attempts,
+                first_attempt_at=now + i,
+                next_attempt_at=next_at,
+                finished_at=finished,
+                failed_hooks=failed,
+                last_error=error,
+            )
+        )
+    assert store.record(outcomes, []) == 2
+    rows = sql(
+        db_url,
+        "SELECT id, status, attempts, first_attempt_at, next_attempt_at, finished_at,"
+        " failed_hooks, last_error, lease_owner, lease_token FROM deliveries ORDER BY id",
+    )
+    expected = []
+    for o, claim in zip(outcomes, claimed, strict=True):
+        if o.delivery_id in stale_ids:
+            [b] = [c for c in taken if c.delivery_id == o.delivery_id]
+            expected.append(
+                (o.delivery_id, "pending", 0, None, now + 62, None, None, None, "B", b.lease_token)
+            )
+            continue
+        failed = json.dumps(sorted(o.failed_hooks)) if o.failed_hooks else None
+        expected.append(
+            (
+                o.delivery_id,
+                str(o.status),
+                o.attempts,
+                o.first_attempt_at,
+                o.next_attempt_at,
+                o.finished_at,
+                failed,
+                o.last_error,
+                None,
+                claim.lease_token,
+            )
+        )
+    assert [tuple(r) for r in rows] == expected
+    # Again: a finished row is no longer pending, so only the retries (still pending under
+    # the same token) match, as they would row by row.
+    again = [o for o in outcomes if o.delivery_id not in stale_ids]
+    retries = sum(o.status is DeliveryStatus.PENDING for o in again)
+    assert store.record(again, []) == len(again) - retries
+
+
+def test_a_batch_of_attempts_keeps_every_column(store, db_url):
+    now = time.time()
+    store.insert_messages([message(f"m{i}") for i in range(3)], now)
+    claimed = store.claim("d", 3, owner="A", now=now, lease_until=now + 60)
+    rows = [
+        AttemptRow(claimed[0].delivery_id, "http://a/h", now, 1.5, "success", 200, None, None, ""),
+        AttemptRow(
+            claimed[1].delivery_id, "http://b/h?k=***", now + 1, 2.5, "retry", 503, None, None,
+            'busy: "try later", \\ é {}',
+        ),
+        AttemptRow(
+            claimed[2].delivery_id, "http://c/h", now + 2, 5000.0, "retry", None, "timeout",
+            "no answer in 5 s", None,
+        ),
+    ]  # fmt: skip
+    store.record([], rows)
+    stored = sql(
+        db_url,
+        "SELECT delivery_id, hook_url, attempted_at, duration_ms, outcome, status_code,"
+        " error_class, error, response_head FROM attempts ORDER BY id",
+    )
+    assert [tuple(r) for r in stored] == [dataclasses.astuple(r) for r in rows]
+
+
 def test_concurrent_claimers_never_share_a_delivery(store, db_url):
     now = time.time()
     store.insert_messages([message(f"m{i}") for i in range(400)], now)
@@ -222,7 +313,12 @@ def test_stored_work_notifies_listeners_in_other_processes(store, db_url):
 
 def test_only_acknowledgements_wait_for_the_disk(store):
     if not store.sqlite:
-        pytest.skip("synchronous is SQLite's setting")
+        with store._bookkeeping() as conn:
+            relaxed = conn.exec_driver_sql("SHOW synchronous_commit").scalar()
+        with store.writer.begin() as conn:
+            durable = conn.exec_driver_sql("SHOW synchronous_commit").scalar()
+        assert (relaxed, durable) == ("off", "on")
+        return
     with store._bookkeeping() as conn:
         relaxed = conn.exec_driver_sql("PRAGMA synchronous").scalar()
     with store.writer.begin() as conn:
