@@ -158,6 +158,20 @@ class Daemon:
                         counts[level] += 1
         return dict(counts)
 
+    def circuit_open(self) -> bool:
+        """Whether any hook's circuit is open, from the daemon's /metrics."""
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.port}/metrics", timeout=5
+            ) as response:
+                text = response.read().decode()
+        except OSError:
+            return False
+        return any(
+            line.startswith("efd_circuit_open{") and float(line.rsplit(" ", 1)[1]) > 0
+            for line in text.splitlines()
+        )
+
     def pending(self) -> int:
         query = "SELECT count(*) FROM deliveries WHERE status = 'pending'"
         if self.storage_url is not None:
