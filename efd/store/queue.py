@@ -165,8 +165,6 @@ _PG_INSERT_MESSAGES = _pg_unnest_insert("messages", _MESSAGE_COLUMNS, returning=
 _PG_INSERT_DELIVERIES = _pg_unnest_insert("deliveries", _DELIVERY_FIELDS, returning=False)
 
 
-_RELAXED_COMMIT = text("SET LOCAL synchronous_commit = off")  # see Store._bookkeeping
-
 # Delivery statements, built once with named parameters (see Store._run).
 _CLAIM = (
     update(deliveries)
@@ -289,16 +287,8 @@ class Store:
         the delivery is then simply due again. So on SQLite they commit without waiting for
         the disk (synchronous=NORMAL in WAL mode), and the next FULL commit flushes them too.
         A process crash loses nothing either way: committed pages are in the OS cache.
-        On PostgreSQL likewise, with synchronous_commit off for the transaction: a crash of
-        the server or the machine may lose its last fraction of a second of them, never an
-        acknowledged message, whose transaction keeps waiting for the WAL flush.
         """
-        if not self.sqlite:
-            with self.writer.begin() as conn:
-                conn.execute(_RELAXED_COMMIT)
-                yield conn
-            return
-        if self._synchronous != "FULL":
+        if not self.sqlite or self._synchronous != "FULL":
             with self.writer.begin() as conn:
                 yield conn
             return
