@@ -33,7 +33,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from efd.rows import AttemptRow, Claimed, DeliveryStatus, InsertStatus, NewMessage, Outcome
-from efd.store import dedupe, fastpath
+from efd.store import dedupe, fastpath, pgpath
 from efd.store.dedupe import message_key
 from efd.store.engine import is_sqlite, make_engine, normalise_url
 from efd.store.schema import attempts, deliveries, jobs, messages
@@ -88,81 +88,8 @@ _DELIVERY_FIELDS = (
 )
 
 
-# PostgreSQL's deduplication lookup: one index probe per key. As `message_key IN (...) AND
-# received_at > ...` the planner seq-scans `messages` whenever its statistics are missing or
-# stale (a fresh database, a restore, autovacuum off). Through LATERAL it plans one index
-# probe per key even without statistics; OFFSET 0 keeps the subquery from being flattened
-# into a join the planner could turn back into a scan.
-_RECENT_BY_KEY = text(
-    "SELECT m.source, m.message_id"
-    " FROM unnest(CAST(:r_keys AS BIGINT[])) AS k(key)"
-    " CROSS JOIN LATERAL (SELECT source, message_id FROM messages"
-    " WHERE message_key = k.key AND received_at > :r_since OFFSET 0) AS m"
-)
-
-
-# PostgreSQL's inserts of ingestion: one array per column, so the statement's text is the
-# same for any number of rows. A multi-row VALUES list is a new, long text per batch size,
-# which the driver parses again on every execution (it caches only short queries) and the
-# server never gets to prepare. ORDER BY the ordinality makes the sequence hand out ids in
-# the rows' order, so the returned ids, sorted, line up with the rows.
-_PG_TYPES = {
-    "source": "TEXT",
-    "message_id": "TEXT",
-    "type": "TEXT",
-    "user_id": "TEXT",
-    "anonymous_id": "TEXT",
-    "event": "TEXT",
-    "timestamp": "DOUBLE PRECISION",
-    "received_at": "DOUBLE PRECISION",
-    "body": "TEXT",
-    "message_key": "BIGINT",
-    "message_pk": "BIGINT",
-    "destination": "TEXT",
-    "status": "TEXT",
-    "attempts": "INTEGER",
-    "created_at": "DOUBLE PRECISION",
-    "next_attempt_at": "DOUBLE PRECISION",
-    "lease_token": "INTEGER",
-    "delivery_id": "BIGINT",
-    "hook_url": "TEXT",
-    "attempted_at": "DOUBLE PRECISION",
-    "duration_ms": "DOUBLE PRECISION",
-    "outcome": "TEXT",
-    "status_code": "INTEGER",
-    "error_class": "TEXT",
-    "error": "TEXT",
-    "response_head": "TEXT",
-}
-
-
-def _pg_unnest_insert(table: str, columns: Sequence[str], *, returning: bool) -> Any:
-    # `body` goes as one JSON array: the driver escapes the quotes of every body in a text
-    # array element by element in Python, the json module does it in C.
-    arrays = [c for c in columns if c != "body"]
-    unnest = ", ".join(f"CAST(:a_{c} AS {_PG_TYPES[c]}[])" for c in arrays)
-    source = f"unnest({unnest}) WITH ORDINALITY AS r({', '.join(arrays)}, n)"
-    if "body" in columns:
-        source += (
-            " JOIN json_array_elements_text(CAST(:a_body AS JSON)) WITH ORDINALITY"
-            " AS b(body, n) USING (n)"
-        )
-    names = ", ".join(columns)
-    return text(
-        f"INSERT INTO {table} ({names}) SELECT {names} FROM {source} ORDER BY n"
-        + (" RETURNING id" if returning else "")
-    )
-
-
-def _pg_arrays(columns: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> dict[str, Any]:
-    params: dict[str, Any] = {f"a_{c}": [row[i] for row in rows] for i, c in enumerate(columns)}
-    if "a_body" in params:
-        params["a_body"] = json.dumps(params["a_body"], ensure_ascii=False)
-    return params
-
-
-_PG_INSERT_MESSAGES = _pg_unnest_insert("messages", _MESSAGE_COLUMNS, returning=True)
-_PG_INSERT_DELIVERIES = _pg_unnest_insert("deliveries", _DELIVERY_FIELDS, returning=False)
+_PG_INSERT_MESSAGES = pgpath.unnest_insert("messages", _MESSAGE_COLUMNS, returning=True)
+_PG_INSERT_DELIVERIES = pgpath.unnest_insert("deliveries", _DELIVERY_FIELDS, returning=False)
 
 
 # Delivery statements, built once with named parameters (see Store._run).
@@ -220,28 +147,6 @@ _RECORD_OUTCOME = (
         lease_owner=None,
     )
 )
-# PostgreSQL's outcome UPDATE: one statement for the whole batch, its rows as arrays. As one
-# UPDATE a row (an executemany), each row is a statement of its own the server parses, plans
-# and runs, and the driver sends and reads back. The WHERE is the per-row statement's: the
-# id, the fencing token and `pending`, so a stale outcome matches nothing and is counted.
-# Two things keep the plan an index probe by primary key whatever the statistics:
-# `d.id = ANY(ids)`, without which the join, planned generically (unnest assumed to give ten
-# rows), hashes every delivery; and `pending` coming from the arrays side as `u.was`: as a
-# constant it lets the planner add a scan of the whole partial due index to the probe.
-_PG_RECORD_OUTCOMES = text(
-    "UPDATE deliveries AS d SET status = u.status, attempts = u.attempts,"
-    " first_attempt_at = u.first_at, next_attempt_at = u.next_at, finished_at = u.finished_at,"
-    " failed_hooks = u.failed, last_error = u.error, lease_owner = NULL"
-    " FROM unnest(CAST(:a_id AS BIGINT[]), CAST(:a_token AS INTEGER[]),"
-    " CAST(:a_status AS TEXT[]), CAST(:a_attempts AS INTEGER[]),"
-    " CAST(:a_first AS DOUBLE PRECISION[]), CAST(:a_next AS DOUBLE PRECISION[]),"
-    " CAST(:a_finished AS DOUBLE PRECISION[]), CAST(:a_failed AS TEXT[]),"
-    " CAST(:a_error AS TEXT[]),"
-    " array_fill(CAST('pending' AS TEXT), ARRAY[cardinality(CAST(:a_id AS BIGINT[]))]))"
-    " AS u(id, token, status, attempts, first_at, next_at, finished_at, failed, error, was)"
-    " WHERE d.id = ANY(CAST(:a_id AS BIGINT[])) AND d.id = u.id AND d.lease_token = u.token"
-    " AND d.status = u.was"
-)
 _ATTEMPT_FIELDS = (
     "delivery_id",
     "hook_url",
@@ -257,7 +162,7 @@ _INSERT_ATTEMPT = insert(attempts).values({name: bindparam(name) for name in _AT
 _attempt_fields = attrgetter(*_ATTEMPT_FIELDS)
 # PostgreSQL: a round's attempt rows as arrays, like ingestion's rows: one fixed text, where
 # an executemany sends a multi-row VALUES the driver parses again for every batch size.
-_PG_INSERT_ATTEMPTS = _pg_unnest_insert("attempts", _ATTEMPT_FIELDS, returning=False)
+_PG_INSERT_ATTEMPTS = pgpath.unnest_insert("attempts", _ATTEMPT_FIELDS, returning=False)
 
 
 def _attempt_params(row: AttemptRow) -> dict[str, Any]:
@@ -388,7 +293,7 @@ class Store:
         else:
             ids = sorted(
                 conn.execute(
-                    _PG_INSERT_MESSAGES, _pg_arrays(_MESSAGE_COLUMNS, message_tuples)
+                    _PG_INSERT_MESSAGES, pgpath.arrays(_MESSAGE_COLUMNS, message_tuples)
                 ).scalars()
             )
         delivery_tuples = [
@@ -416,7 +321,7 @@ class Store:
                 if delivery_tuples:
                     fastpath.insert_many(cursor, deliveries, _DELIVERY_FIELDS, delivery_tuples)
         elif delivery_tuples:
-            conn.execute(_PG_INSERT_DELIVERIES, _pg_arrays(_DELIVERY_FIELDS, delivery_tuples))
+            conn.execute(_PG_INSERT_DELIVERIES, pgpath.arrays(_DELIVERY_FIELDS, delivery_tuples))
         if delivery_tuples and not self.sqlite:
             # Delivered at commit, to every process's LISTEN: none waits for a poll.
             conn.execute(text("SELECT pg_notify(:channel, '')"), {"channel": NOTIFY_CHANNEL})
@@ -430,7 +335,9 @@ class Store:
         finds a pair that matches nothing."""
         since = now - DEDUPE_WINDOW_SECONDS
         if not self.sqlite:
-            rows = conn.execute(_RECENT_BY_KEY, {"r_keys": sorted(set(keys)), "r_since": since})
+            rows = conn.execute(
+                pgpath.RECENT_BY_KEY, {"r_keys": sorted(set(keys)), "r_since": since}
+            )
             return {(source, message_id) for source, message_id in rows}
         seen: set[tuple[str, str]] = set()
         dedupe.ensure(conn, now, DEDUPE_WINDOW_SECONDS)
@@ -527,7 +434,7 @@ class Store:
         with self._bookkeeping() as conn:
             if attempt_rows and not self.sqlite:
                 rows = [_attempt_fields(a) for a in attempt_rows]
-                conn.execute(_PG_INSERT_ATTEMPTS, _pg_arrays(_ATTEMPT_FIELDS, rows))
+                conn.execute(_PG_INSERT_ATTEMPTS, pgpath.arrays(_ATTEMPT_FIELDS, rows))
             elif attempt_rows:
                 self._run(
                     conn, "attempts", _INSERT_ATTEMPT, [_attempt_params(a) for a in attempt_rows]
@@ -535,7 +442,7 @@ class Store:
             if not outcomes:
                 return 0
             if not self.sqlite:
-                return len(outcomes) - self._record_pg(conn, outcomes)
+                return len(outcomes) - pgpath.record_outcomes(conn, outcomes)
             applied = self._run_count(
                 conn,
                 "outcome",
@@ -556,24 +463,6 @@ class Store:
                 ],
             )
         return len(outcomes) - applied
-
-    @staticmethod
-    def _record_pg(conn: Connection, outcomes: Sequence[Outcome]) -> int:
-        """Apply the outcomes in one UPDATE; return how many rows it changed."""
-        params = {
-            "a_id": [o.delivery_id for o in outcomes],
-            "a_token": [o.lease_token for o in outcomes],
-            "a_status": [str(o.status) for o in outcomes],
-            "a_attempts": [o.attempts for o in outcomes],
-            "a_first": [o.first_attempt_at for o in outcomes],
-            "a_next": [o.next_attempt_at for o in outcomes],
-            "a_finished": [o.finished_at for o in outcomes],
-            "a_failed": [
-                json.dumps(sorted(o.failed_hooks)) if o.failed_hooks else None for o in outcomes
-            ],
-            "a_error": [o.last_error for o in outcomes],
-        }
-        return int(conn.execute(_PG_RECORD_OUTCOMES, params).rowcount)
 
     def _run(
         self, conn: Connection, key: str, statement: Any, params: list[dict[str, Any]]
