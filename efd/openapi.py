@@ -87,26 +87,30 @@ _SINGLE = {
     "alias": "a",
 }
 
+# A field only some types use is checked only for them: any other type ignores it, whatever
+# its value, so the schema leaves it unconstrained and says which types check it.
 _MESSAGE = {
     "type": "object",
     "description": "A Segment message. identify, page, screen, track and group need userId or "
     "anonymousId; track needs event; group needs groupId; alias needs userId and previousId.",
     "properties": {
-        "type": {"type": "string"},
-        "messageId": {"type": "string", "maxLength": 100},
+        "type": {"description": "in a batch: the message's type; a single route sets its own"},
+        "messageId": {"type": ["string", "null"], "maxLength": 100},
         "userId": {"type": ["string", "number", "null"]},
         "anonymousId": {"type": ["string", "number", "null"]},
-        "event": {"type": "string"},
-        "name": {"type": "string"},
-        "groupId": {"type": ["string", "number"]},
-        "previousId": {"type": ["string", "number"]},
-        "timestamp": {"type": "string"},
-        "sentAt": {"type": "string"},
-        "properties": {"type": "object"},
-        "traits": {"type": "object"},
-        "context": {"type": "object"},
-        "integrations": {"type": "object"},
-        "writeKey": {"type": "string"},
+        "event": {"description": "track: a string; ignored by the other types"},
+        "name": {"description": "page and screen: a string; ignored by the other types"},
+        "groupId": {"description": "group: a string or number; ignored by the other types"},
+        "previousId": {"description": "alias: a string or number; ignored by the other types"},
+        "timestamp": {"type": ["string", "null"]},
+        "sentAt": {"type": ["string", "null"]},
+        "properties": {
+            "description": "track, page and screen: an object; ignored by the other types"
+        },
+        "traits": {"description": "identify and group: an object; ignored by the other types"},
+        "context": {"type": ["object", "null"]},
+        "integrations": {"type": ["object", "null"]},
+        "writeKey": {"description": "read only without an Authorization header: a string"},
     },
 }
 
