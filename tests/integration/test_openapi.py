@@ -57,7 +57,9 @@ def test_the_daemon_serves_the_description_without_a_token(served: str) -> None:
 
 
 @schema.parametrize()
-@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+# Derandomized: the same examples on every run, so a pass here is a pass in CI; the ingestion
+# routes get random inputs in tests/integration/test_fuzz.py.
+@settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 def test_every_operation_answers_as_described(case: schemathesis.Case, served: str) -> None:
     credentials = basic() if case.path.startswith("/v1/") else {"Authorization": f"Bearer {TOKEN}"}
     # A schema-valid message can still break a rule the schema states only in words (track
