@@ -265,25 +265,29 @@ def _inspect(args: argparse.Namespace, settings: config.Settings, operations: An
     return 0
 
 
+def _given(args: argparse.Namespace, *names: str) -> dict[str, Any]:
+    """The named options the command line set, keyed as the admin API's filters are."""
+    return {name: value for name in names if (value := getattr(args, name)) is not None}
+
+
 def _deliveries(args: argparse.Namespace, settings: config.Settings, operations: Any) -> int:
     import time
 
     from efd.operators import list_query, page_json
 
-    given = {
-        "destination": args.destination,
-        "status": args.status,
-        "since": args.since,
-        "until": args.until,
-        "user_id": args.user_id,
-        "message_id": args.message_id,
-        "source": args.source,
-        "limit": args.limit,
-        "cursor": args.cursor,
-    }
-    query, limit, cursor = list_query(
-        {k: v for k, v in given.items() if v is not None}, time.time()
+    given = _given(
+        args,
+        "destination",
+        "status",
+        "since",
+        "until",
+        "user_id",
+        "message_id",
+        "source",
+        "limit",
+        "cursor",
     )
+    query, limit, cursor = list_query(given, time.time())
     found = operations.deliveries(query, limit=limit + 1, before=cursor)
     page = page_json(found, limit, settings.delivery.retry_window_seconds)
     if args.json:
@@ -314,15 +318,8 @@ def _redrive(args: argparse.Namespace, settings: config.Settings, operations: An
 
     from efd.operators import redrive_query
 
-    payload = {
-        "destination": args.destination,
-        "status": args.status,
-        "since": args.since,
-        "until": args.until,
-        "dry_run": args.dry_run,
-    }
     query, dry_run = redrive_query(
-        {k: v for k, v in payload.items() if v is not None},
+        _given(args, "destination", "status", "since", "until", "dry_run"),
         time.time(),
         {d.name for d in settings.destinations},
     )
