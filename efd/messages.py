@@ -117,6 +117,24 @@ def _no_surrogates(value: str, key: str) -> str:
     return value
 
 
+# C0, DEL and C1: an identifier holding one breaks log lines, the admin API's paths and any
+# HTTP header it is ever put in.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def _no_controls(value: str, key: str) -> str:
+    found = _CONTROL.search(value)
+    if found is not None:
+        raise Rejection(
+            "invalid_field",
+            f"{key} holds a control character (U+{ord(found.group()):04X} at position "
+            f"{found.start()}); C0 (U+0000-U+001F), DEL (U+007F) and C1 (U+0080-U+009F) "
+            "are refused",
+            field=key,
+        )
+    return value
+
+
 def _identity(raw: Mapping[str, Any], key: str) -> str | None:
     value = raw.get(key)
     if type(value) is str:  # the common case first: this runs twice per message
@@ -194,8 +212,11 @@ def normalise(
             f"messageId is longer than {MAX_MESSAGE_ID_CHARS} characters",
             field="messageId",
         )
-    elif not message_id.isascii():
-        _no_surrogates(message_id, "messageId")
+    else:
+        if not message_id.isascii():
+            _no_surrogates(message_id, "messageId")
+        if not message_id.isprintable():  # C speed; the exact rule only for the rare rest
+            _no_controls(message_id, "messageId")
 
     context = _object(raw, "context")
     if batch_context:

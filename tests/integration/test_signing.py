@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 
+import pytest
 from aiohttp import web
 from standardwebhooks.webhooks import Webhook
 
@@ -17,6 +18,7 @@ from tests.conftest import SECRET, eventually, post, settings_dict, sql
 OLD = "whsec_" + base64.b64encode(b"old-secret-of-24-bytes!!").decode()
 NEW = "whsec_" + base64.b64encode(b"the-new-secret-of-32-bytes-here!").decode()
 TOKEN = "signing-admin-token-0123"
+TRACK = {"userId": "u", "event": "E"}
 
 
 def signed_settings(db_url: str, url: str, signing: list[str], secrets: list[str]) -> dict:  # type: ignore[type-arg]
@@ -88,3 +90,24 @@ async def test_delete_notifications_are_signed_the_same_way(
     }
     assert got.headers["webhook-id"].startswith("delete:")
     assert webhooks.verify(SECRET, got.body, got.headers["X-Signature"])
+
+
+# -- every acknowledged message can be delivered -------------------------------------------------
+
+
+@pytest.mark.parametrize("message_id", ["m\r\nX-Injected: 1", "m\x1b[2J", "m\x7f", "é\x85"])
+async def test_a_message_id_with_a_control_character_is_refused_not_stored(
+    db_url, receiver_factory, daemon_factory, message_id
+):
+    receiver = await receiver_factory()
+    daemon = await daemon_factory(
+        signed_settings(db_url, receiver.url, ["x-signature", "standard-webhooks"], [NEW])
+    )
+    status, answer = await post(daemon.port, "/v1/track", {**TRACK, "messageId": message_id})
+    assert (status, answer["code"], answer["field"]) == (400, "invalid_field", "messageId")
+    batch = {
+        "batch": [{"type": "track", **TRACK}, {"type": "track", **TRACK, "messageId": message_id}]
+    }
+    status, answer = await post(daemon.port, "/v1/batch", batch)
+    assert (status, answer["field"], answer["index"]) == (400, "messageId", 1)
+    assert sql(db_url, "SELECT count(*) FROM messages") == [(0,)]

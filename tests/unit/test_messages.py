@@ -418,6 +418,44 @@ def test_message_id_must_be_a_string(message_id: Any) -> None:
     assert (rejection.code, rejection.field) == ("invalid_field", "messageId")
 
 
+@pytest.mark.parametrize(
+    "message_id",
+    [
+        "m\r\nX-Injected: 1",  # CR LF
+        "m\x00",  # NUL
+        "\tm",  # TAB is a C0 control too
+        "m\x1b[31m",  # ESC
+        "m\x7f",  # DEL
+        "é\x85",  # C1 (NEL)
+        "m\x9f",  # the last C1
+    ],
+)
+def test_message_id_with_a_control_character_is_refused(message_id: str) -> None:
+    rejection = rejected(MINIMAL["track"] | {"messageId": message_id})
+    assert (rejection.code, rejection.field) == ("invalid_field", "messageId")
+    assert "control character" in rejection.message
+
+
+def test_message_id_control_character_in_a_batch_names_the_index() -> None:
+    rejection = rejected_request(
+        batch_of(MINIMAL["track"], MINIMAL["track"] | {"messageId": "a\nb"})
+    )
+    assert (rejection.code, rejection.field, rejection.index) == ("invalid_field", "messageId", 1)
+
+
+@pytest.mark.parametrize(
+    "message_id",
+    [
+        "m\xa0nbsp",  # no-break space: printable text, not a control character
+        "line\u2028sep",  # a separator, not a control character
+        "\u00a0\u00ff\u0100",  # just past C1
+        "emoji-\U0001f600",
+    ],
+)
+def test_message_id_other_unicode_is_kept(message_id: str) -> None:
+    assert norm(MINIMAL["track"] | {"messageId": message_id}).message_id == message_id
+
+
 # -- timestamps ------------------------------------------------------------------------------
 
 T0 = datetime(2026, 2, 28, 10, 0, 0, tzinfo=UTC)
