@@ -68,6 +68,8 @@ class Message:
     context: dict[str, Any] | None
     integrations: dict[str, Any]
     fields: dict[str, Any]
+    # The client's own timestamp, when `timestamp` is its clock-skew correction.
+    original_timestamp: datetime | None = None
 
 
 # The forms real clients send, and no others: date, T (or a space), time to the second,
@@ -225,7 +227,7 @@ def normalise(
     if batch_integrations:
         integrations = {**batch_integrations, **integrations}
 
-    timestamp = _corrected_timestamp(raw, received_at, batch_sent_at)
+    timestamp, original_timestamp = _corrected_timestamp(raw, received_at, batch_sent_at)
     fields = _type_fields(msg_type, raw, user_id)
     return Message(
         type=msg_type,
@@ -236,25 +238,29 @@ def normalise(
         context=context,
         integrations=integrations,
         fields=fields,
+        original_timestamp=original_timestamp,
     )
 
 
 def _corrected_timestamp(
     raw: Mapping[str, Any], received_at: datetime, batch_sent_at: datetime | None
-) -> datetime:
-    # Segment's clock-skew rule: the client's timestamp moved by (receivedAt - sentAt), so a
-    # device whose clock is off still lands at the right server time. Both are checked
-    # whether or not the other is there.
+) -> tuple[datetime, datetime | None]:
+    """The message's time, and the client's own when the time is a correction of it.
+
+    Segment's clock-skew rule: the client's timestamp moved by (receivedAt - sentAt), so a
+    device whose clock is off still lands at the right server time; like Segment's
+    originalTimestamp, the client's value is kept beside it. Both are checked whether or
+    not the other is there."""
     sent_at = (
         parse_timestamp(raw["sentAt"], "sentAt") if raw.get("sentAt") is not None else batch_sent_at
     )
     if raw.get("timestamp") is None:
-        return received_at
+        return received_at, None
     timestamp = parse_timestamp(raw["timestamp"], "timestamp")
     if sent_at is None:
-        return timestamp
+        return timestamp, None
     try:
-        return received_at + (timestamp - sent_at)
+        return received_at + (timestamp - sent_at), timestamp
     except OverflowError:
         raise Rejection(
             "invalid_field",

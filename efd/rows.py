@@ -55,6 +55,7 @@ class NewMessage:
     received_at: float
     body: str
     destinations: tuple[str, ...]
+    original_timestamp: float | None = None  # the client's, when `timestamp` corrects it
 
 
 @dataclass(slots=True)

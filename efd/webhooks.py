@@ -77,6 +77,8 @@ def body_for(message: Message) -> dict[str, Any]:
         body["context"] = message.context
     body["messageId"] = message.message_id
     body["timestamp"] = format_timestamp(message.timestamp)
+    if message.original_timestamp is not None:  # timestamp is a clock-skew correction
+        body["originalTimestamp"] = format_timestamp(message.original_timestamp)
     return body
 
 

@@ -74,6 +74,7 @@ _MESSAGE_FIELDS = (
     "timestamp",
     "received_at",
     "body",
+    "original_timestamp",
 )
 _message_fields = attrgetter(*_MESSAGE_FIELDS)
 _MESSAGE_COLUMNS = (*_MESSAGE_FIELDS, "message_key")

@@ -560,6 +560,40 @@ def test_clock_skew_corrected_with_message_sent_at(
     assert message.timestamp == expected
 
 
+@pytest.mark.parametrize(
+    ("raw", "batch_sent_at", "original"),
+    [
+        # Corrected: the client's own time is kept beside the corrected one.
+        (
+            {"timestamp": "2026-03-01T10:59:50.250Z", "sentAt": "2026-03-01T11:00:00Z"},
+            None,
+            datetime(2026, 3, 1, 10, 59, 50, 250000, tzinfo=UTC),
+        ),
+        (
+            {"timestamp": "2026-03-01T12:59:50+02:00"},
+            datetime(2026, 3, 1, 11, 0, 0, tzinfo=UTC),
+            datetime(2026, 3, 1, 10, 59, 50, tzinfo=UTC),
+        ),
+        # In sync: corrected by nothing, and still kept.
+        (
+            {"timestamp": "2026-03-01T11:59:58Z", "sentAt": "2026-03-01T11:59:58Z"},
+            None,
+            datetime(2026, 3, 1, 11, 59, 58, tzinfo=UTC),
+        ),
+        # Not corrected: `timestamp` is the client's own, or receipt time.
+        ({"timestamp": "2026-03-01T10:59:50Z"}, None, None),
+        ({}, None, None),
+        ({"sentAt": "2026-03-01T11:00:00Z"}, None, None),
+        ({}, datetime(2026, 3, 1, 11, 0, 0, tzinfo=UTC), None),
+    ],
+)
+def test_the_client_timestamp_is_kept_when_corrected(
+    raw: dict[str, Any], batch_sent_at: datetime | None, original: datetime | None
+) -> None:
+    message = norm(MINIMAL["track"] | raw, batch_sent_at=batch_sent_at)
+    assert message.original_timestamp == original
+
+
 def test_clock_skew_corrected_with_batch_sent_at() -> None:
     sent_at = datetime(2026, 3, 1, 11, 0, 0, tzinfo=UTC)
     message = norm(MINIMAL["track"] | {"timestamp": "2026-03-01T10:59:50Z"}, batch_sent_at=sent_at)

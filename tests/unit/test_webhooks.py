@@ -138,6 +138,32 @@ def test_track_body_bytes() -> None:
     )
 
 
+def test_corrected_timestamp_body_keeps_the_client_time_as_original_timestamp() -> None:
+    # The device's clock is 1 hour and 2 minutes behind: sent at its 10:58, received at 12:00.
+    raw = {
+        "type": "track",
+        "userId": "u1",
+        "event": "E",
+        "timestamp": "2026-03-01T10:57:30.123456+00:00",
+        "sentAt": "2026-03-01T10:58:00Z",
+    }
+    assert encode(body_for(normalise(raw | {"messageId": "m-1"}, received_at=NOW))) == (
+        b'{"version":1,"type":"track","userId":"u1","event":"E","properties":{},'
+        b'"messageId":"m-1","timestamp":"2026-03-01T11:59:30.123Z",'
+        b'"originalTimestamp":"2026-03-01T10:57:30.123Z"}'
+    )
+
+
+@pytest.mark.parametrize("raw", [raw for _, raw, _ in CASES], ids=[c[0] for c in CASES])
+def test_original_timestamp_only_when_corrected(raw: dict[str, Any]) -> None:
+    assert "originalTimestamp" not in body_for(message(raw))  # a timestamp, no sentAt
+    assert "originalTimestamp" not in body_for(normalise(raw, received_at=NOW))  # neither
+    corrected = body_for(message(raw | {"sentAt": "2026-02-28T10:00:01.276Z"}))
+    assert corrected["originalTimestamp"] == TS
+    assert corrected["timestamp"] == "2026-03-01T11:59:59.000Z"
+    assert list(corrected)[-2:] == ["timestamp", "originalTimestamp"]
+
+
 @pytest.mark.parametrize("raw", [raw for _, raw, _ in CASES], ids=[c[0] for c in CASES])
 def test_anonymous_id_only_when_present(raw: dict[str, Any]) -> None:
     assert "anonymousId" not in body_for(message(raw))
