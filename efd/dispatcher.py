@@ -44,7 +44,7 @@ class Rounds(Protocol):
     """Sends one round of a delivery: the in-process Sender, or the sender processes."""
 
     async def send_round(
-        self, route: Route, urls: Sequence[str], body: str, message_id: str
+        self, route: Route, urls: Sequence[str], body: str, webhook_id: str
     ) -> list[AttemptResult]: ...
 
 
@@ -483,7 +483,10 @@ class Dispatcher:
     ) -> tuple[list[AttemptResult], str | None]:
         if item.body is None:
             return [], "message payload was purged by a deletion request"
-        return await self._rounds.send_round(route, urls, item.body, item.message_id), None
+        webhook_id = webhooks.webhook_id(
+            item.message_pk, item.source, item.message_id, item.received_at
+        )
+        return await self._rounds.send_round(route, urls, item.body, webhook_id), None
 
     def _report(
         self,

@@ -28,6 +28,10 @@ def verify_standard(
     given = lower.get(webhooks.WEBHOOK_SIGNATURE)
     if not (msg_id and stamp and given):
         return "MISSING headers"
+    if not (msg_id.isascii() and msg_id.isprintable()):
+        # efd's ids are ASCII: Node.js reads header bytes as Latin-1, so verifiers there
+        # would sign other bytes than a sender that wrote UTF-8.
+        return "INVALID webhook-id (not printable ASCII)"
     if not stamp.isdigit() or abs(now - int(stamp)) > TOLERANCE_SECONDS:
         return "INVALID timestamp (more than 5 minutes off)"
     expected = set(webhooks.standard_signature(keys, msg_id, int(stamp), body).split(" "))

@@ -68,6 +68,8 @@ class Message:
     context: dict[str, Any] | None
     integrations: dict[str, Any]
     fields: dict[str, Any]
+    # The client's own timestamp, when `timestamp` is its clock-skew correction.
+    original_timestamp: datetime | None = None
 
 
 # The forms real clients send, and no others: date, T (or a space), time to the second,
@@ -113,6 +115,24 @@ def _no_surrogates(value: str, key: str) -> str:
     if jsonjs.has_lone_surrogate(value):
         raise Rejection(
             "invalid_field", f"{key} holds an unpaired surrogate (\\ud800-\\udfff)", field=key
+        )
+    return value
+
+
+# C0, DEL and C1: an identifier holding one breaks log lines, the admin API's paths and any
+# HTTP header it is ever put in.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def _no_controls(value: str, key: str) -> str:
+    found = _CONTROL.search(value)
+    if found is not None:
+        raise Rejection(
+            "invalid_field",
+            f"{key} holds a control character (U+{ord(found.group()):04X} at position "
+            f"{found.start()}); C0 (U+0000-U+001F), DEL (U+007F) and C1 (U+0080-U+009F) "
+            "are refused",
+            field=key,
         )
     return value
 
@@ -194,8 +214,11 @@ def normalise(
             f"messageId is longer than {MAX_MESSAGE_ID_CHARS} characters",
             field="messageId",
         )
-    elif not message_id.isascii():
-        _no_surrogates(message_id, "messageId")
+    else:
+        if not message_id.isascii():
+            _no_surrogates(message_id, "messageId")
+        if not message_id.isprintable():  # C speed; the exact rule only for the rare rest
+            _no_controls(message_id, "messageId")
 
     context = _object(raw, "context")
     if batch_context:
@@ -204,7 +227,7 @@ def normalise(
     if batch_integrations:
         integrations = {**batch_integrations, **integrations}
 
-    timestamp = _corrected_timestamp(raw, received_at, batch_sent_at)
+    timestamp, original_timestamp = _corrected_timestamp(raw, received_at, batch_sent_at)
     fields = _type_fields(msg_type, raw, user_id)
     return Message(
         type=msg_type,
@@ -215,25 +238,29 @@ def normalise(
         context=context,
         integrations=integrations,
         fields=fields,
+        original_timestamp=original_timestamp,
     )
 
 
 def _corrected_timestamp(
     raw: Mapping[str, Any], received_at: datetime, batch_sent_at: datetime | None
-) -> datetime:
-    # Segment's clock-skew rule: the client's timestamp moved by (receivedAt - sentAt), so a
-    # device whose clock is off still lands at the right server time. Both are checked
-    # whether or not the other is there.
+) -> tuple[datetime, datetime | None]:
+    """The message's time, and the client's own when the time is a correction of it.
+
+    Segment's clock-skew rule: the client's timestamp moved by (receivedAt - sentAt), so a
+    device whose clock is off still lands at the right server time; like Segment's
+    originalTimestamp, the client's value is kept beside it. Both are checked whether or
+    not the other is there."""
     sent_at = (
         parse_timestamp(raw["sentAt"], "sentAt") if raw.get("sentAt") is not None else batch_sent_at
     )
     if raw.get("timestamp") is None:
-        return received_at
+        return received_at, None
     timestamp = parse_timestamp(raw["timestamp"], "timestamp")
     if sent_at is None:
-        return timestamp
+        return timestamp, None
     try:
-        return received_at + (timestamp - sent_at)
+        return received_at + (timestamp - sent_at), timestamp
     except OverflowError:
         raise Rejection(
             "invalid_field",

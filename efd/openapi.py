@@ -95,7 +95,11 @@ _MESSAGE = {
     "anonymousId; track needs event; group needs groupId; alias needs userId and previousId.",
     "properties": {
         "type": {"description": "in a batch: the message's type; a single route sets its own"},
-        "messageId": {"type": ["string", "null"], "maxLength": 100},
+        "messageId": {
+            "type": ["string", "null"],
+            "maxLength": 100,
+            "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]*$",  # no C0, DEL or C1
+        },
         "userId": {"type": ["string", "number", "null"]},
         "anonymousId": {"type": ["string", "number", "null"]},
         "event": {"description": "track: a string; ignored by the other types"},

@@ -226,6 +226,9 @@ def message_row(source: Source, message: Message, received_at: datetime, plain: 
         received_at=received_at.timestamp(),
         body=body,
         destinations=tuple(routing.route(source.destinations, message.integrations)),
+        original_timestamp=(
+            None if message.original_timestamp is None else message.original_timestamp.timestamp()
+        ),
     )
 
 

@@ -55,6 +55,7 @@ class NewMessage:
     received_at: float
     body: str
     destinations: tuple[str, ...]
+    original_timestamp: float | None = None  # the client's, when `timestamp` corrects it
 
 
 @dataclass(slots=True)
@@ -69,6 +70,10 @@ class Claimed:
     failed_hooks: frozenset[str]
     message_id: str
     body: str | None  # None once a deletion request purged it
+    # The message's row: what its webhook-id is derived from (efd.webhooks.webhook_id).
+    message_pk: int
+    source: str
+    received_at: float
 
 
 @dataclass(slots=True)

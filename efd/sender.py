@@ -103,7 +103,7 @@ class Sender:
             self._session = None
 
     async def send_round(
-        self, route: Route, urls: Sequence[str], body: str, message_id: str
+        self, route: Route, urls: Sequence[str], body: str, webhook_id: str
     ) -> list[AttemptResult]:
         """One round: the same signed body POSTed at once to each of `urls` (a subset of
         the route's hooks). Standard Webhooks' timestamp is this attempt's."""
@@ -113,7 +113,7 @@ class Sender:
             secret=route.secret,
             body=data,
             static={},
-            message_id=message_id,
+            webhook_id=webhook_id,
             timestamp=int(time.time()),
             standard_secrets=route.standard_secrets,
         )
@@ -279,11 +279,11 @@ class SenderChild:
             self._routes = {route.name: route for route in update["routes"]}
 
     async def __call__(
-        self, destination: str, urls: tuple[str, ...], body: str, message_id: str
+        self, destination: str, urls: tuple[str, ...], body: str, webhook_id: str
     ) -> Any:
         try:
             results = await self._sender.send_round(
-                self._routes[destination], urls, body, message_id
+                self._routes[destination], urls, body, webhook_id
             )
         except Exception as error:  # a bug, not the network: report it, keep serving
             log.exception("sending a round to %s failed", destination)
@@ -335,10 +335,10 @@ class SenderPool:
         await self._pool.configure({"routes": list(routes), "log_level": log_level})
 
     async def send_round(
-        self, route: Route, urls: Sequence[str], body: str, message_id: str
+        self, route: Route, urls: Sequence[str], body: str, webhook_id: str
     ) -> list[AttemptResult]:
         sent_at = time.time()
-        results = await self._pool.call(route.name, tuple(urls), body, message_id)
+        results = await self._pool.call(route.name, tuple(urls), body, webhook_id)
         if results is LOST:  # the process died mid-round: nobody knows what the receivers saw
             duration = time.time() - sent_at
             return [

@@ -77,6 +77,8 @@ def body_for(message: Message) -> dict[str, Any]:
         body["context"] = message.context
     body["messageId"] = message.message_id
     body["timestamp"] = format_timestamp(message.timestamp)
+    if message.original_timestamp is not None:  # timestamp is a clock-skew correction
+        body["originalTimestamp"] = format_timestamp(message.original_timestamp)
     return body
 
 
@@ -120,10 +122,28 @@ def standard_secret(text: str) -> bytes:
     return key
 
 
-def standard_signature(keys: Sequence[bytes], message_id: str, timestamp: int, body: bytes) -> str:
+WEBHOOK_ID_PREFIX = "msg_"
+
+
+def webhook_id(message_pk: int, source: str, message_id: str, received_at: float) -> str:
+    """The webhook-id of a stored message: `msg_` and 26 base32 letters and digits (a 128-bit
+    hash of the row's id, source, messageId and receipt time).
+
+    Derived from the stored row, never written: the same on every retry and replay and
+    after a restart, at no cost to ingestion. The messageId alone would repeat across
+    sources (and after the 24-hour deduplication window), and a receiver that drops repeats
+    would lose the second message; the row id alone can come back once the newest rows are
+    deleted. Always ASCII, whatever the messageId: Node reads header bytes as Latin-1, so a
+    UTF-8 id would not verify there."""
+    key = f"{message_pk}\x00{source}\x00{message_id}\x00{float(received_at).hex()}"
+    digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    return WEBHOOK_ID_PREFIX + base64.b32encode(digest).decode("ascii").rstrip("=").lower()
+
+
+def standard_signature(keys: Sequence[bytes], webhook_id: str, timestamp: int, body: bytes) -> str:
     """webhook-signature: `v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">` for each key,
     space-separated, so receivers holding any one of them verify (key rotation)."""
-    signed = b"%s.%d.%s" % (message_id.encode(), timestamp, body)
+    signed = b"%s.%d.%s" % (webhook_id.encode(), timestamp, body)
     return " ".join(
         "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
         for key in keys
@@ -136,22 +156,25 @@ def request_headers(
     secret: str | None,
     body: bytes,
     static: Mapping[str, str],
-    message_id: str = "",
+    webhook_id: str = "",
     timestamp: int = 0,
     standard_secrets: Sequence[bytes] = (),
 ) -> dict[str, str]:
-    """The headers of one attempt: efd's own over the hook's static ones; X-Signature when
-    there is a shared secret, Standard Webhooks' three when there are its keys."""
+    """The headers of one attempt: efd's own over the hook's static ones; webhook-id (the
+    receivers' deduplication key, whatever the signing) when there is one; X-Signature when
+    there is a shared secret; webhook-timestamp and webhook-signature when there are
+    Standard Webhooks keys."""
     headers = dict(static)
     headers["User-Agent"] = user_agent
     headers["Content-Type"] = "application/json"
+    if webhook_id:
+        headers[WEBHOOK_ID] = webhook_id
     if secret:
         headers[SIGNATURE_HEADER] = sign(secret, body)
     if standard_secrets:
-        headers[WEBHOOK_ID] = message_id
         headers[WEBHOOK_TIMESTAMP] = str(timestamp)
         headers[WEBHOOK_SIGNATURE] = standard_signature(
-            standard_secrets, message_id, timestamp, body
+            standard_secrets, webhook_id, timestamp, body
         )
     return headers
 

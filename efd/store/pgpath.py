@@ -44,6 +44,7 @@ TYPES = {
     "timestamp": "DOUBLE PRECISION",
     "received_at": "DOUBLE PRECISION",
     "body": "TEXT",
+    "original_timestamp": "DOUBLE PRECISION",
     "message_key": "BIGINT",
     "message_pk": "BIGINT",
     "destination": "TEXT",

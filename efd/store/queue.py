@@ -74,6 +74,7 @@ _MESSAGE_FIELDS = (
     "timestamp",
     "received_at",
     "body",
+    "original_timestamp",
 )
 _message_fields = attrgetter(*_MESSAGE_FIELDS)
 _MESSAGE_COLUMNS = (*_MESSAGE_FIELDS, "message_key")
@@ -392,22 +393,26 @@ class Store:
             claimed = self._run(conn, "claim", _CLAIM, [params])
             if not claimed:
                 return []
-            bodies: dict[int, tuple[str, str | None]] = {}
+            bodies: dict[int, tuple[str, str | None, str, float]] = {}
             pks = [row[2] for row in claimed]
             for chunk in _chunks(pks):
 
                 def query(chunk: Sequence[int] = chunk) -> Any:
-                    return select(messages.c.id, messages.c.message_id, messages.c.body).where(
-                        messages.c.id.in_(chunk)
-                    )
+                    return select(
+                        messages.c.id,
+                        messages.c.message_id,
+                        messages.c.body,
+                        messages.c.source,
+                        messages.c.received_at,
+                    ).where(messages.c.id.in_(chunk))
 
                 rows = (
                     fastpath.query(conn, "bodies", query, list(chunk))
                     if self.sqlite
                     else conn.execute(query()).all()
                 )
-                for pk, message_id, body in rows:
-                    bodies[pk] = (message_id, body)
+                for pk, message_id, body, source, received_at in rows:
+                    bodies[pk] = (message_id, body, source, received_at)
         result = [
             Claimed(
                 delivery_id=delivery_id,
@@ -418,6 +423,9 @@ class Store:
                 failed_hooks=frozenset(json.loads(failed)) if failed else frozenset(),
                 message_id=bodies[pk][0],
                 body=bodies[pk][1],
+                message_pk=pk,
+                source=bodies[pk][2],
+                received_at=bodies[pk][3],
             )
             for delivery_id, token, pk, attempts_so_far, first, failed in claimed
         ]

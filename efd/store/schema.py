@@ -41,6 +41,9 @@ messages = Table(
     Column("anonymous_id", Text),
     Column("event", Text),  # track: the event name
     Column("timestamp", Float, nullable=False),  # skew-corrected event time
+    # The client's own timestamp when `timestamp` is its clock-skew correction (a sentAt
+    # came with it); NULL when `timestamp` is the client's as sent, or receipt time.
+    Column("original_timestamp", Float),
     Column("received_at", Float, nullable=False),
     Column("body", Text),  # NULL once purged by a deletion request
     # efd/store/dedupe.py: hash of (source, message_id), set on every insert. Nullable only

@@ -60,6 +60,51 @@ async def test_delivers_signed_body_with_headers(db_url, receiver_factory, daemo
     assert (url, outcome, code, error) == (receiver.url, "success", 200, None)
 
 
+async def test_a_corrected_timestamp_keeps_the_client_one_in_store_and_body(
+    db_url, receiver_factory, daemon_factory
+):
+    receiver = await receiver_factory()
+    daemon = await daemon_factory(settings_dict(db_url, [receiver.url]))
+    # The device's clock is a day behind: by it, the batch left 30 s after the first event.
+    payload = {
+        "batch": [
+            {
+                **TRACK,
+                "type": "track",
+                "messageId": "skewed",
+                "timestamp": "2026-11-23T12:00:00.250Z",
+            },
+            {**TRACK, "type": "track", "messageId": "no-timestamp"},
+        ],
+        "sentAt": "2026-11-23T12:00:30.000+00:00",
+    }
+    assert (await post(daemon.port, "/v1/batch", payload))[0] == 200
+    # No sentAt: the timestamp is the client's as sent, and nothing is corrected.
+    as_sent = {**TRACK, "messageId": "as-sent", "timestamp": "2026-11-23T12:00:00Z"}
+    assert (await post(daemon.port, "/v1/track", as_sent))[0] == 200
+    bodies = {r.json()["messageId"]: r.json() for r in await receiver.wait_for(3)}
+    stored = {
+        message_id: (timestamp, original, received_at)
+        for message_id, timestamp, original, received_at in sql(
+            db_url, "SELECT message_id, timestamp, original_timestamp, received_at FROM messages"
+        )
+    }
+
+    timestamp, original, received_at = stored["skewed"]
+    client = dt.datetime(2026, 11, 23, 12, 0, 0, 250000, tzinfo=dt.UTC).timestamp()
+    assert original == pytest.approx(client, abs=1e-6)
+    assert received_at - timestamp == pytest.approx(29.75, abs=1e-3)  # corrected
+    assert bodies["skewed"]["originalTimestamp"] == "2026-11-23T12:00:00.250Z"
+    assert bodies["skewed"]["timestamp"].startswith(
+        dt.datetime.fromtimestamp(timestamp, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    )
+
+    for message_id in ("no-timestamp", "as-sent"):
+        assert stored[message_id][1] is None
+        assert "originalTimestamp" not in bodies[message_id]
+    assert bodies["as-sent"]["timestamp"] == "2026-11-23T12:00:00.000Z"
+
+
 async def test_no_signature_without_secret(db_url, receiver_factory, daemon_factory):
     receiver = await receiver_factory()
     settings = settings_dict(db_url, [receiver.url])

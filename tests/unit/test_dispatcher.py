@@ -20,7 +20,7 @@ from efd.dispatcher import Dispatcher
 from efd.metrics import Metrics
 from efd.retry import AttemptResult, Verdict
 from efd.rows import AttemptRow, Claimed, DeliveryStatus, Outcome
-from efd.webhooks import Route
+from efd.webhooks import Route, webhook_id
 
 HOOK_A, HOOK_B = "https://a.example/hook", "https://b.example/hook"
 _STATUS = {Verdict.SUCCESS: 200, Verdict.RETRY: 503, Verdict.FAIL: 400}
@@ -114,6 +114,9 @@ class MemoryDeliveries:
                 r.failed_hooks,
                 f"m{r.id}",
                 '{"type":"track"}',
+                r.id,
+                "web",
+                1_700_000_000.0 + r.id,
             )
             for r in due
         ]
@@ -186,12 +189,14 @@ class FakeRounds:
     most_in_flight: Counter[str] = field(default_factory=Counter)
     sent: Counter[str] = field(default_factory=Counter)
     completed: int = 0  # rounds answered
+    webhook_ids: list[str] = field(default_factory=list)  # each round's, in order
     started: asyncio.Event = field(default_factory=asyncio.Event)
     gate: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def send_round(
-        self, route: Route, urls: Sequence[str], body: str, message_id: str
+        self, route: Route, urls: Sequence[str], body: str, webhook_id: str
     ) -> list[AttemptResult]:
+        self.webhook_ids.append(webhook_id)
         for url in urls:
             self.in_flight[url] += 1
             self.most_in_flight[url] = max(self.most_in_flight[url], self.in_flight[url])
@@ -299,6 +304,19 @@ async def test_a_retry_runs_when_due_without_a_wake_up(running, monkeypatch):
     rounds.verdicts.clear()  # the receiver is back; the retry is due within 20 ms
     await store.wait(lambda: store.status("a") == {"delivered": 1})
     assert store.rows[1].attempts >= 2
+
+
+async def test_every_round_of_a_delivery_goes_under_its_message_s_webhook_id(running):
+    store, rounds = MemoryDeliveries(), FakeRounds(verdicts={HOOK_A: Verdict.RETRY})
+    store.add("a", 2)
+    running(store, rounds)
+    await store.wait(lambda: all(r.attempts >= 2 for r in store.rows.values()))
+    rounds.verdicts.clear()
+    await store.wait(lambda: store.status("a") == {"delivered": 2})
+    # The twin's rows: message pk = delivery id, source "web", messageId m<id>.
+    expected = {pk: webhook_id(pk, "web", f"m{pk}", 1_700_000_000.0 + pk) for pk in (1, 2)}
+    assert set(rounds.webhook_ids) == set(expected.values())
+    assert Counter(rounds.webhook_ids) == {expected[pk]: r.attempts for pk, r in store.rows.items()}
 
 
 async def test_a_failed_hook_is_final_and_the_delivery_fails(running):

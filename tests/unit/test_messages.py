@@ -418,6 +418,44 @@ def test_message_id_must_be_a_string(message_id: Any) -> None:
     assert (rejection.code, rejection.field) == ("invalid_field", "messageId")
 
 
+@pytest.mark.parametrize(
+    "message_id",
+    [
+        "m\r\nX-Injected: 1",  # CR LF
+        "m\x00",  # NUL
+        "\tm",  # TAB is a C0 control too
+        "m\x1b[31m",  # ESC
+        "m\x7f",  # DEL
+        "é\x85",  # C1 (NEL)
+        "m\x9f",  # the last C1
+    ],
+)
+def test_message_id_with_a_control_character_is_refused(message_id: str) -> None:
+    rejection = rejected(MINIMAL["track"] | {"messageId": message_id})
+    assert (rejection.code, rejection.field) == ("invalid_field", "messageId")
+    assert "control character" in rejection.message
+
+
+def test_message_id_control_character_in_a_batch_names_the_index() -> None:
+    rejection = rejected_request(
+        batch_of(MINIMAL["track"], MINIMAL["track"] | {"messageId": "a\nb"})
+    )
+    assert (rejection.code, rejection.field, rejection.index) == ("invalid_field", "messageId", 1)
+
+
+@pytest.mark.parametrize(
+    "message_id",
+    [
+        "m\xa0nbsp",  # no-break space: printable text, not a control character
+        "line\u2028sep",  # a separator, not a control character
+        "\u00a0\u00ff\u0100",  # just past C1
+        "emoji-\U0001f600",
+    ],
+)
+def test_message_id_other_unicode_is_kept(message_id: str) -> None:
+    assert norm(MINIMAL["track"] | {"messageId": message_id}).message_id == message_id
+
+
 # -- timestamps ------------------------------------------------------------------------------
 
 T0 = datetime(2026, 2, 28, 10, 0, 0, tzinfo=UTC)
@@ -520,6 +558,40 @@ def test_clock_skew_corrected_with_message_sent_at(
 ) -> None:
     message = norm(MINIMAL["track"] | {"timestamp": timestamp, "sentAt": sent_at})
     assert message.timestamp == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "batch_sent_at", "original"),
+    [
+        # Corrected: the client's own time is kept beside the corrected one.
+        (
+            {"timestamp": "2026-03-01T10:59:50.250Z", "sentAt": "2026-03-01T11:00:00Z"},
+            None,
+            datetime(2026, 3, 1, 10, 59, 50, 250000, tzinfo=UTC),
+        ),
+        (
+            {"timestamp": "2026-03-01T12:59:50+02:00"},
+            datetime(2026, 3, 1, 11, 0, 0, tzinfo=UTC),
+            datetime(2026, 3, 1, 10, 59, 50, tzinfo=UTC),
+        ),
+        # In sync: corrected by nothing, and still kept.
+        (
+            {"timestamp": "2026-03-01T11:59:58Z", "sentAt": "2026-03-01T11:59:58Z"},
+            None,
+            datetime(2026, 3, 1, 11, 59, 58, tzinfo=UTC),
+        ),
+        # Not corrected: `timestamp` is the client's own, or receipt time.
+        ({"timestamp": "2026-03-01T10:59:50Z"}, None, None),
+        ({}, None, None),
+        ({"sentAt": "2026-03-01T11:00:00Z"}, None, None),
+        ({}, datetime(2026, 3, 1, 11, 0, 0, tzinfo=UTC), None),
+    ],
+)
+def test_the_client_timestamp_is_kept_when_corrected(
+    raw: dict[str, Any], batch_sent_at: datetime | None, original: datetime | None
+) -> None:
+    message = norm(MINIMAL["track"] | raw, batch_sent_at=batch_sent_at)
+    assert message.original_timestamp == original
 
 
 def test_clock_skew_corrected_with_batch_sent_at() -> None:

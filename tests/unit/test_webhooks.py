@@ -28,6 +28,7 @@ from efd.webhooks import (
     sign,
     standard_secret,
     verify,
+    webhook_id,
 )
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -136,6 +137,32 @@ def test_track_body_bytes() -> None:
         b'"properties":{"revenue":"39.95","shippingMethod":"2-day"},"messageId":"m-1",'
         b'"timestamp":"2012-12-02T00:30:08.276Z"}'
     )
+
+
+def test_corrected_timestamp_body_keeps_the_client_time_as_original_timestamp() -> None:
+    # The device's clock is 1 hour and 2 minutes behind: sent at its 10:58, received at 12:00.
+    raw = {
+        "type": "track",
+        "userId": "u1",
+        "event": "E",
+        "timestamp": "2026-03-01T10:57:30.123456+00:00",
+        "sentAt": "2026-03-01T10:58:00Z",
+    }
+    assert encode(body_for(normalise(raw | {"messageId": "m-1"}, received_at=NOW))) == (
+        b'{"version":1,"type":"track","userId":"u1","event":"E","properties":{},'
+        b'"messageId":"m-1","timestamp":"2026-03-01T11:59:30.123Z",'
+        b'"originalTimestamp":"2026-03-01T10:57:30.123Z"}'
+    )
+
+
+@pytest.mark.parametrize("raw", [raw for _, raw, _ in CASES], ids=[c[0] for c in CASES])
+def test_original_timestamp_only_when_corrected(raw: dict[str, Any]) -> None:
+    assert "originalTimestamp" not in body_for(message(raw))  # a timestamp, no sentAt
+    assert "originalTimestamp" not in body_for(normalise(raw, received_at=NOW))  # neither
+    corrected = body_for(message(raw | {"sentAt": "2026-02-28T10:00:01.276Z"}))
+    assert corrected["originalTimestamp"] == TS
+    assert corrected["timestamp"] == "2026-03-01T11:59:59.000Z"
+    assert list(corrected)[-2:] == ["timestamp", "originalTimestamp"]
 
 
 @pytest.mark.parametrize("raw", [raw for _, raw, _ in CASES], ids=[c[0] for c in CASES])
@@ -433,7 +460,7 @@ def _standard(body: bytes, when: int, *secrets: str) -> dict[str, str]:
         secret=None,
         body=body,
         static={},
-        message_id="msg-1",
+        webhook_id="msg_1",
         timestamp=when,
         standard_secrets=[standard_secret(s) for s in secrets],
     )
@@ -442,7 +469,7 @@ def _standard(body: bytes, when: int, *secrets: str) -> dict[str, str]:
 def test_standard_webhooks_headers_verify_with_the_stock_library_for_every_secret() -> None:
     body = b'{"type":"track","messageId":"msg-1"}'
     headers = _standard(body, int(time.time()), WHSEC_NEW, WHSEC_OLD)
-    assert headers["webhook-id"] == "msg-1"
+    assert headers["webhook-id"] == "msg_1"
     assert len(headers["webhook-signature"].split(" ")) == 2
     for secret in (WHSEC_NEW, WHSEC_OLD):  # receivers still on the old secret verify too
         assert Webhook(secret).verify(body, headers) == json.loads(body)
@@ -460,9 +487,69 @@ def test_standard_webhooks_refuse_a_changed_body_an_old_time_and_another_secret(
         Webhook(WHSEC_NEW).verify(body, stale)
 
 
-def test_no_standard_webhooks_headers_without_keys() -> None:
+def test_no_standard_webhooks_signature_without_keys() -> None:
     headers = request_headers(user_agent="efd/1.0", secret="k", body=b"{}", static={})
     assert not {"webhook-id", "webhook-timestamp", "webhook-signature"} & set(headers)
+    # The id is every receiver's deduplication key, sent whatever the signing.
+    headers = request_headers(
+        user_agent="efd/1.0", secret="k", body=b"{}", static={}, webhook_id="msg_1"
+    )
+    assert headers["webhook-id"] == "msg_1"
+    assert not {"webhook-timestamp", "webhook-signature"} & set(headers)
+
+
+# -- webhook-id ----------------------------------------------------------------------------------
+
+WEBHOOK_ID_FORM = re.compile(r"msg_[a-z2-7]{26}")
+RECEIVED = 1_790_000_000.123456
+
+
+def test_webhook_id_is_stable() -> None:
+    # Pinned: a derivation that changed would give every pending delivery a new id after an
+    # upgrade, and receivers would take its retries for new messages. The value is the
+    # documented derivation done by coreutils: printf '42\0web\0m-1\0%s' "$(python3 -c
+    # 'print((1_790_000_000.123456).hex())')" | b2sum -l 128, as base32, lower case, no "=".
+    assert webhook_id(42, "web", "m-1", RECEIVED) == "msg_73psnsl5hhzgcyuypxzs7amqka"
+    assert webhook_id(42, "web", "m-1", RECEIVED) == webhook_id(42, "web", "m-1", RECEIVED)
+
+
+@pytest.mark.parametrize(
+    "message_id",
+    ["m-1", "é" * 100, "emoji-\U0001f600", "\u2028", "x" * 100, "delete:0a1b:7", "a\x00b"],
+)
+def test_webhook_id_is_ascii_whatever_the_message_id(message_id: str) -> None:
+    assert WEBHOOK_ID_FORM.fullmatch(webhook_id(1, "web", message_id, RECEIVED))
+
+
+def test_webhook_id_differs_for_every_part_of_the_row() -> None:
+    ids = {
+        webhook_id(1, "web", "m-1", RECEIVED),
+        webhook_id(2, "web", "m-1", RECEIVED),  # another row
+        webhook_id(1, "app", "m-1", RECEIVED),  # the same messageId from another source
+        webhook_id(1, "web", "m-2", RECEIVED),
+        webhook_id(1, "web", "m-1", RECEIVED + 86_400),  # a row id reused a day later
+        webhook_id(1, "web", "m-1", RECEIVED + 1e-6),
+        webhook_id(1, "we", "bm-1", RECEIVED),  # the parts cannot run into each other
+    }
+    assert len(ids) == 7
+
+
+def test_every_header_is_ascii_for_a_non_ascii_message_id() -> None:
+    body = encode(body_for(message({"type": "track", "userId": "u", "event": "E"})))
+    headers = request_headers(
+        user_agent="efd/1.0",
+        secret="k",
+        body=body,
+        static={"X-Env": "prod"},
+        webhook_id=webhook_id(7, "web", "zoë-✓-\U0001f600", RECEIVED),
+        timestamp=int(time.time()),
+        standard_secrets=[standard_secret(WHSEC_NEW)],
+    )
+    for name, value in headers.items():
+        assert name.isascii()
+        assert value.isascii()
+        assert value.isprintable()
+    assert Webhook(WHSEC_NEW).verify(body, headers) == json.loads(body)
 
 
 @pytest.mark.parametrize(
