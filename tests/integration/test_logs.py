@@ -1,8 +1,10 @@
 """What a real `efd serve` writes to its log when clients and receivers are hostile: each
-record one line (text or JSON), nothing a terminal would act on."""
+record one line (text or JSON), nothing a terminal would act on, and malformed HTTP in one
+quiet line rather than an error with a traceback."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -93,3 +95,71 @@ async def test_hostile_ids_and_answers_stay_inside_one_record(tmp_path: Path, fm
     assert all(f"busy{escaped}" in line for line in attempts), attempts
     if status == 200:
         assert all(f"message m-1{escaped} to hooks" in line for line in attempts), attempts
+
+
+# -- malformed HTTP ---------------------------------------------------------------------------
+
+HEAD = b"Host: x\r\n"
+TRACK_HEAD = (
+    b"POST /v1/track HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    b"Authorization: Basic d2tfdGVzdDo=\r\n"
+)
+HEALTHZ = b"GET /healthz HTTP/1.1\r\n" + HEAD + b"\r\n"
+# name -> (a valid request sent first on the connection, or None; the malformed bytes)
+MALFORMED: dict[str, tuple[bytes | None, bytes]] = {
+    "an over-long URL": (None, b"GET /" + b"a" * 20000 + b" HTTP/1.1\r\n" + HEAD + b"\r\n"),
+    "an over-long header": (None, b"GET /healthz HTTP/1.1\r\nX-A: " + b"a" * 20000 + b"\r\n\r\n"),
+    "200 headers": (
+        None,
+        b"GET /healthz HTTP/1.1\r\n" + b"".join(b"X-%d: y\r\n" % i for i in range(200)) + b"\r\n",
+    ),
+    "a NUL in the method": (HEALTHZ, b"G\x00T /healthz HTTP/1.1\r\n" + HEAD + b"\r\n"),
+    "HTTP/9.9": (None, b"GET /healthz HTTP/9.9\r\n" + HEAD + b"\r\n"),
+    "chunked with Content-Length": (
+        None,
+        TRACK_HEAD + b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    ),
+    "a bad chunk": (None, TRACK_HEAD + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n"),
+    "a second Content-Length": (
+        None,
+        TRACK_HEAD + b"Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
+    ),
+    "a folded header": (None, b"GET /healthz HTTP/1.1\r\nX-A: a\r\n b\r\n\r\n"),
+}
+
+
+async def exchange(port: int, first: bytes | None, malformed: bytes) -> bytes:
+    """Send `first` (and read its answer), then the malformed bytes; what the server sends
+    back before it closes the connection."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        if first is not None:
+            writer.write(first)
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=30)
+            length = int(re.search(rb"Content-Length: (\d+)", head).group(1))  # type: ignore[union-attr]
+            await reader.readexactly(length)
+        writer.write(malformed)
+        return await asyncio.wait_for(reader.read(), timeout=30)
+    finally:
+        writer.close()
+
+
+async def test_malformed_http_is_one_quiet_line_each(tmp_path: Path):
+    daemon = start_daemon(tmp_path, ["http://127.0.0.1:9/unused"])
+    try:
+        for name, (first, malformed) in MALFORMED.items():
+            answer = await exchange(daemon.port, first, malformed)
+            assert re.match(rb"HTTP/1\.[01] 4\d\d ", answer), (name, answer)
+        # Still serving.
+        healthz = await exchange(
+            daemon.port, None, HEALTHZ.replace(HEAD, HEAD + b"Connection: close\r\n")
+        )
+        assert healthz.startswith(b"HTTP/1.1 200"), healthz
+    finally:
+        daemon.terminate()
+    lines = daemon.log().splitlines()
+    refused = [line for line in lines if "malformed request from 127.0.0.1 refused" in line]
+    assert len(refused) == len(MALFORMED), lines
+    assert all(" INFO aiohttp.server: " in line for line in refused)
+    assert all(RECORD_START.match(line) for line in lines), lines
+    assert not [line for line in lines if re.search(r" (WARNING|ERROR|CRITICAL) ", line)]
