@@ -202,6 +202,8 @@ def failed_labels(route: Route, stored: Collection[str]) -> frozenset[str]:
     """A delivery's `failed_hooks` as labels of `route`'s hooks. Rows written before hooks
     were stored by label name them by URL; an entry that names no configured hook is kept
     only when it reveals nothing, so the next outcome written drops raw URLs."""
+    if not stored:  # the common case, on every round's start
+        return frozenset()
     labels = route.labels
     known = set(labels.values())
     failed = set()
