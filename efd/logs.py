@@ -6,7 +6,8 @@ could end it or change how a terminal shows it: C0 and C1 controls, DEL, Unicode
 paragraph separators, bidirectional overrides, and unpaired surrogates. `\\n`, `\\r` and `\\t`
 are written so, the others as `\\xNN` or `\\uNNNN`. A traceback (of a bug in efd) follows its
 record on lines that each begin with four spaces, escaped alike, so no line a client
-controls can pass for a record of its own. The JSON format writes one object per line.
+controls can pass for a record of its own; any URL in it is redacted (a hook's credentials
+could be in an exception's text). The JSON format writes one object per line.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ import logging
 import re
 import sys
 from datetime import UTC, datetime
+from types import TracebackType
+
+from efd.webhooks import redact_urls
 
 _UNSAFE = re.compile(
     "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
@@ -31,6 +35,14 @@ def _escaped(match: re.Match[str]) -> str:
         return named
     code = ord(char)
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def _traceback(
+    formatter: logging.Formatter,
+    exc_info: tuple[type[BaseException], BaseException, TracebackType | None]
+    | tuple[None, None, None],
+) -> str:
+    return redact_urls(formatter.formatException(exc_info))
 
 
 def escape(text: str) -> str:
@@ -52,9 +64,9 @@ class TextFormatter(logging.Formatter):
         line = escape(self.formatMessage(record))
         details = []
         if record.exc_info:
-            details.append(self.formatException(record.exc_info))
+            details.append(_traceback(self, record.exc_info))
         elif record.exc_text:
-            details.append(record.exc_text)
+            details.append(redact_urls(record.exc_text))
         if record.stack_info:
             details.append(self.formatStack(record.stack_info))
         for detail in details:
@@ -71,7 +83,7 @@ class JsonFormatter(logging.Formatter):
             "message": record.getMessage(),
         }
         if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
+            entry["exception"] = _traceback(self, record.exc_info)
         # ASCII with every control character escaped: one line, whatever the values hold.
         return json.dumps(entry, ensure_ascii=True)
 

@@ -94,3 +94,17 @@ def test_json_records_are_one_ascii_line(restored: logging.Logger) -> None:
     assert entry["level"] == "ERROR"
     assert entry["message"] == f"message {FORGED}: \x85\u2028"
     assert entry["exception"].endswith(f"ValueError: {FORGED}")
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_a_url_in_a_traceback_is_redacted(restored: logging.Logger, fmt: str) -> None:
+    log = restored
+    out = configure(fmt)
+    try:
+        raise ValueError("cannot send to URL('https://user:pa55@h.example/in?api_key=s3cret')")
+    except ValueError:
+        log.exception("sending to https://***@h.example/in?api_key=*** failed inside efd")
+    text = out.getvalue()
+    assert "pa55" not in text
+    assert "s3cret" not in text
+    assert "URL('https://***@h.example/in?api_key=***')" in text
