@@ -520,10 +520,10 @@ async def _reload(daemon: Daemon, config_path: str, notifier: Notifier) -> None:
         settings = config.load(config_path)
     except config.ConfigError as error:
         log.error(
-            "reload refused, the running configuration stays: %s has %d problems:\n  %s",
+            "reload refused, the running configuration stays: %s has %d problems: %s",
             config_path,
             len(error.problems),
-            "\n  ".join(error.problems),
+            "; ".join(error.problems),
         )
     else:
         try:

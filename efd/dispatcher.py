@@ -78,9 +78,10 @@ class Deliveries(Protocol):
         """The earliest next_attempt_at of the destination's pending deliveries."""
         ...
 
-    async def wake(self, destination: str, hook: str, now: float) -> int:
-        """Make due at `now` the destination's pending deliveries, not leased, for which
-        `hook` has not failed for good; return how many moved."""
+    async def wake(self, destination: str, hook: Sequence[str], now: float) -> int:
+        """Make due at `now` the destination's pending deliveries, not leased, whose
+        failed_hooks names none of `hook`'s forms (its label, and its URL as rows written
+        before labels hold it); return how many moved."""
         ...
 
     async def expire_waiting(self, destination: str, window: float, now: float) -> int:
@@ -334,7 +335,8 @@ class Dispatcher:
         return min(wait, max(0.0, self._due_hint - now))
 
     def _start(self, route: Route, item: Claimed) -> None:
-        urls = [url for url, _ in route.hooks if url not in item.failed_hooks]
+        failed = webhooks.failed_labels(route, item.failed_hooks)
+        urls = [url for url, label in route.labels.items() if label not in failed]
         now = time.time()
         closed = [
             url
@@ -353,7 +355,7 @@ class Dispatcher:
         urls = closed
         self._in_flight += 1
         self._in_flight_by_url.update(urls)
-        task = asyncio.create_task(self._deliver(route, item, urls))
+        task = asyncio.create_task(self._deliver(route, item, urls, failed))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -378,10 +380,12 @@ class Dispatcher:
             change = self._circuits.record(result, now)
             if change is None:
                 continue
-            hook = webhooks.redact_url(result.hook_url)
-            names = [r.name for r in self._routes.values() if result.hook_url in dict(r.hooks)]
-            for name in names:
-                self._metrics.circuit_open[(name, hook)] = int(change is Change.OPENED)
+            url = result.hook_url
+            routes = [r for r in self._routes.values() if url in r.labels]
+            hook = routes[0].labels[url] if routes else webhooks.redact_url(url)
+            names = [r.name for r in routes]
+            for r in routes:
+                self._metrics.circuit_open[(r.name, r.labels[url])] = int(change is Change.OPENED)
             if change is Change.OPENED:
                 log.warning(
                     "circuit of %s (%s) opened after %d failed attempts in a row; "
@@ -395,13 +399,13 @@ class Dispatcher:
                 log.info(
                     "circuit of %s (%s) closed: the probe got an answer", hook, ", ".join(names)
                 )
-                for name in names:
-                    self._background(self._wake_waiting(name, result.hook_url))
+                for r in routes:
+                    self._background(self._wake_waiting(r.name, (r.labels[url], url)))
         for url in urls:
             if url not in answered:
                 self._circuits.release_probe(url)  # the round sent nothing (purged payload)
 
-    async def _wake_waiting(self, destination: str, hook: str) -> None:
+    async def _wake_waiting(self, destination: str, hook: tuple[str, ...]) -> None:
         now = time.time()
         try:
             woken = await self._deliveries.wake(destination, hook, now)
@@ -423,7 +427,9 @@ class Dispatcher:
 
     # -- one round -------------------------------------------------------------------------
 
-    async def _deliver(self, route: Route, item: Claimed, urls: list[str]) -> None:
+    async def _deliver(
+        self, route: Route, item: Claimed, urls: list[str], failed: frozenset[str]
+    ) -> None:
         results: list[AttemptResult] = []
         try:
             results, note = await self._send_round(route, item, urls)
@@ -437,15 +443,15 @@ class Dispatcher:
         first = item.first_attempt_at or min((r.started_at for r in results), default=now)
         decision = retry.decide(
             results,
-            hooks=[url for url, _ in route.hooks],
-            failed_hooks=item.failed_hooks,
+            hooks=route.labels,
+            failed_hooks=failed,
             attempt=item.attempts + 1,
             first_attempt_at=first,
             now=now,
             policy=self._policy,
             rng=self._rng,
         )
-        self._report(route.name, item, results, decision, note)
+        self._report(route, item, results, decision, note)
         if decision.next_attempt_at is not None:
             self._due_hint = min(self._due_hint, decision.next_attempt_at)
             if decision.next_attempt_at < self._sleep_until:
@@ -464,7 +470,7 @@ class Dispatcher:
         rows = [
             AttemptRow(
                 delivery_id=item.delivery_id,
-                hook_url=webhooks.redact_url(r.hook_url),
+                hook_url=route.labels.get(r.hook_url) or webhooks.redact_url(r.hook_url),
                 attempted_at=r.started_at,
                 duration_ms=round(r.duration * 1000, 3),
                 outcome=r.verdict.value,
@@ -490,13 +496,14 @@ class Dispatcher:
 
     def _report(
         self,
-        destination: str,
+        route: Route,
         item: Claimed,
         results: list[AttemptResult],
         decision: retry.Decision,
         note: str | None,
     ) -> None:
         metrics = self._metrics
+        destination = route.name
         for result in results:
             metrics.observe_attempt(destination, result.verdict.value, result.duration)
             if result.verdict is not Verdict.SUCCESS:
@@ -505,7 +512,7 @@ class Dispatcher:
                     item.message_id,
                     destination,
                     item.attempts + 1,
-                    webhooks.redact_url(result.hook_url),
+                    route.labels.get(result.hook_url) or webhooks.redact_url(result.hook_url),
                     result.error_class or f"HTTP {result.status_code}",
                     result.error or (result.response_head or "")[:120],
                 )

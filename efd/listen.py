@@ -11,7 +11,7 @@ from datetime import datetime
 
 from aiohttp import web
 
-from efd import webhooks
+from efd import logs, webhooks
 
 # How far a webhook-timestamp may be from now, as the Standard Webhooks libraries allow.
 TOLERANCE_SECONDS = 300
@@ -78,7 +78,9 @@ async def serve(
         body = await request.read()
         stamp = datetime.now().strftime("%H:%M:%S.%f")[:-3]
         text = describe(body, dict(request.headers), secret, keys)
-        print(f"--- {stamp} {request.method} {request.path_qs}\n{text}", flush=True)
+        shown = f"--- {stamp} {request.method} {request.path_qs}\n{text}"
+        # What a sender put in its path, headers or body must not drive the terminal.
+        print("\n".join(logs.escape(line) for line in shown.split("\n")), flush=True)
         return web.json_response({"received": True}, status=status)
 
     app = web.Application(client_max_size=16 * 1024**2)

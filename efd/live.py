@@ -81,13 +81,13 @@ class LiveApi:
         if refused is not None:
             return refused
         now = time.time()
-        # The URL as the attempts table holds it (credentials and query values hidden),
-        # for the circuit lookups the configured one.
-        hooks = {
-            webhooks.redact_url(hook.url): hook.url
+        # Each hook as the attempts table names it (its label: credentials and query values
+        # hidden), for the circuit lookups its configured URL.
+        labels = {
+            d.name: webhooks.hook_labels(hook.url for hook in d.hooks)
             for d in self._settings.destinations
-            for hook in d.hooks
         }
+        hooks = {label for named in labels.values() for label in named.values()}
         try:
             backlog = await self._db.read(self._health.backlog)
             windows = {
@@ -103,13 +103,14 @@ class LiveApi:
             pending, oldest = backlog.get(destination.name, (0, None))
             hook_list = []
             for hook in destination.hooks:
-                url = webhooks.redact_url(hook.url)
+                url = labels[destination.name][hook.url]
                 last = errors.get(url)
                 hook_list.append(
                     {
                         "url": url,
                         "circuit": "open" if self._circuits.is_open(hook.url) else "closed",
-                        "lastError": None if last is None else last.error,
+                        # Redacted again: attempts written before errors were scrubbed.
+                        "lastError": None if last is None else webhooks.redact_urls(last.error),
                         "lastErrorAt": None if last is None else iso(last.at),
                         "window": {
                             label: _window_json(windows[label].get(url)) for label, _ in WINDOWS

@@ -19,6 +19,7 @@ from efd.rows import (
     DeliveryStatus,
     MessageRecord,
 )
+from efd.webhooks import redact_urls
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
@@ -230,7 +231,8 @@ def window_ends_at(delivery: DeliveryRecord, window: float) -> float:
 
 
 def attempt_json(attempt: AttemptRecord) -> dict[str, Any]:
-    error = attempt.error
+    # Any URL in it redacted: attempts written before errors were scrubbed may name one.
+    error = None if attempt.error is None else redact_urls(attempt.error)
     if attempt.error_class is not None:
         error = f"{attempt.error_class}: {error}" if error else attempt.error_class
     return {

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
 
 from efd.rows import DeliveryStatus
+from efd.webhooks import redact_url
 
 
 class Verdict(StrEnum):
@@ -55,10 +56,11 @@ class AttemptResult:
     response_head: str | None = None
     retry_after: float | None = None
 
-    def describe(self) -> str:
+    def describe(self, label: str) -> str:
+        """What happened, the hook named by `label` (webhooks.hook_labels), never its URL."""
         if self.status_code is not None:
-            return f"{self.hook_url}: HTTP {self.status_code}"
-        return f"{self.hook_url}: {self.error_class}: {self.error}"
+            return f"{label}: HTTP {self.status_code}"
+        return f"{label}: {self.error_class}: {self.error}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +131,7 @@ class Decision:
 def decide(
     results: Sequence[AttemptResult],
     *,
-    hooks: Sequence[str],
+    hooks: Mapping[str, str],
     failed_hooks: frozenset[str],
     attempt: int,
     first_attempt_at: float,
@@ -137,12 +139,19 @@ def decide(
     policy: RetryPolicy,
     rng: random.Random,
 ) -> Decision:
-    """First success wins; hooks that failed for good drop out; the rest retry or expire."""
+    """First success wins; hooks that failed for good drop out; the rest retry or expire.
+
+    `hooks` maps each of the destination's hook URLs to its label (webhooks.hook_labels):
+    `failed_hooks` and `last_error` name hooks by label, so they hold no credentials."""
     if any(r.verdict is Verdict.SUCCESS for r in results):
         return Decision(DeliveryStatus.DELIVERED, None, failed_hooks, None)
-    failed = failed_hooks | {r.hook_url for r in results if r.verdict is Verdict.FAIL}
-    last_error = "; ".join(r.describe() for r in results) or "no hook to send to"
-    if not [h for h in hooks if h not in failed]:
+
+    def label(url: str) -> str:
+        return hooks.get(url) or redact_url(url)
+
+    failed = failed_hooks | {label(r.hook_url) for r in results if r.verdict is Verdict.FAIL}
+    last_error = "; ".join(r.describe(label(r.hook_url)) for r in results) or "no hook to send to"
+    if not [h for h in hooks.values() if h not in failed]:
         return Decision(DeliveryStatus.FAILED, None, frozenset(failed), last_error)
     retry_after = max((r.retry_after for r in results if r.retry_after is not None), default=None)
     at = policy.next_attempt_at(

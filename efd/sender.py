@@ -200,7 +200,8 @@ class Sender:
             duration=duration,
             verdict=verdict,
             status_code=status,
-            response_head=(head or b"").decode("utf-8", "replace"),
+            # A receiver may echo the URL it was called at: its credentials stay hidden.
+            response_head=webhooks.scrub((head or b"").decode("utf-8", "replace"), url),
             retry_after=retry_after,
         )
 
@@ -213,7 +214,8 @@ class Sender:
             duration=time.monotonic() - clock,
             verdict=classify_error(error_class),
             error_class=error_class,
-            error=message[:500],
+            # aiohttp names the URL in some errors (an answer it cannot parse, say).
+            error=webhooks.scrub(message, url)[:500],
         )
 
 
@@ -290,7 +292,12 @@ class SenderChild:
             now = time.time()
             results = [
                 AttemptResult(
-                    url, now, 0.0, Verdict.RETRY, error_class="internal", error=repr(error)
+                    url,
+                    now,
+                    0.0,
+                    Verdict.RETRY,
+                    error_class="internal",
+                    error=webhooks.scrub(repr(error), url),
                 )
                 for url in urls
             ]

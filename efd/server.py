@@ -6,8 +6,9 @@
   client holds only its own connection. Handlers read bodies through `read_body`, which
   holds them to that deadline.
 - Idle keep-alive connections close after `keepalive_timeout` (aiohttp's own timer).
-- A client that disconnects mid-request, or speaks something other than HTTP, is logged
-  in one line (info, or debug for aiohttp's parser), never as an error with a traceback.
+- A client that disconnects mid-request, speaks something other than HTTP, or sends a
+  malformed request (answered 400 by aiohttp's parser) is logged in one line (info, or
+  debug where aiohttp logs at debug), never as an error with a traceback.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 if TYPE_CHECKING:
     from efd.config import Settings
@@ -328,12 +330,26 @@ async def read_body(request: web.Request, max_bytes: int) -> bytes:
 
 
 class OneLineParseErrors(logging.Filter):
-    """aiohttp logs a request it cannot parse (not HTTP, a TLS hello on the plain port) at
-    debug with a traceback. Keep the line, drop the traceback."""
+    """aiohttp logs a request it cannot parse with a traceback: at debug when the first
+    bytes are not HTTP (a TLS hello on the plain port), as an error for every other
+    malformed request (an over-long line, too many headers, a bad chunk, ...). Each is the
+    client's mistake, answered 400 by aiohttp: log it at info, in one line."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno < logging.WARNING and record.exc_info:
-            error = record.exc_info[1]
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, HttpProcessingError) and record.levelno >= logging.WARNING:
+            if not logging.getLogger(record.name).isEnabledFor(logging.INFO):
+                return False
+            record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)
+            peer = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+            # Its lines joined, without the caret that points into the line above it.
+            lines = (line.strip() for line in str(error.message).splitlines())
+            reason = " ".join(line for line in lines if line not in ("", "^"))[:300]
+            record.msg = "malformed request from %s refused with %s: %s: %s"
+            record.args = (peer, error.code, type(error).__name__, reason)
+            record.exc_info = None
+            record.exc_text = None
+        elif record.levelno < logging.WARNING and record.exc_info:
             reason = " ".join(str(error).split()) if error is not None else ""
             record.msg = f"{record.getMessage()}: {type(error).__name__}: {reason}"
             record.args = None

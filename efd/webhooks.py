@@ -7,11 +7,13 @@ import binascii
 import functools
 import hashlib
 import hmac
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import re
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, unquote_plus, urlsplit, urlunsplit
 
 from efd import jsonjs
 from efd.messages import Message, format_timestamp
@@ -35,6 +37,11 @@ class Route:
     user_agent: str
     # Standard Webhooks' keys, current first; empty: no webhook-* headers.
     standard_secrets: tuple[bytes, ...] = ()
+    # Each hook URL -> how efd names it in logs, the store and the APIs (hook_labels).
+    labels: dict[str, str] = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "labels", hook_labels(url for url, _ in self.hooks))
 
     def __repr__(self) -> str:  # never show the secret
         return f"Route({self.name!r}, {len(self.hooks)} hooks)"
@@ -196,3 +203,92 @@ def redact_url(url: str) -> str:
         if pair
     )
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def hook_labels(urls: Iterable[str]) -> dict[str, str]:
+    """url -> how efd names that hook of one destination wherever it writes or shows it (logs,
+    `failed_hooks`, `last_error`, the attempts table, the admin API): the redacted URL. Hooks
+    that differ only in what redaction hides would read alike, so the second and later of
+    them, in the configuration's order, get " #2", " #3"... (a URL holds no space)."""
+    labels: dict[str, str] = {}
+    seen: Counter[str] = Counter()
+    for url in urls:
+        if url in labels:
+            continue
+        redacted = redact_url(url)
+        seen[redacted] += 1
+        labels[url] = redacted if seen[redacted] == 1 else f"{redacted} #{seen[redacted]}"
+    return labels
+
+
+def failed_labels(route: Route, stored: Collection[str]) -> frozenset[str]:
+    """A delivery's `failed_hooks` as labels of `route`'s hooks. Rows written before hooks
+    were stored by label name them by URL; an entry that names no configured hook is kept
+    only when it reveals nothing, so the next outcome written drops raw URLs."""
+    if not stored:  # the common case, on every round's start
+        return frozenset()
+    labels = route.labels
+    known = set(labels.values())
+    failed = set()
+    for entry in stored:
+        if entry in known:
+            failed.add(entry)
+        elif entry in labels:
+            failed.add(labels[entry])
+        elif _redacted(entry) == entry:
+            failed.add(entry)
+    return frozenset(failed)
+
+
+# A URL inside some text: a scheme, "://", then everything up to a space or a quote.
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
+_MIN_BARE_SECRET = 6  # a shorter value alone would hide ordinary words in the text
+
+
+def _redacted(url: str) -> str:
+    try:
+        return redact_url(url)
+    except ValueError:  # not a URL urlsplit can read (a bad port, say): hide all of it
+        return url.split("://", 1)[0] + "://***"
+
+
+def redact_urls(text: str) -> str:
+    """`text` with every URL in it redacted as redact_url does."""
+    return _URL_IN_TEXT.sub(lambda match: _redacted(match.group()), text)
+
+
+@functools.lru_cache(maxsize=1024)
+def _secrets(url: str) -> tuple[tuple[str, str], ...]:
+    """(text, replacement) for each form in which `url`'s credentials and query values could
+    appear in an error or an answer, longest first; empty when redaction hides nothing."""
+    parts = urlsplit(url)
+    found: dict[str, str] = {}
+    userinfo = parts.netloc.rpartition("@")[0]
+    if userinfo:
+        for form in (userinfo, unquote(userinfo)):
+            found[form] = "***"
+        for piece in userinfo.split(":"):
+            for form in (piece, unquote(piece)):
+                if len(form) >= _MIN_BARE_SECRET:
+                    found[form] = "***"
+    for pair in parts.query.split("&"):
+        name, equals, value = pair.partition("=")
+        if not equals or not value:
+            continue
+        for form in (value, unquote(value), unquote_plus(value)):
+            found[f"{name}={form}"] = f"{name}=***"
+            if len(form) >= _MIN_BARE_SECRET:
+                found[form] = "***"
+    return tuple(sorted(found.items(), key=lambda item: len(item[0]), reverse=True))
+
+
+def scrub(text: str, url: str) -> str:
+    """`text` (an error, a receiver's answer) from a POST to `url`, with every URL in it
+    redacted and `url`'s credentials and query values hidden wherever they appear."""
+    secrets = _secrets(url)
+    if not secrets:
+        return text
+    text = redact_urls(text)
+    for secret, replacement in secrets:
+        text = text.replace(secret, replacement)
+    return text

@@ -20,6 +20,7 @@ import psycopg
 from sqlalchemy import (
     Connection,
     Engine,
+    and_,
     bindparam,
     delete,
     func,
@@ -528,12 +529,16 @@ class Store:
             )
             return result.rowcount
 
-    def wake(self, destination: str, hook: str, now: float) -> int:
+    def wake(self, destination: str, hook: Sequence[str], now: float) -> int:
         """Make due at `now` the destination's pending deliveries that are not leased and
-        for which `hook` has not failed for good (failed_hooks is a JSON list of URLs)."""
-        needle = json.dumps(hook)
-        for char in ("\\", "%", "_"):
-            needle = needle.replace(char, "\\" + char)
+        whose failed_hooks (a JSON list of strings) holds none of `hook`'s forms: the hook
+        has not failed for good for them."""
+        needles = []
+        for form in hook:
+            needle = json.dumps(form)
+            for char in ("\\", "%", "_"):
+                needle = needle.replace(char, "\\" + char)
+            needles.append(needle)
         with self.writer.begin() as conn:
             result = conn.execute(
                 update(deliveries)
@@ -544,7 +549,12 @@ class Store:
                     deliveries.c.next_attempt_at > now,
                     or_(
                         deliveries.c.failed_hooks.is_(None),
-                        deliveries.c.failed_hooks.not_like(f"%{needle}%", escape="\\"),
+                        and_(
+                            *(
+                                deliveries.c.failed_hooks.not_like(f"%{needle}%", escape="\\")
+                                for needle in needles
+                            )
+                        ),
                     ),
                 )
                 .values(next_attempt_at=now)

@@ -125,7 +125,7 @@ class AsyncDeliveries:
     async def next_due(self, destination: str) -> float | None:
         return await self._db.read(self._db.store.next_due, destination)
 
-    async def wake(self, destination: str, hook: str, now: float) -> int:
+    async def wake(self, destination: str, hook: Sequence[str], now: float) -> int:
         return await self._db.write(self._db.store.wake, destination, hook, now)
 
     async def expire_waiting(self, destination: str, window: float, now: float) -> int:

@@ -250,6 +250,31 @@ def test_release_all_leases_makes_them_due_now(store, db_url):
     assert sql(db_url, "SELECT lease_owner, next_attempt_at FROM deliveries") == [(None, now + 1)]
 
 
+def test_wake_skips_deliveries_whose_failed_hooks_name_the_hook_in_any_form(store, db_url):
+    """failed_hooks names a hook by its label, or by its raw URL in rows written before
+    labels: a circuit's closing wakes neither. A hook that only reads alike (" #2") is
+    another hook."""
+    label, url = "https://***@h.example/in?k=***", "https://u:p@h.example/in?k=s_%"
+    now = time.time()
+    store.insert_messages([message(f"m{i}") for i in range(4)], now)
+    failed = [[label], [url], [f"{label} #2"], None]
+    for pk, hooks in enumerate(failed, start=1):
+        sql(
+            db_url,
+            "UPDATE deliveries SET next_attempt_at = :later, failed_hooks = :failed WHERE id = :pk",
+            later=now + 600,
+            failed=None if hooks is None else json.dumps(hooks),
+            pk=pk,
+        )
+    assert store.wake("d", (label, url), now) == 2
+    assert sql(
+        db_url, "SELECT id FROM deliveries WHERE next_attempt_at = :now ORDER BY id", now=now
+    ) == [
+        (3,),
+        (4,),
+    ]
+
+
 def test_purge_removes_only_finished_old_messages(store, db_url):
     now = time.time()
     store.insert_messages(

@@ -154,7 +154,7 @@ class MemoryDeliveries:
         ]
         return min(due, default=None)
 
-    async def wake(self, destination: str, hook: str, now: float) -> int:
+    async def wake(self, destination: str, hook: Sequence[str], now: float) -> int:
         woken = 0
         for r in self.rows.values():
             if (
@@ -162,7 +162,7 @@ class MemoryDeliveries:
                 and r.status is DeliveryStatus.PENDING
                 and not r.leased
                 and r.next_attempt_at > now
-                and hook not in r.failed_hooks
+                and not r.failed_hooks.intersection(hook)
             ):
                 r.next_attempt_at = now
                 woken += 1
@@ -217,6 +217,12 @@ class FakeRounds:
                 self.in_flight[url] -= 1
 
 
+# Two hooks of one destination that differ only in their credentials and query value.
+SECRET_1 = "https://user:pw-one@c.example/hook?token=t0k3n-one"
+SECRET_2 = "https://user:pw-two@c.example/hook?token=t0k3n-two"
+LABEL_1, LABEL_2 = "https://***@c.example/hook?token=***", "https://***@c.example/hook?token=*** #2"
+
+
 def settings(**delivery: Any) -> config.Settings:
     return config.load(
         None,
@@ -224,6 +230,7 @@ def settings(**delivery: Any) -> config.Settings:
         destinations=[
             {"name": "a", "hooks": [{"url": HOOK_A}]},
             {"name": "b", "hooks": [{"url": HOOK_B}]},
+            {"name": "c", "hooks": [{"url": SECRET_1}, {"url": SECRET_2}]},
         ],
     )
 
@@ -402,3 +409,24 @@ async def test_an_open_circuit_gets_probes_only_and_its_closing_makes_the_backlo
     rounds.verdicts.clear()  # back: the next probe succeeds and the rest are due at once
     await store.wait(lambda: store.status("a") == {"delivered": 5})
     assert metrics.circuit_open[("a", HOOK_A)] == 0
+
+
+async def test_hooks_are_stored_by_label_and_rows_naming_them_by_url_still_count(running):
+    """failed_hooks, last_error and the attempt rows name hooks by label, never by URL; a
+    delivery whose failed_hooks was written before, with the raw URL, skips that hook."""
+    store = MemoryDeliveries()
+    rounds = FakeRounds(verdicts={SECRET_1: Verdict.RETRY, SECRET_2: Verdict.FAIL})
+    old, new = store.add("c", 2)
+    store.rows[old].failed_hooks = frozenset({SECRET_1})
+    metrics = Metrics()
+    running(
+        store, rounds, metrics, circuit_failures=1, retry_initial_seconds=600, retry_max_seconds=600
+    )
+    await store.wait(lambda: store.status("c") == {"failed": 1, "pending": 1})
+    assert store.rows[old].status is DeliveryStatus.FAILED  # never sent to the first hook
+    assert store.rows[old].failed_hooks == frozenset({LABEL_1, LABEL_2})
+    assert store.rows[new].status is DeliveryStatus.PENDING  # the first hook may still take it
+    assert store.rows[new].failed_hooks == frozenset({LABEL_2})
+    assert rounds.sent == {SECRET_1: 1, SECRET_2: 2}
+    assert sorted(a.hook_url for a in store.attempts) == [LABEL_1, LABEL_2, LABEL_2]
+    assert metrics.circuit_open == {("c", LABEL_1): 1}

@@ -20,6 +20,7 @@ from efd.retry import (
     decide,
     parse_retry_after,
 )
+from efd.webhooks import hook_labels
 
 POLICY = RetryPolicy(initial=5, maximum=1800, window=14400)
 T0 = 1_800_000_000.0  # first attempt
@@ -296,7 +297,7 @@ def run(
 ) -> Decision:
     return decide(
         results,
-        hooks=hooks,
+        hooks=hook_labels(hooks),
         failed_hooks=failed,
         attempt=attempt,
         first_attempt_at=T0,
@@ -430,4 +431,38 @@ def test_no_results_and_live_hooks_is_pending() -> None:
     ],
 )
 def test_describe(attempt: AttemptResult, expected: str) -> None:
-    assert attempt.describe() == expected
+    assert attempt.describe(A) == expected
+
+
+# Two hooks that differ only in what redaction hides, and one with credentials.
+SECRET_1 = "https://hooks.example/in?api_key=k3y-0ne"
+SECRET_2 = "https://hooks.example/in?api_key=k3y-tw0"
+SECRET_3 = "https://user:pa55word@other.example/in"
+
+
+def test_failed_hooks_and_last_error_name_hooks_by_label() -> None:
+    decision = run(
+        [result(SECRET_1, FAIL, 404), result(SECRET_2, RETRY, 500), result(SECRET_3, FAIL, 401)],
+        hooks=(SECRET_1, SECRET_2, SECRET_3),
+    )
+    assert decision.status == "pending"  # the second hook, distinct from the first, remains
+    assert decision.failed_hooks == frozenset(
+        {"https://hooks.example/in?api_key=***", "https://***@other.example/in"}
+    )
+    assert decision.last_error == (
+        "https://hooks.example/in?api_key=***: HTTP 404; "
+        "https://hooks.example/in?api_key=*** #2: HTTP 500; "
+        "https://***@other.example/in: HTTP 401"
+    )
+
+
+def test_a_hook_that_reads_like_a_failed_one_still_counts() -> None:
+    decision = run(
+        [result(SECRET_2, FAIL, 410)],
+        hooks=(SECRET_1, SECRET_2),
+        failed=frozenset({"https://hooks.example/in?api_key=***"}),
+    )
+    assert decision.status == "failed"
+    assert decision.failed_hooks == frozenset(
+        {"https://hooks.example/in?api_key=***", "https://hooks.example/in?api_key=*** #2"}
+    )

@@ -20,11 +20,16 @@ from efd.messages import Message, normalise
 from efd.webhooks import (
     RESERVED_HEADERS,
     SIGNATURE_HEADER,
+    Route,
     body_for,
     delete_body,
     encode,
+    failed_labels,
+    hook_labels,
     redact_url,
+    redact_urls,
     request_headers,
+    scrub,
     sign,
     standard_secret,
     verify,
@@ -446,6 +451,72 @@ def test_reserved_headers() -> None:
 )
 def test_redact_url(url: str, expected: str) -> None:
     assert redact_url(url) == expected
+
+
+# -- hook labels and scrubbing ---------------------------------------------------------------
+
+KEYED_1 = "https://hooks.example.com/in?api_key=k3y-number-one"
+KEYED_2 = "https://hooks.example.com/in?api_key=k3y-number-two"
+LOGIN = "https://hookuser:pa55word@hooks.example.com/in?api_key=k3y-number-one"
+LABEL = "https://hooks.example.com/in?api_key=***"
+
+
+def test_hooks_that_read_alike_get_numbered_labels_in_configuration_order() -> None:
+    assert hook_labels([KEYED_1, "https://other.example/x", KEYED_2, LOGIN, KEYED_2]) == {
+        KEYED_1: LABEL,
+        "https://other.example/x": "https://other.example/x",
+        KEYED_2: f"{LABEL} #2",
+        LOGIN: "https://***@hooks.example.com/in?api_key=***",
+    }
+    route = Route("d", ((KEYED_2, {}), (KEYED_1, {})), None, "efd")
+    assert route.labels == {KEYED_2: LABEL, KEYED_1: f"{LABEL} #2"}
+
+
+def test_failed_labels_reads_labels_and_the_urls_of_older_rows() -> None:
+    route = Route("d", ((KEYED_1, {}), (KEYED_2, {}), (LOGIN, {})), None, "efd")
+    assert failed_labels(route, {f"{LABEL} #2"}) == {f"{LABEL} #2"}
+    assert failed_labels(route, {KEYED_1, LOGIN}) == {LABEL, route.labels[LOGIN]}
+    # A hook no longer configured: kept when it reveals nothing, dropped otherwise.
+    gone = "https://gone.example/in?token=s3cret-value"
+    assert failed_labels(route, {"https://gone.example/in?token=***", gone}) == {
+        "https://gone.example/in?token=***"
+    }
+
+
+def test_redact_urls_hides_every_url_in_a_text() -> None:
+    text = (
+        "400, message='bad', url='https://u:p@h.example/p?a=1&b=two'; "
+        "see URL('http://h2.example:81/x?k=v') or https://plain.example/ok."
+    )
+    assert redact_urls(text) == (
+        "400, message='bad', url='https://***@h.example/p?a=***&b=***'; "
+        "see URL('http://h2.example:81/x?k=***') or https://plain.example/ok."
+    )
+    assert redact_urls("http://h.example:99999999/x?k=v and more") == "http://*** and more"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # aiohttp quoting the URL in an error
+        (f"400, message='x', url='{KEYED_1}'", f"400, message='x', url='{LABEL}'"),
+        # a receiver echoing its path and query, or a value alone
+        ("no hook at /in?api_key=k3y-number-one", "no hook at /in?api_key=***"),
+        ("key k3y-number-one is revoked", "key *** is revoked"),
+        ("login hookuser:pa55word refused", "login *** refused"),
+        ("password pa55word wrong for hookuser", "password *** wrong for ***"),
+        # short words are left alone, the pairs they are part of are not
+        ("api_key=k3y-number-one&v=2, version 2", "api_key=***&v=***, version 2"),
+    ],
+)
+def test_scrub_hides_a_hooks_secrets_wherever_they_appear(text: str, expected: str) -> None:
+    url = "https://hookuser:pa55word@hooks.example.com/in?api_key=k3y-number-one&v=2"
+    assert scrub(text, url) == expected
+
+
+def test_scrub_leaves_text_alone_when_the_url_hides_nothing() -> None:
+    text = "see https://elsewhere.example/x?k=v"
+    assert scrub(text, "https://hooks.example.com/in") == text
 
 
 # -- Standard Webhooks ---------------------------------------------------------------------------
