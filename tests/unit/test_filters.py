@@ -1,15 +1,30 @@
-"""Destination filters: FQL's parser, printer and evaluator (pure)."""
+"""Destination filters: FQL's parser, printer and evaluator, and the filter actions (pure)."""
 
 from __future__ import annotations
 
+import copy
 import math
+import pickle
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from efd.filters import FqlError, compile_condition, evaluate, parse, to_fql
+from efd.filters import (
+    Condition,
+    Filter,
+    Filtered,
+    FilterSet,
+    FqlError,
+    apply_filters,
+    compile_condition,
+    evaluate,
+    parse,
+    parse_field_path,
+    sample_point,
+    to_fql,
+)
 from efd.filters.fql import (
     FUNCTIONS,
     And,
@@ -586,3 +601,351 @@ def test_the_evaluator_never_raises(tree: Node, message: dict[str, Any]) -> None
     result = holds(text, message)
     assert result in (True, False)
     assert holds(f"!({text})", message) is not result
+
+
+# -- actions ---------------------------------------------------------------------------------
+
+
+def drop(when: str) -> Filter:
+    return Filter(Condition(when), "drop")
+
+
+def sample(when: str, percent: float) -> Filter:
+    return Filter(Condition(when), "sample", percent=percent)
+
+
+def fields(action: str, when: str = "all", **objects: list[str]) -> Filter:
+    paths_ = tuple((name, tuple(parse_field_path(p) for p in ps)) for name, ps in objects.items())
+    return Filter(Condition(when), action, fields=paths_)  # type: ignore[arg-type]
+
+
+def message(message_id: str = "m-1", **extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "version": 1,
+        "type": "track",
+        "event": "Order Completed",
+        "userId": "u1",
+        "messageId": message_id,
+        "properties": {
+            "total": 120,
+            "email": "ann@example.com",
+            "phone": "555",
+            "products": [
+                {"sku": "a1", "price": 10, "newElement": "x"},
+                {"sku": "b2", "price": 20},
+                "loose",
+            ],
+            "address": {"city": "Paris", "street": "1 rue"},
+        },
+        "context": {"ip": "203.0.113.9", "page": {"url": "https://x.example/a", "title": "A"}},
+    }
+    body.update(extra)
+    return body
+
+
+def test_no_filters_pass_the_message_itself() -> None:
+    msg = message()
+    assert apply_filters([], msg) is msg
+    assert not FilterSet([])
+
+
+def test_drop() -> None:
+    filters = [drop('type = "track" and event = "Debug Ping"')]
+    assert apply_filters(filters, message(event="Order Completed"))["event"] == "Order Completed"  # type: ignore[index]
+    result = apply_filters(filters, message(event="Debug Ping"))
+    assert result == Filtered(0, "drop", 'type = "track" and event = "Debug Ping"')
+    assert isinstance(result, Filtered)
+    assert result.reason == 'filters[0] drop, if type = "track" and event = "Debug Ping"'
+
+
+def test_drop_all() -> None:
+    assert isinstance(apply_filters([drop("all")], message()), Filtered)
+
+
+def test_drop_fields_the_issue_example() -> None:
+    msg = message(type="identify", traits={"email": "ann@example.com", "plan": "pro"})
+    f = fields("drop_fields", properties=["email", "phone"], context=["ip"], traits=["email"])
+    result = apply_filters([f], msg)
+    assert isinstance(result, dict)
+    assert "email" not in result["properties"]
+    assert "phone" not in result["properties"]
+    assert result["properties"]["total"] == 120
+    assert result["context"] == {"page": msg["context"]["page"]}
+    assert result["traits"] == {"plan": "pro"}
+    assert result["userId"] == "u1"
+
+
+def test_drop_fields_nested_and_through_lists() -> None:
+    result = apply_filters(
+        [fields("drop_fields", properties=["products.newElement", "address.street"])], message()
+    )
+    assert isinstance(result, dict)
+    props = result["properties"]
+    assert props["products"] == [{"sku": "a1", "price": 10}, {"sku": "b2", "price": 20}, "loose"]
+    assert props["address"] == {"city": "Paris"}
+
+
+def test_drop_fields_of_what_is_absent_changes_nothing() -> None:
+    msg = message()
+    f = fields("drop_fields", properties=["nope", "address.nope", "email.x"], traits=["email"])
+    assert apply_filters([f], msg) is msg
+
+
+def test_allow_fields() -> None:
+    msg = message()
+    result = apply_filters(
+        [fields("allow_fields", properties=["total", "products.sku", "address"], context=["ip"])],
+        msg,
+    )
+    assert isinstance(result, dict)
+    # Only the listed fields of each object named; a list's objects keep only theirs, and a
+    # value that is not an object has no listed field to keep.
+    assert result["properties"] == {
+        "total": 120,
+        "products": [{"sku": "a1"}, {"sku": "b2"}],
+        "address": {"city": "Paris", "street": "1 rue"},
+    }
+    assert result["context"] == {"ip": "203.0.113.9"}
+    assert result["event"] == "Order Completed"
+    assert result["messageId"] == "m-1"
+
+
+def test_allow_fields_leaves_objects_it_does_not_name() -> None:
+    msg = message()
+    result = apply_filters([fields("allow_fields", traits=["email"])], msg)
+    assert result is msg  # no traits in a track message: nothing to reduce
+
+
+def test_allow_fields_with_an_empty_list_empties_the_object() -> None:
+    result = apply_filters([fields("allow_fields", properties=[])], message())
+    assert isinstance(result, dict)
+    assert result["properties"] == {}
+
+
+def test_a_shorter_allowed_path_keeps_the_whole_value() -> None:
+    for paths_ in (["address", "address.city"], ["address.city", "address"]):
+        result = apply_filters([fields("allow_fields", properties=paths_)], message())
+        assert isinstance(result, dict)
+        assert result["properties"] == {"address": {"city": "Paris", "street": "1 rue"}}
+
+
+def test_allow_fields_that_keep_everything_return_the_message_itself() -> None:
+    msg = message()
+    everything = list(msg["properties"])
+    assert apply_filters([fields("allow_fields", properties=everything)], msg) is msg
+
+
+def test_a_non_object_top_level_value_is_left_alone() -> None:
+    msg = message(properties=None)
+    assert apply_filters([fields("allow_fields", properties=["total"])], msg) is msg
+
+
+def test_field_filters_apply_only_when_their_condition_holds() -> None:
+    f = fields("drop_fields", 'event = "Signed Up"', properties=["email"])
+    msg = message()
+    assert apply_filters([f], msg) is msg
+    result = apply_filters([f], message(event="Signed Up"))
+    assert isinstance(result, dict)
+    assert "email" not in result["properties"]
+
+
+def test_two_allow_filters_keep_what_both_allow() -> None:
+    result = apply_filters(
+        [
+            fields("allow_fields", properties=["total", "email"]),
+            fields("allow_fields", properties=["email", "phone"]),
+        ],
+        message(),
+    )
+    assert isinstance(result, dict)
+    assert result["properties"] == {"email": "ann@example.com"}
+
+
+def test_the_order_is_segments_whatever_the_order_configured() -> None:
+    # Listed last, the sample filter still runs first: it is the one named.
+    filters = [
+        fields("allow_fields", properties=["total"]),
+        fields("drop_fields", properties=["total"]),
+        drop("all"),
+        sample("all", 0),
+    ]
+    result = apply_filters(filters, message())
+    assert result == Filtered(3, "sample", "all", 0)
+    # Without the sample, the drop comes before any field filter.
+    assert apply_filters(filters[:3], message()) == Filtered(2, "drop", "all")
+    # drop_fields runs before allow_fields: allowed 'total' but dropped first, nothing is left.
+    result = apply_filters(filters[:2], message())
+    assert isinstance(result, dict)
+    assert result["properties"] == {}
+
+
+def test_conditions_see_the_message_as_received() -> None:
+    # The first filter removes properties.email; the second still sees it.
+    filters = [
+        fields("drop_fields", properties=["email"]),
+        fields("drop_fields", 'contains(properties.email, "@example.com")', context=["ip"]),
+    ]
+    result = apply_filters(filters, message())
+    assert isinstance(result, dict)
+    assert "email" not in result["properties"]
+    assert "ip" not in result["context"]
+
+
+def test_filters_never_modify_the_message() -> None:
+    msg = message(traits={"email": "x"})
+    before = copy.deepcopy(msg)
+    filters = [
+        fields("drop_fields", properties=["email", "products.price", "address.city"]),
+        fields("allow_fields", properties=["products", "address"], context=["page.url"]),
+        fields("drop_fields", traits=["email"]),
+    ]
+    for destination in range(3):  # several destinations share the one message
+        result = apply_filters(filters[destination:], msg)
+        assert result is not msg
+        assert msg == before
+    result = apply_filters(filters, msg)
+    assert isinstance(result, dict)
+    assert result["properties"] == {
+        "products": [{"sku": "a1", "newElement": "x"}, {"sku": "b2"}, "loose"],
+        "address": {"street": "1 rue"},
+    }
+    assert result["context"] == {"page": {"url": "https://x.example/a"}}
+    assert result["traits"] == {}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(FEW_NAMES, JSON, max_size=4),
+    st.sampled_from(["drop_fields", "allow_fields"]),
+    st.lists(st.lists(FEW_NAMES, min_size=1, max_size=3), max_size=3),
+)
+def test_field_filters_never_modify_any_message(
+    props: dict[str, Any], action: str, paths_: list[list[str]]
+) -> None:
+    msg = {"type": "track", "messageId": "m", "properties": props, "context": props}
+    before = copy.deepcopy(msg)
+    joined = [".".join(path) for path in paths_ if all("." not in p for p in path)]
+    result = apply_filters([fields(action, properties=joined)], msg)
+    assert msg == before
+    assert isinstance(result, dict)
+    assert result["context"] is msg["context"]  # an object no filter names is shared, unchanged
+    if action == "allow_fields":
+        allowed = {path.split(".")[0] for path in joined}
+        assert set(result["properties"]) <= allowed
+    else:
+        dropped = {path for path in joined if "." not in path}
+        assert not dropped & set(result["properties"])
+
+
+# -- sampling --------------------------------------------------------------------------------
+
+
+def test_sampling_is_deterministic_per_message_id() -> None:
+    filters = [sample('event = "Page Scrolled"', 10)]
+    choices = {}
+    for i in range(200):
+        msg = message(f"id-{i}", event="Page Scrolled")
+        choices[i] = isinstance(apply_filters(filters, msg), Filtered)
+    for i in range(200):  # a redelivery: the same message again, even with other content
+        msg = message(f"id-{i}", event="Page Scrolled", properties={"again": True})
+        assert isinstance(apply_filters(filters, msg), Filtered) is choices[i]
+    assert 0 < sum(choices.values()) < 200
+
+
+def test_sampling_keeps_about_the_percent() -> None:
+    for percent in (10, 50, 90):
+        filters = [sample("all", percent)]
+        kept = sum(
+            not isinstance(apply_filters(filters, {"messageId": f"msg-{i}"}), Filtered)
+            for i in range(20_000)
+        )
+        # Binomial with n = 20,000: six standard deviations is at most 2.1 percentage points.
+        assert abs(kept / 20_000 * 100 - percent) < 2.2, (percent, kept)
+
+
+def test_a_smaller_sample_is_a_subset_of_a_larger_one() -> None:
+    ids = [f"order-{i}" for i in range(2000)]
+
+    def kept(percent: float) -> set[str]:
+        filters = [sample("all", percent)]
+        return {
+            i for i in ids if not isinstance(apply_filters(filters, {"messageId": i}), Filtered)
+        }
+
+    small, large = kept(10), kept(20)
+    assert small < large
+    assert kept(0) == set()
+    assert kept(100) == set(ids)
+
+
+def test_sample_point_is_in_the_unit_interval_and_spread() -> None:
+    points = [sample_point(f"id-{i}") for i in range(1000)]
+    assert all(0 <= p < 1 for p in points)
+    assert len(set(points)) == 1000
+    assert sample_point("id-1") == sample_point("id-1")
+    assert sample_point("\ud800") == sample_point("\ud800")  # a lone surrogate is hashed too
+
+
+def test_sample_only_applies_when_its_condition_holds() -> None:
+    filters = [sample('event = "Page Scrolled"', 0)]
+    assert not isinstance(apply_filters(filters, message(event="Order Completed")), Filtered)
+    result = apply_filters(filters, message(event="Page Scrolled"))
+    assert result == Filtered(0, "sample", 'event = "Page Scrolled"', 0)
+    assert isinstance(result, Filtered)
+    assert result.reason == 'filters[0] sample 0 %, if event = "Page Scrolled": sampled out'
+
+
+def test_a_message_without_a_message_id_is_sampled_as_an_empty_one() -> None:
+    filters = [sample("all", 50)]
+    expected = isinstance(apply_filters(filters, {"messageId": ""}), Filtered)
+    assert isinstance(apply_filters(filters, {}), Filtered) is expected
+    assert isinstance(apply_filters(filters, {"messageId": 5}), Filtered) is expected
+
+
+# -- conditions and filter sets travel to other processes as text ----------------------------
+
+
+def test_conditions_compare_and_pickle_by_text() -> None:
+    condition = Condition('event = "x"')
+    assert condition == Condition('event = "x"')
+    assert condition != Condition('event = "y"')
+    assert hash(condition) == hash(Condition('event = "x"'))
+    again = pickle.loads(pickle.dumps(condition))  # noqa: S301
+    assert again == condition
+    assert again.matches({"event": "x"})
+    assert not again.matches({"event": "y"})
+    assert Condition("all").root is None
+    assert Condition("all").matches({})
+    assert Condition(" all\n").matches({})
+    with pytest.raises(FqlError, match='write "all" in lower case'):
+        Condition("All")
+    assert not Condition("\\All").matches({})  # a field named All, written so on purpose
+
+
+def test_filter_sets_pickle() -> None:
+    filters = FilterSet([drop('event = "Debug Ping"'), fields("drop_fields", properties=["email"])])
+    again = pickle.loads(pickle.dumps(filters))  # noqa: S301
+    assert isinstance(again.apply(message(event="Debug Ping")), Filtered)
+    result = again.apply(message())
+    assert isinstance(result, dict)
+    assert "email" not in result["properties"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("email", ("email",)),
+        ("page.url", ("page", "url")),
+        ("a\\.b.c", ("a.b", "c")),
+        ("a\\\\.b", ("a\\", "b")),
+        ("product 1.price", ("product 1", "price")),
+    ],
+)
+def test_field_paths_of_field_filters(text: str, expected: tuple[str, ...]) -> None:
+    assert parse_field_path(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", ".", "a.", ".a", "a..b", "a\\"])
+def test_bad_field_paths(text: str) -> None:
+    with pytest.raises(ValueError, match=r"empty name|lone"):
+        parse_field_path(text)
