@@ -18,10 +18,13 @@ from urllib.parse import urlsplit
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
+    PlainSerializer,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -34,6 +37,7 @@ from pydantic_settings import (
 
 from efd.audiences import ParseError, parse_condition, parse_expression
 from efd.cors import check_pattern
+from efd.filters import Condition, Filter, FilterSet, FqlError, parse_field_path
 from efd.personas.keys import PERSONAS_SOURCE, snake_case
 from efd.webhooks import RESERVED_HEADERS, Route, standard_secret
 
@@ -191,6 +195,110 @@ class HookConfig(_Strict):
         return headers
 
 
+def _field_paths(paths: list[str]) -> list[str]:
+    problems = []
+    for index, path in enumerate(paths):
+        try:
+            parse_field_path(path)
+        except ValueError as error:
+            problems.append(f"[{index}] {error}")
+    if problems:
+        raise ValueError("; ".join(problems))
+    return paths
+
+
+FieldPaths = Annotated[list[str], AfterValidator(_field_paths)]
+
+
+class FieldsConfig(_Strict):
+    """The fields a drop_fields or allow_fields filter names, by the object they are in."""
+
+    properties: FieldPaths | None = None
+    context: FieldPaths | None = None
+    traits: FieldPaths | None = None
+
+    @model_validator(mode="after")
+    def _names_an_object(self) -> FieldsConfig:
+        if self.properties is None and self.context is None and self.traits is None:
+            raise ValueError("name the fields of at least one of properties, context, traits")
+        return self
+
+    def paths(self) -> tuple[tuple[str, tuple[tuple[str, ...], ...]], ...]:
+        named = (("properties", self.properties), ("context", self.context))
+        return tuple(
+            (name, tuple(parse_field_path(path) for path in paths))
+            for name, paths in (*named, ("traits", self.traits))
+            if paths is not None
+        )
+
+
+def _condition(value: Any) -> Condition:
+    if isinstance(value, Condition):
+        return value
+    if not isinstance(value, str):
+        raise ValueError('must be a string: an FQL expression, or "all"')
+    try:
+        return Condition(value)
+    except FqlError as error:
+        raise ValueError(str(error)) from None
+
+
+FilterAction = Literal["drop", "sample", "drop_fields", "allow_fields"]
+_FIELD_ACTIONS = ("drop_fields", "allow_fields")
+
+
+class FilterConfig(_Strict):
+    """One of a destination's filters (docs/filters.md); the expression is parsed here, once."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    when: Annotated[
+        Condition,
+        BeforeValidator(_condition),
+        PlainSerializer(lambda condition: condition.source, return_type=str),
+    ] = Field(alias="if")
+    action: FilterAction
+    # Declared after `action`, and validated when absent too, so each can check the action.
+    percent: float | None = Field(
+        default=None, ge=0, le=100, strict=True, allow_inf_nan=False, validate_default=True
+    )
+    fields: FieldsConfig | None = Field(default=None, validate_default=True)
+
+    @field_validator("percent")
+    @classmethod
+    def _percent_for_sample(cls, percent: float | None, info: ValidationInfo) -> float | None:
+        action = info.data.get("action")
+        if action == "sample" and percent is None:
+            raise ValueError('required with action = "sample" (0 to 100)')
+        if action is not None and action != "sample" and percent is not None:
+            raise ValueError(f'only a sample filter takes a percent, not action = "{action}"')
+        return percent
+
+    @field_validator("fields")
+    @classmethod
+    def _fields_for_field_actions(
+        cls, fields: FieldsConfig | None, info: ValidationInfo
+    ) -> FieldsConfig | None:
+        action = info.data.get("action")
+        if action in _FIELD_ACTIONS and fields is None:
+            raise ValueError(
+                f'required with action = "{action}", e.g. fields = {{ properties = ["email"] }}'
+            )
+        if action is not None and action not in _FIELD_ACTIONS and fields is not None:
+            raise ValueError(
+                f'only drop_fields and allow_fields filters take fields, not action = "{action}"'
+            )
+        return fields
+
+    def rule(self) -> Filter:
+        return Filter(
+            when=self.when,
+            action=self.action,
+            percent=self.percent,
+            fields=() if self.fields is None else self.fields.paths(),
+        )
+
+
 Signing = Literal["x-signature", "standard-webhooks"]
 
 
@@ -209,6 +317,8 @@ class DestinationConfig(_Strict):
     # receivers move over to it (rotation).
     standard_webhooks_secrets: list[SecretStr] = Field(default_factory=list)
     hooks: list[HookConfig] = Field(min_length=1, max_length=MAX_HOOKS)
+    # Applied in Segment's order (sample, drop, drop_fields, allow_fields): docs/filters.md.
+    filters: list[FilterConfig] = Field(default_factory=list)
 
     @field_validator("signing")
     @classmethod
@@ -238,6 +348,10 @@ class DestinationConfig(_Strict):
                 "one whsec_ secret"
             )
         return self
+
+    def filter_set(self) -> FilterSet:
+        """The destination's filters, ready to apply (their expressions are already parsed)."""
+        return FilterSet([f.rule() for f in self.filters])
 
     def route(self, user_agent: str) -> Route:
         secret = self.shared_secret.get_secret_value() if self.shared_secret else None

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from efd import config
+from efd.filters import Filtered
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -694,3 +695,163 @@ def test_bad_signing_settings_name_the_key(fields: dict[str, Any], words: str) -
     assert problem.startswith("destinations[0]")
     assert words in problem
     assert "whsec_!!!" not in problem  # secrets are never echoed
+
+
+# -- destination filters ---------------------------------------------------------------------
+
+ISSUE_FILTERS = textwrap.dedent(
+    """\
+    [[destinations.filters]]
+    if = 'type = "track" and event = "Debug Ping"'
+    action = "drop"
+
+    [[destinations.filters]]
+    if = "all"
+    action = "drop_fields"
+    fields = { properties = ["email", "phone"], context = ["ip"], traits = ["email"] }
+
+    [[destinations.filters]]
+    if = 'event = "Page Scrolled"'
+    action = "sample"
+    percent = 10          # deterministic per messageId, so a redelivery makes the same choice
+    """
+)
+
+
+def filtered(*filters: str) -> str:
+    return destination(HOOK) + "".join(f"[[destinations.filters]]\n{f}\n" for f in filters)
+
+
+def test_the_issue_filters_load(tmp_path: Path) -> None:
+    crm = config.load(write(tmp_path, GOOD + ISSUE_FILTERS)).destination("crm")
+    drop, fields, sample = crm.filters
+    assert (drop.when.source, drop.action) == ('type = "track" and event = "Debug Ping"', "drop")
+    assert (drop.percent, drop.fields) == (None, None)
+    assert (fields.when.source, fields.action) == ("all", "drop_fields")
+    assert fields.fields is not None
+    assert fields.fields.properties == ["email", "phone"]
+    assert (fields.fields.context, fields.fields.traits) == (["ip"], ["email"])
+    assert (sample.action, sample.percent) == ("sample", 10)
+    # Parsed at load: the filter set applies them.
+    rules = crm.filter_set()
+    assert rules.apply({"type": "track", "event": "Debug Ping", "messageId": "m"}) == Filtered(
+        0, "drop", 'type = "track" and event = "Debug Ping"'
+    )
+    kept = rules.apply(
+        {"type": "identify", "messageId": "m", "traits": {"email": "e", "plan": "pro"}}
+    )
+    assert kept == {"type": "identify", "messageId": "m", "traits": {"plan": "pro"}}
+
+
+def test_filters_are_optional(tmp_path: Path) -> None:
+    crm = config.load(write(tmp_path, GOOD)).destination("crm")
+    assert crm.filters == []
+    assert not crm.filter_set()
+
+
+@pytest.mark.parametrize("percent", ["0", "100", "12.5", "3"])
+def test_sample_percent_bounds_accepted(tmp_path: Path, percent: str) -> None:
+    [rule] = (
+        config.load(
+            write(tmp_path, filtered(f'if = "all"\naction = "sample"\npercent = {percent}'))
+        )
+        .destinations[0]
+        .filters
+    )
+    assert rule.percent == float(percent)
+
+
+def test_allow_fields_with_nested_paths_and_escapes(tmp_path: Path) -> None:
+    text = filtered(
+        'if = \'type = "track"\'\naction = "allow_fields"\n'
+        "fields = { properties = ['products.sku', 'a\\.b'], context = [] }"
+    )
+    [rule] = config.load(write(tmp_path, text)).destinations[0].filters
+    assert rule.rule().fields == (("properties", (("products", "sku"), ("a.b",))), ("context", ()))
+
+
+def test_a_bad_expression_names_the_filter_and_the_position(tmp_path: Path) -> None:
+    text = filtered(
+        'if = "all"\naction = "drop"',
+        'if = \'type = "track" && event = "x"\'\naction = "drop"',
+    )
+    assert problems_of(tmp_path, text) == [
+        "destinations[0].filters[1].if: line 1, column 16: '&&' is not FQL; write 'and'"
+    ]
+    done = run_check_config(write(tmp_path, text))
+    assert done.returncode != 0
+    assert "destinations[0].filters[1].if: line 1, column 16:" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("lines", "key", "words"),
+    [
+        ('if = "all"', "action", "Field required"),
+        ('if = "all"\naction = "explode"', "action", "'drop', 'sample', 'drop_fields'"),
+        ('action = "drop"', "if", "Field required"),
+        ('if = 3\naction = "drop"', "if", 'an FQL expression, or "all"'),
+        ('if = ""\naction = "drop"', "if", "line 1, column 1: the expression is empty"),
+        ("if = 'event = Debug Ping'\naction = \"drop\"", "if", "line 1, column 15: expected"),
+        ("if = 'length(event)'\naction = \"drop\"", "if", "expected a condition"),
+        (
+            'if = "ALL"\naction = "drop"',
+            "if",
+            'line 1, column 1: to filter every message, write "all"',
+        ),
+        ('if = "all"\naction = "sample"', "percent", 'required with action = "sample"'),
+        ('if = "all"\naction = "sample"\npercent = 101', "percent", "less than or equal to 100"),
+        ('if = "all"\naction = "sample"\npercent = -1', "percent", "greater than or equal to 0"),
+        ('if = "all"\naction = "sample"\npercent = nan', "percent", "finite"),
+        ('if = "all"\naction = "sample"\npercent = true', "percent", "valid number"),
+        ('if = "all"\naction = "sample"\npercent = "10"', "percent", "valid number"),
+        ('if = "all"\naction = "drop"\npercent = 10', "percent", "only a sample filter"),
+        ('if = "all"\naction = "drop_fields"', "fields", 'required with action = "drop_fields"'),
+        ('if = "all"\naction = "allow_fields"', "fields", "required"),
+        (
+            'if = "all"\naction = "drop"\nfields = { properties = ["a"] }',
+            "fields",
+            "only drop_fields and allow_fields",
+        ),
+        (
+            'if = "all"\naction = "sample"\npercent = 5\nfields = { properties = ["a"] }',
+            "fields",
+            'not action = "sample"',
+        ),
+        ('if = "all"\naction = "drop_fields"\nfields = {}', "fields", "at least one of"),
+        (
+            'if = "all"\naction = "drop_fields"\nfields = { userId = ["x"] }',
+            "fields.userId",
+            "unknown key",
+        ),
+        (
+            'if = "all"\naction = "drop_fields"\nfields = { properties = ["email", "a..b"] }',
+            "fields.properties",
+            "[1] 'a..b' has an empty name",
+        ),
+        (
+            'if = "all"\naction = "drop_fields"\nfields = { context = "ip" }',
+            "fields.context",
+            "valid list",
+        ),
+        ('when = "all"\nif = "all"\naction = "drop"', "when", "unknown key"),
+    ],
+)
+def test_bad_filters_name_the_key(tmp_path: Path, lines: str, key: str, words: str) -> None:
+    [problem] = problems_of(tmp_path, filtered(lines))
+    assert problem.startswith(f"destinations[0].filters[0].{key}: "), problem
+    assert words in problem
+
+
+def test_every_bad_filter_is_reported(tmp_path: Path) -> None:
+    text = filtered(
+        'if = "all"\naction = "drop"',
+        "if = 'a = '\naction = \"drop\"",
+        'if = "all"\naction = "sample"',
+        'if = "all"\naction = "allow_fields"\nfields = { traits = ["a."] }\nextra = 1',
+    )
+    assert keys_of(problems_of(tmp_path, text)) == {
+        "destinations[0].filters[1].if",
+        "destinations[0].filters[2].percent",
+        "destinations[0].filters[3].fields.traits",
+        "destinations[0].filters[3].extra",
+    }
