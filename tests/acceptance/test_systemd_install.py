@@ -301,11 +301,9 @@ def wheels(debian_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
         p.name for p in (debian_root / "usr" / "bin").glob("python3.*") if p.name[8:].isdigit()
     ]
     machine = platform.machine()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_FIND_LINKS")}
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     subprocess.run(
         [*pip, "wheel", "--no-deps", "-w", str(out), str(ROOT)],
-        env=env,
         check=True,
         timeout=300,
         capture_output=True,
@@ -331,7 +329,6 @@ def wheels(debian_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
             *(arg for tag in platforms for arg in ("--platform", tag)),
             str(wheel),
         ],
-        env=env,
         check=True,
         timeout=300,
         capture_output=True,
