@@ -493,13 +493,24 @@ async def run(settings: Settings, *, config_path: str | None = None, ready: Any 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    if config_path is not None:
-        loop.add_signal_handler(
-            signal.SIGHUP, lambda: asyncio.ensure_future(_reload(daemon, config_path, notifier))
-        )
     background: list[asyncio.Task[None]] = []
+    serving = False
+    reloads: set[asyncio.Task[None]] = set()  # held, so that none is collected mid-way
+
+    def on_sighup() -> None:
+        if not serving:  # a READY=1 from a reload would tell systemd it is up before it is
+            log.warning("SIGHUP before efd is serving: ignored")
+            return
+        assert config_path is not None
+        task = asyncio.create_task(_reload(daemon, config_path, notifier))
+        reloads.add(task)
+        task.add_done_callback(reloads.discard)
+
+    if config_path is not None:
+        loop.add_signal_handler(signal.SIGHUP, on_sighup)
     try:
         await daemon.start()
+        serving = True
         notifier.notify(ready="1", status="serving")
         background.append(asyncio.create_task(notifier.watchdog(lambda: True)))
         background.append(asyncio.create_task(_report_status(daemon, notifier)))
@@ -507,6 +518,7 @@ async def run(settings: Settings, *, config_path: str | None = None, ready: Any 
             ready(daemon)
         await stop.wait()
     finally:
+        serving = False
         notifier.notify(stopping="1", status="stopping: finishing what is in flight")
         for task in background:
             task.cancel()
@@ -515,32 +527,48 @@ async def run(settings: Settings, *, config_path: str | None = None, ready: Any 
 
 
 async def _reload(daemon: Daemon, config_path: str, notifier: Notifier) -> None:
+    """SIGHUP: re-read the file and apply it. Whatever happens, systemd hears READY=1 after
+    RELOADING=1, or it would hold the unit in "reloading" until its timeout."""
     notifier.notify(reloading="1", status="reloading the configuration")
     try:
+        await _apply(daemon, config_path)
+    finally:
+        notifier.notify(ready="1", status="serving")
+
+
+async def _apply(daemon: Daemon, config_path: str) -> None:
+    refused = "reload refused, the running configuration stays: %s"
+    try:
         settings = config.load(config_path)
+    except config.ConfigFileError as error:
+        log.error(refused, error)  # the file and why: nothing of its content
+        return
     except config.ConfigError as error:
         log.error(
-            "reload refused, the running configuration stays: %s has %d problems: %s",
+            refused + " has %d problems: %s",
             config_path,
             len(error.problems),
             "; ".join(error.problems),
         )
-    else:
-        try:
-            not_applied = await daemon.reload(settings)
-        except Exception:
-            log.exception("reload failed part-way; restart efd to be sure of its configuration")
-        else:
-            log.info(
-                "reloaded %s: %d sources, %d destinations, %d audiences and computed traits",
-                config_path,
-                len(settings.sources),
-                len(settings.destinations),
-                len(daemon.computations),
-            )
-            if not_applied:
-                log.warning("changed but not applied until a restart: %s", ", ".join(not_applied))
-    notifier.notify(ready="1", status="serving")
+        return
+    except Exception as error:
+        # Its type only: an exception's text may carry the file (a decode error's does).
+        log.error(refused + " could not be loaded (%s)", config_path, type(error).__name__)
+        return
+    try:
+        not_applied = await daemon.reload(settings)
+    except Exception:
+        log.exception("reload failed part-way; restart efd to be sure of its configuration")
+        return
+    log.info(
+        "reloaded %s: %d sources, %d destinations, %d audiences and computed traits",
+        config_path,
+        len(settings.sources),
+        len(settings.destinations),
+        len(daemon.computations),
+    )
+    if not_applied:
+        log.warning("changed but not applied until a restart: %s", ", ".join(not_applied))
 
 
 async def _report_status(daemon: Daemon, notifier: Notifier, every: float = 10.0) -> None:

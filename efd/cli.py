@@ -19,6 +19,9 @@ log = logging.getLogger("efd")
 def _load(path: str) -> config.Settings:
     try:
         return config.load(path)
+    except config.ConfigFileError as error:
+        print(f"efd: {error}", file=sys.stderr)  # one line: the file and why, none of it
+        raise SystemExit(2) from None
     except config.ConfigError as error:
         print(f"efd: invalid configuration ({len(error.problems)} problems):", file=sys.stderr)
         for problem in error.problems:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import pwd
 import re
+import stat
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,9 +32,9 @@ from pydantic import (
 )
 from pydantic_settings import (
     BaseSettings,
+    InitSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
-    TomlConfigSettingsSource,
 )
 
 from efd.audiences import ParseError, parse_condition, parse_expression
@@ -455,12 +457,9 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Earlier sources win: init (tests), then the environment, then the TOML file.
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
-        toml_path = settings_cls.model_config.get("toml_file")
-        if toml_path is not None:
-            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_path))
-        return tuple(sources)
+        # Earlier sources win: init (tests), then the environment, then the file (load()
+        # adds it, from what it read).
+        return (init_settings, env_settings)
 
     def destination(self, name: str) -> DestinationConfig:
         for destination in self.destinations:
@@ -587,22 +586,71 @@ def _plain(settings: Settings) -> dict[str, Any]:
     return data
 
 
+class ConfigFileError(ConfigError):
+    """The file cannot be read or parsed: one problem, "<path>: <why>"."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        super().__init__([f"{path}: {why}"])
+        self.path = path
+        self.why = why
+
+
+def _who() -> str:
+    try:
+        return f"user {pwd.getpwuid(os.geteuid()).pw_name}"
+    except KeyError:  # a uid without a name
+        return f"uid {os.geteuid()}"
+
+
+def _read(path: Path) -> dict[str, Any]:
+    """The file's TOML; else ConfigFileError, "<path>: <why>", that shows nothing
+    of the content (a config holds write keys and tokens)."""
+    try:
+        mode = path.stat().st_mode
+        if stat.S_ISDIR(mode):
+            raise ConfigFileError(path, "a directory, not a file")
+        if not stat.S_ISREG(mode):
+            raise ConfigFileError(path, "not a regular file")
+        data = path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        raise ConfigFileError(path, "no such file") from None
+    except PermissionError:
+        raise ConfigFileError(path, f"permission denied (efd runs as {_who()})") from None
+    except OSError as error:
+        raise ConfigFileError(path, f"cannot read it: {error.strerror or 'I/O error'}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        # Where, never what: the exception itself carries the whole file.
+        line_start = data.rfind(b"\n", 0, error.start) + 1
+        line = data.count(b"\n", 0, error.start) + 1
+        column = len(data[line_start : error.start].decode("utf-8")) + 1
+        raise ConfigFileError(path, f"not valid UTF-8 (line {line}, column {column})") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        # tomllib's messages name a position, and at most a key or one character.
+        why = str(error).encode("unicode_escape").decode("ascii")
+        raise ConfigFileError(path, f"not valid TOML: {why}") from None
+
+
 def load(path: str | os.PathLike[str] | None, **overrides: Any) -> Settings:
-    """Read and validate the configuration, or raise ConfigError naming every bad key."""
-    toml_path: Path | None = None
-    raw: dict[str, Any] = {}
-    if path is not None:
-        toml_path = Path(path)
-        if not toml_path.is_file():
-            raise ConfigError([f"{toml_path}: no such configuration file"])
-        try:
-            with toml_path.open("rb") as handle:
-                raw = tomllib.load(handle)
-        except tomllib.TOMLDecodeError as error:
-            raise ConfigError([f"{toml_path}: not valid TOML: {error}"]) from None
+    """Read and validate the configuration, or raise ConfigError naming every bad key. A
+    file that cannot be read or parsed is one problem naming the file and why."""
+    raw = _read(Path(path)) if path is not None else {}
 
     class _FileSettings(Settings):
-        model_config = SettingsConfigDict(toml_file=toml_path)
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            # The file is read once, above: what is validated is what was read.
+            return (init_settings, env_settings, InitSettingsSource(settings_cls, raw))
 
     try:
         settings: Settings = _FileSettings(**overrides)

@@ -12,6 +12,7 @@ import base64
 import itertools
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -296,6 +297,18 @@ async def eventually(
 # -- processes --------------------------------------------------------------------------
 
 
+def file_permissions_apply() -> list[str]:
+    """A command prefix under which file permissions hold for this process's children: root
+    reads any file through CAP_DAC_OVERRIDE, so as root the child runs without it (setpriv),
+    still as root, so it can read what the test made. Skips when that cannot be done."""
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root and setpriv (util-linux) is missing")
+    caps = "-dac_override,-dac_read_search"
+    return ["setpriv", f"--bounding-set={caps}", f"--inh-caps={caps}", "--"]
+
+
 class DaemonProcess:
     """`python -m efd serve` in a real process, for kill -9 and SIGTERM tests."""
 
@@ -307,18 +320,23 @@ class DaemonProcess:
         *,
         own_group: bool = False,
         env: dict[str, str] | None = None,
+        prefix: list[str] | None = None,
     ) -> None:
         self.config_path = config_path
         self.port = port
         self.log_path = log_path
         self.own_group = own_group  # its own process group, to signal it like systemd does
         self.env = env  # added to this process's environment
+        self.prefix = prefix or []  # a command the daemon runs under (file_permissions_apply)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 20.0) -> DaemonProcess:
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "efd", "serve", "--config", str(self.config_path)],
+                [
+                    *self.prefix,
+                    *(sys.executable, "-m", "efd", "serve", "--config", str(self.config_path)),
+                ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=ROOT,

@@ -9,15 +9,26 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from efd import webhooks
 from efd.rows import NewMessage
 from efd.store import Store, migrate
-from tests.conftest import ROOT, free_port, settings_dict, sql, write_toml
+from tests.conftest import (
+    ROOT,
+    file_permissions_apply,
+    free_port,
+    settings_dict,
+    sql,
+    write_toml,
+)
 
 
-def efd(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def efd(
+    *args: str, timeout: float = 60, prefix: list[str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "efd", *args],
+        [*(prefix or []), sys.executable, "-m", "efd", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -50,6 +61,50 @@ def test_serve_refuses_an_invalid_config_and_names_each_key(tmp_path: Path):
     assert result.returncode == 2
     for key in ("server.port", "server.hots", "delivery.timeout_seconds", "destinations[0].hooks"):
         assert key in result.stderr
+
+
+_SECRETS = ("wk_never_shown_1234", "tok_never_shown_123456")
+_CONFIG = (
+    f'[server]\nadmin_token = "{_SECRETS[1]}"\n[[sources]]\nname = "w"\n'
+    f'write_key = "{_SECRETS[0]}"\n'
+).encode()
+
+
+def _unreadable(tmp_path: Path, case: str) -> tuple[Path, str, list[str]]:
+    """A config file that cannot be used, the reason efd must give, and the command prefix
+    to run efd under."""
+    path = tmp_path / "efd.toml"
+    if case == "missing":
+        return path, "no such file", []
+    if case == "directory":
+        path.mkdir()
+        return path, "a directory, not a file", []
+    if case == "permission denied":
+        path.write_bytes(_CONFIG)
+        path.chmod(0)
+        return path, "permission denied (efd runs as user ", file_permissions_apply()
+    if case == "not UTF-8":
+        path.write_bytes(_CONFIG + b'[delivery]\nuser_agent = "\xff"\n')
+        return path, "not valid UTF-8 (line 7, column 15)", []
+    path.write_bytes(_CONFIG + b"[delivery\n")
+    return path, "not valid TOML: Expected ']' at the end of a table declaration", []
+
+
+@pytest.mark.parametrize("command", ["check-config", "serve"])
+@pytest.mark.parametrize(
+    "case", ["missing", "directory", "permission denied", "not UTF-8", "not TOML"]
+)
+def test_a_config_that_cannot_be_read_is_one_line_and_exit_2(
+    tmp_path: Path, command: str, case: str
+):
+    path, why, prefix = _unreadable(tmp_path, case)
+    result = efd(command, "--config", str(path), prefix=prefix)
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"efd: {path}: {why}"), line
+    for secret in _SECRETS:
+        assert secret not in result.stderr
 
 
 def _post(url: str, body: bytes, headers: dict[str, str]) -> int:

@@ -6,6 +6,7 @@ configuration applied without dropping a delivery in flight; a broken one refuse
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import socket
 import time
@@ -19,7 +20,9 @@ from aiohttp import web
 
 from tests.conftest import (
     DaemonProcess,
+    basic,
     eventually,
+    file_permissions_apply,
     free_port,
     post,
     settings_dict,
@@ -73,13 +76,21 @@ def _healthz(port: int) -> int:
 
 
 def _process(
-    tmp_path: Path, settings: dict[str, Any], notify: NotifySocket, **env: str
+    tmp_path: Path,
+    settings: dict[str, Any],
+    notify: NotifySocket,
+    prefix: list[str] | None = None,
+    **env: str,
 ) -> DaemonProcess:
     port = free_port()
     settings["server"] = {**settings["server"], "port": port}
     config = write_toml(tmp_path / "efd.toml", settings)
     return DaemonProcess(
-        config, port, tmp_path / "efd.log", env={"NOTIFY_SOCKET": str(notify.path), **env}
+        config,
+        port,
+        tmp_path / "efd.log",
+        env={"NOTIFY_SOCKET": str(notify.path), **env},
+        prefix=prefix,
     )
 
 
@@ -220,5 +231,77 @@ async def test_settings_that_need_a_restart_are_named_and_not_applied(db_url, tm
         await eventually(lambda: len(notify.seen("READY", "1")) >= 2, timeout=30)
         assert "not applied until a restart: server.port" in daemon.log()
         assert _healthz(daemon.port) == 200  # still on the port it listens on
+    finally:
+        daemon.ensure_stopped()
+
+
+# Secrets of the configuration that must never reach the log, whatever a reload meets.
+_WRITE_KEY = "wk_reload_never_logged"
+_TOKEN = "tok_reload_never_logged_0123"
+
+
+def _spoil(path: Path, case: str) -> str:
+    """Make the configuration file unusable; the reason the refusal must give."""
+    if case == "not UTF-8":
+        path.write_bytes(path.read_bytes() + b'\n[logging]\nlevel = "\xff"\n')
+        return f"{path}: not valid UTF-8 (line "
+    if case == "unreadable":
+        path.chmod(0)
+        return f"{path}: permission denied (efd runs as user "
+    if case == "missing":
+        path.unlink()
+        return f"{path}: no such file"
+    if case == "a directory":
+        path.unlink()
+        path.mkdir()
+        return f"{path}: a directory, not a file"
+    if case == "not TOML":
+        path.write_bytes(path.read_bytes() + b"\n[logging\n")
+        return f"{path}: not valid TOML: "
+    path.write_bytes(path.read_bytes() + b'\n[logging]\nlevel = "LOUD"\n')
+    return f"{path} has 1 problems: logging.level: "
+
+
+@pytest.mark.parametrize(
+    "case", ["not UTF-8", "unreadable", "missing", "a directory", "not TOML", "invalid values"]
+)
+async def test_a_reload_that_cannot_load_the_file_is_refused_in_one_line(
+    db_url, receiver_factory, tmp_path, notify, case
+):
+    receiver = await receiver_factory()
+    settings = settings_dict(db_url, [receiver.url], server={"admin_token": _TOKEN})
+    settings["sources"][0]["write_key"] = _WRITE_KEY
+    # File permissions hold for the daemon even when the suite runs as root.
+    daemon = _process(tmp_path, settings, notify, prefix=file_permissions_apply())
+    daemon.start()
+    try:
+        await eventually(lambda: notify.seen("READY", "1"), timeout=30)
+        why = _spoil(daemon.config_path, case)
+        logged_before = len(daemon.log())
+        assert daemon.proc is not None
+        daemon.proc.send_signal(signal.SIGHUP)
+        # systemd hears that the reload is over, refused as it is: READY=1 after RELOADING=1.
+        await eventually(lambda: len(notify.seen("READY", "1")) >= 2, timeout=30)
+        told = [m for m in notify.drain() if "READY" in m or "RELOADING" in m]
+        assert [("RELOADING" in m, m.get("READY")) for m in told] == [
+            (False, "1"),
+            (True, None),
+            (False, "1"),
+        ]
+        log = daemon.log()
+        # One line: every line since the signal is a record of its own (a timestamp first).
+        lines = log[logged_before:].splitlines()
+        assert all(re.match(r"\d{4}-\d\d-\d\d \d\d:", line) for line in lines), lines
+        [refused] = [line for line in lines if "efd.app: reload" in line]
+        assert "reload refused, the running configuration stays: " + why in refused, refused
+        for secret in (_WRITE_KEY, _TOKEN):
+            assert secret not in log
+        assert "Traceback" not in log
+        # Still serving, with the configuration it had.
+        answer = await post(
+            daemon.port, "/v1/track", {"userId": "u", "event": "E"}, basic(_WRITE_KEY)
+        )
+        assert answer[0] == 200
+        await receiver.wait_for(1, timeout=30)
     finally:
         daemon.ensure_stopped()

@@ -6,6 +6,9 @@ import os
 import socket
 from pathlib import Path
 
+import pytest
+
+from efd.app import _reload
 from efd.systemd import Notifier
 
 
@@ -41,3 +44,27 @@ def test_an_abstract_socket_name_starts_with_a_nul() -> None:
         notifier.notify(stopping="1")
         assert systemd.recv(4096) == b"STOPPING=1"
         notifier.close()
+
+
+class _FailingDaemon:
+    """A daemon whose reload breaks part-way (what efd.app._reload does then is under test)."""
+
+    computations: list[object] = []
+
+    async def reload(self, _settings: object) -> list[str]:
+        raise RuntimeError("a part refused the new configuration")
+
+
+async def test_a_reload_that_fails_part_way_still_ends_with_ready(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = tmp_path / "efd.toml"
+    config.write_text("")  # valid: every default
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as systemd:
+        systemd.bind(str(tmp_path / "notify"))
+        notifier = Notifier({"NOTIFY_SOCKET": str(tmp_path / "notify")})
+        await _reload(_FailingDaemon(), str(config), notifier)  # type: ignore[arg-type]
+        notifier.close()
+        assert systemd.recv(4096) == b"RELOADING=1\nSTATUS=reloading the configuration"
+        assert systemd.recv(4096) == b"READY=1\nSTATUS=serving"
+    assert "reload failed part-way" in caplog.text
