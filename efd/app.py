@@ -71,6 +71,8 @@ class Daemon:
         self.hub = Hub()  # GET /admin/stream's subscribers
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.port: int | None = None
+        self.listener: Listener | None = None  # once serving
+        self.max_connections = settings.server.max_connections
         self.computations: list[Computation] = computations(settings)
         self.senders: SenderPool | None = None  # when delivery.sender_processes > 0
         self.parsers: ParserPool | None = None  # when server.parse_processes > 0
@@ -292,13 +294,15 @@ class Daemon:
         self, stack: AsyncExitStack, ingest: Ingest, routes: list[web.RouteDef]
     ) -> None:
         server = self.settings.server
+        per_address = server.max_connections_per_address or -(-self.max_connections // 2)
         limits = Limits(
-            max_connections=server.max_connections,
+            max_connections=self.max_connections,
             request_timeout=server.request_timeout_seconds,
             keepalive_timeout=server.keepalive_timeout_seconds,
             max_body_bytes=max(MAX_RAW_REQUEST_BYTES, MAX_BODY_BYTES),
+            max_per_address=min(per_address, self.max_connections),
         )
-        listener = Listener(limits, self.metrics)
+        listener = self.listener = Listener(limits, self.metrics)
         app = web.Application(client_max_size=limits.max_body_bytes)
         app.on_response_prepare.append(listener.response_prepared)
         ingest_routes = ingest.routes()
