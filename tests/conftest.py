@@ -307,12 +307,14 @@ class DaemonProcess:
         *,
         own_group: bool = False,
         env: dict[str, str] | None = None,
+        preexec_fn: Callable[[], None] | None = None,
     ) -> None:
         self.config_path = config_path
         self.port = port
         self.log_path = log_path
         self.own_group = own_group  # its own process group, to signal it like systemd does
         self.env = env  # added to this process's environment
+        self.preexec_fn = preexec_fn  # run in the child before efd starts (resource limits)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 20.0) -> DaemonProcess:
@@ -324,6 +326,7 @@ class DaemonProcess:
                 cwd=ROOT,
                 start_new_session=self.own_group,
                 env={**os.environ, **self.env} if self.env else None,
+                preexec_fn=self.preexec_fn,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

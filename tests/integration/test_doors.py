@@ -8,18 +8,24 @@ import asyncio
 import contextlib
 import json
 import re
+import resource
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from efd.server import MAX_PIPELINED
 from tests.conftest import (
+    DaemonProcess,
     eventually,
+    free_port,
     post,
     settings_dict,
     sql,
+    write_toml,
 )
 
 TOKEN = "doors-admin-token-0123456"
@@ -215,3 +221,117 @@ async def test_pipelined_requests_are_answered_up_to_the_bound_then_the_connecti
         length = int(re.search(rb"Content-Length: (\d+)", head)[1])  # type: ignore[index]
         await reader.readexactly(length)
     writer.close()
+
+
+# -- the open-file limit ---------------------------------------------------------------------
+
+
+def serve(tmp_path: Path, settings: dict[str, Any], preexec_fn: Any = None) -> DaemonProcess:
+    """`efd serve` in its own process, listening on a free port: once its log says it
+    listens there (a port taken by someone else between the check and the bind gets another
+    try)."""
+    for attempt in range(5):
+        port = free_port()
+        settings["server"]["port"] = port
+        config = write_toml(tmp_path / "efd.toml", settings)
+        log = tmp_path / f"efd-{attempt}.log"
+        daemon = DaemonProcess(config, port, log, preexec_fn=preexec_fn)
+        try:
+            daemon.start()
+            deadline = time.monotonic() + 20
+            while f"efd listening on http://127.0.0.1:{port} " not in daemon.log():
+                assert daemon.proc is not None
+                if daemon.proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"daemon did not start:\n{daemon.log()}")
+                time.sleep(0.05)
+        except AssertionError:
+            daemon.ensure_stopped()
+            if "address already in use" in daemon.log().lower():
+                continue
+            raise
+        return daemon
+    raise AssertionError("no free port found")
+
+
+def _open_files(limit: int) -> Any:
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    return apply
+
+
+async def test_max_connections_is_lowered_to_what_the_open_file_limit_holds(tmp_path):
+    # 1024 connections (the default) cannot fit in 200 open files: efd serves what fits and
+    # answers the rest 503, and says so once at start. Before, connections beyond the
+    # limit were never accepted: their clients hung without an answer or a log line.
+    settings = door_settings(
+        tmp_path, keepalive_timeout_seconds=300, max_connections_per_address=1024
+    )
+    daemon = serve(tmp_path, settings, preexec_fn=_open_files(200))
+    port = daemon.port
+    held: list[asyncio.StreamWriter] = []
+    statuses: list[int] = []
+    try:
+        for _ in range(250):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            async with asyncio.timeout(20):
+                line = await reader.readline()
+            statuses.append(int(line.split()[1]))
+            held.append(writer)
+        found = re.search(
+            r"max_connections lowered from 1024 to (\d+): the open-file limit is 200", daemon.log()
+        )
+        assert found is not None, daemon.log()
+        room = int(found[1])
+        served = statuses.count(200)
+        assert statuses == [200] * served + [503] * (250 - served)
+        # As many as fit, or one fewer while the daemon still holds the start-up probe's
+        # connection (made and closed by the test before it began).
+        assert room - 1 <= served <= room
+        assert len(re.findall("max_connections lowered", daemon.log())) == 1
+        for writer in held:
+            writer.close()
+        held.clear()
+        for _ in range(200):  # once they are gone, new connections are served again
+            status = await status_of(port, "/healthz")
+            if status == 200:
+                break
+            await asyncio.sleep(0.05)
+        assert status == 200
+    finally:
+        for writer in held:
+            writer.close()
+        daemon.ensure_stopped()
+
+
+async def test_the_open_file_limit_is_raised_when_the_hard_limit_allows(tmp_path):
+    def low_soft_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (200, 4096))
+
+    daemon = serve(tmp_path, door_settings(tmp_path), preexec_fn=low_soft_limit)
+    try:
+        assert daemon.proc is not None
+        soft, hard = resource.prlimit(daemon.proc.pid, resource.RLIMIT_NOFILE)
+        assert hard == 4096
+        assert soft > 1024
+        assert f"raised the open-file limit from 200 to {soft}" in daemon.log()
+        assert "max_connections lowered" not in daemon.log()
+    finally:
+        daemon.ensure_stopped()
+
+
+async def test_an_open_file_limit_without_room_for_connections_refuses_to_start(tmp_path):
+    port = free_port()
+    config = write_toml(tmp_path / "efd.toml", door_settings(tmp_path, port=port))
+    daemon = DaemonProcess(config, port, tmp_path / "efd.log", preexec_fn=_open_files(100))
+    try:
+        with pytest.raises(AssertionError, match="exited early"):
+            daemon.start()
+    finally:
+        daemon.ensure_stopped()
+    assert daemon.proc is not None
+    assert daemon.proc.returncode == 1
+    assert "the open-file limit (100, hard limit 100) leaves no room for connections" in (
+        daemon.log()
+    )

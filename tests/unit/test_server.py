@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from efd import config
+from efd.app import fit_open_files, reserved_files
 from efd.server import address_key
 
 
@@ -40,3 +41,31 @@ def test_the_per_address_bound_may_not_exceed_max_connections():
     with pytest.raises(config.ConfigError) as error:
         _server(max_connections_per_address=0)
     assert [p.split(":")[0] for p in error.value.problems] == ["server.max_connections_per_address"]
+
+
+def test_the_open_files_kept_besides_connections_follow_the_configuration():
+    sqlite = config.load(
+        None,
+        storage={"url": "sqlite:////tmp/efd.db"},
+        delivery={"sender_processes": 0, "max_per_hook": 10},
+        server={"parse_processes": 1},
+        destinations=[
+            {"name": "a", "hooks": [{"url": "https://a.example/1"}, {"url": "https://a.example/2"}]}
+        ],
+    )
+    # base, 3 SQLite connections of 3 files, one parser's pipes, 2 hooks of 10 requests each
+    assert reserved_files(sqlite) == 64 + 9 + 4 + 20
+    postgresql = config.load(
+        None,
+        storage={"url": "postgresql://efd@db/efd", "pool_size": 5},
+        delivery={"sender_processes": 2},
+        server={"parse_processes": 1},
+    )
+    # base, the pool and its overflow with LISTEN and a spare, three children's pipes; the
+    # sender processes hold the outbound sockets
+    assert reserved_files(postgresql) == 64 + 12 + 12
+
+
+def test_an_open_file_limit_that_holds_everything_changes_nothing():
+    settings = _server(max_connections=8)
+    assert fit_open_files(settings) == 8
