@@ -219,7 +219,7 @@ class Daemon:
                 settings, db=db, operations=OperationsStore(store), on_due=dispatcher.notify
             ),
             live_api=LiveApi(settings, db=db, hub=self.hub, circuits=dispatcher.circuits),
-            status=Status(settings, db=db, metrics=self.metrics),
+            status=Status(settings, db=db, metrics=self.metrics, owner=self.owner),
             periodic=self._periodic,
             capture=capture,
         )
