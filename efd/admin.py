@@ -9,6 +9,11 @@
 Bearer [server] admin_token (server.require_admin). The rules and the JSON shapes are
 efd/operators.py's, shared with the CLI; the SQL is efd/store/operations.py's. A redrive or
 a replay wakes this process's dispatcher at once (PostgreSQL's NOTIFY wakes the others).
+
+A redrive reads the ids it moves, then moves them REDRIVE_CHUNK at a time, each chunk its
+own job for the writer thread: ingestion's commits run between them, so a redrive of
+millions never stalls it. The answer counts every delivery moved; should the store fail
+part-way, the 503 says how many were moved before it did.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from efd import __version__, jsonjs, openapi, operators, server
 from efd.config import Settings
 from efd.server import error_response, json_response
+from efd.store import operations
 from efd.store.operations import OperationsStore
 from efd.store.runner import AsyncStore
 
@@ -137,12 +143,35 @@ class AdminApi:
             await self._body(request), time.time(), self._configured
         )
         if dry_run:
-            count = await self._db.read(self._ops.count_redrivable, query)
-        else:
-            count = await self._db.write(self._ops.redrive, query, time.time())
-            if count:
-                log.info("redrive: %d deliveries are due again", count)
-                self._on_due()
+            return json_response({"count": await self._db.read(self._ops.count_redrivable, query)})
+        ids = await self._db.read(self._ops.redrivable_ids, query)
+        size, now, count = operations.REDRIVE_CHUNK, time.time(), 0
+        try:
+            for start in range(0, len(ids), size):
+                moved = await self._db.write(
+                    self._ops.redrive_ids, query, ids[start : start + size], now
+                )
+                count += moved
+                if moved:
+                    self._on_due()  # the first chunks go out while the rest are moved
+        except SQLAlchemyError as error:
+            log.error(
+                "redrive stopped after %d deliveries: the store is unavailable: %s",
+                count,
+                str(error).splitlines()[0][:200],
+            )
+            return json_response(
+                {
+                    "success": False,
+                    "code": "storage_unavailable",
+                    "message": f"the store is unavailable; {count} deliveries were redriven "
+                    "before it failed: redrive again to move the rest",
+                    "count": count,
+                },
+                503,
+            )
+        if count:
+            log.info("redrive: %d deliveries are due again", count)
         return json_response({"count": count})
 
     async def _replay(self, request: web.Request) -> web.Response:

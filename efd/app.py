@@ -12,6 +12,7 @@ import contextlib
 import functools
 import logging
 import os
+import resource
 import signal
 import socket
 import threading
@@ -58,6 +59,9 @@ from efd.systemd import Notifier
 log = logging.getLogger(__name__)
 
 _SHUTDOWN_MARGIN = 2.0
+# Open files besides those the settings account for: standard streams, the listening
+# socket, the event loop's own, log files, the SQLite lock, DNS lookups, imports.
+_BASE_FILES = 64
 
 
 class StartupError(Exception):
@@ -71,6 +75,8 @@ class Daemon:
         self.hub = Hub()  # GET /admin/stream's subscribers
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.port: int | None = None
+        self.listener: Listener | None = None  # once serving
+        self.max_connections = settings.server.max_connections  # as the open-file limit allows
         self.computations: list[Computation] = computations(settings)
         self.senders: SenderPool | None = None  # when delivery.sender_processes > 0
         self.parsers: ParserPool | None = None  # when server.parse_processes > 0
@@ -105,6 +111,8 @@ class Daemon:
     async def _start(self, stack: AsyncExitStack) -> None:
         settings, delivery = self.settings, self.settings.delivery
         grace = delivery.timeout_seconds + _SHUTDOWN_MARGIN
+        # Before the children start: they inherit a raised limit.
+        self.max_connections = fit_open_files(settings)
         # Children first: they load while the database is opened and migrated. Each pool's
         # stop is registered where its place in the shutdown order is.
         senders_ready = parsers_ready = None
@@ -211,7 +219,7 @@ class Daemon:
                 settings, db=db, operations=OperationsStore(store), on_due=dispatcher.notify
             ),
             live_api=LiveApi(settings, db=db, hub=self.hub, circuits=dispatcher.circuits),
-            status=Status(settings, db=db, metrics=self.metrics),
+            status=Status(settings, db=db, metrics=self.metrics, owner=self.owner),
             periodic=self._periodic,
             capture=capture,
         )
@@ -292,13 +300,15 @@ class Daemon:
         self, stack: AsyncExitStack, ingest: Ingest, routes: list[web.RouteDef]
     ) -> None:
         server = self.settings.server
+        per_address = server.max_connections_per_address or -(-self.max_connections // 2)
         limits = Limits(
-            max_connections=server.max_connections,
+            max_connections=self.max_connections,
             request_timeout=server.request_timeout_seconds,
             keepalive_timeout=server.keepalive_timeout_seconds,
             max_body_bytes=max(MAX_RAW_REQUEST_BYTES, MAX_BODY_BYTES),
+            max_per_address=min(per_address, self.max_connections),
         )
-        listener = Listener(limits, self.metrics)
+        listener = self.listener = Listener(limits, self.metrics)
         app = web.Application(client_max_size=limits.max_body_bytes)
         app.on_response_prepare.append(listener.response_prepared)
         ingest_routes = ingest.routes()
@@ -407,6 +417,74 @@ def restart_needed(running: Settings, new: Settings) -> list[str]:
             if name not in _RELOADED_KEYS and getattr(before, key) != getattr(after, key):
                 changed.append(name)
     return changed
+
+
+def reserved_files(settings: Settings) -> int:
+    """Open files efd keeps for other things than its HTTP connections: the database's,
+    outbound requests when the daemon sends them itself, pipes to child processes, and a
+    margin for the rest. Counted from the configuration at start."""
+    storage, delivery = settings.storage, settings.delivery
+    if sqlite_path(normalise_url(storage.url)) is not None:
+        database = 3 * 3  # a writer and two readers, each with the file, its WAL, its index
+    else:
+        database = 2 * storage.pool_size + 2  # the pool and its overflow, LISTEN, a spare
+    children = 4 * (delivery.sender_processes + settings.server.parse_processes)
+    outbound = 0
+    if not delivery.sender_processes:  # the daemon sends itself: its sockets are ours
+        urls = {hook.url for d in settings.destinations for hook in d.hooks}
+        widest = max((len(d.hooks) for d in settings.destinations), default=0)
+        outbound = min(delivery.max_in_flight * widest, len(urls) * delivery.max_per_hook)
+    return _BASE_FILES + database + children + outbound
+
+
+def fit_open_files(settings: Settings) -> int:
+    """The connections efd may hold at once: max_connections, after raising the open-file
+    limit (RLIMIT_NOFILE) towards its hard limit if it cannot hold them with what else efd
+    keeps open; fewer, said in one line, when even the hard limit cannot. Otherwise a
+    connection beyond the limit would fail to be accepted: the client would hang, unanswered
+    and unlogged, instead of getting the 503 of a full server."""
+    wanted = settings.server.max_connections
+    reserve = reserved_files(settings)
+    needed = wanted + reserve
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return wanted
+    target = needed if hard == resource.RLIM_INFINITY or hard >= needed else hard
+    raised = soft
+    if target > soft:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            raised = target
+    if raised >= needed:
+        log.info(
+            "raised the open-file limit from %d to %d: %d connections (max_connections) and "
+            "%d other open files",
+            soft,
+            raised,
+            wanted,
+            reserve,
+        )
+        return wanted
+    room = raised - reserve
+    if room < 1:
+        raise StartupError(
+            f"the open-file limit ({raised}, hard limit {hard}) leaves no room for connections: "
+            f"efd keeps {reserve} open files for the database, outbound requests and child "
+            f"processes; raise LimitNOFILE= (ulimit -n) to at least {needed}"
+        )
+    log.warning(
+        "max_connections lowered from %d to %d: the open-file limit is %d (hard limit %d) and "
+        "efd keeps %d open files for the database, outbound requests and child processes; "
+        "raise LimitNOFILE= (ulimit -n) to at least %d to serve %d",
+        wanted,
+        room,
+        raised,
+        hard,
+        reserve,
+        needed,
+        wanted,
+    )
+    return room
 
 
 def _message_event(row: NewMessage) -> dict[str, Any]:

@@ -73,6 +73,8 @@ class ServerConfig(_Strict):
     parse_processes: int = Field(default=1, ge=0, le=32)
     # Connections open at once; one more is answered 503 and closed.
     max_connections: int = Field(default=1024, ge=1, le=1_000_000)
+    # Of those, from one client address (an IPv6 /64); unset: half of max_connections.
+    max_connections_per_address: int | None = Field(default=None, ge=1, le=1_000_000)
     # A request's headers and body must all arrive within this, from its first byte.
     request_timeout_seconds: Seconds = 30
     # An idle keep-alive connection is closed after this.
@@ -559,6 +561,12 @@ def _cross_checks(data: Mapping[str, Any]) -> list[str]:
                     f"like {trait_keys[key]}; names must differ in their snake_case form"
                 )
             trait_keys.setdefault(key, f"{section}[{i}]")
+    server = data.get("server")
+    server = server if isinstance(server, Mapping) else {}
+    per_address = _number(server.get("max_connections_per_address"))
+    connections = _number(server.get("max_connections", ServerConfig().max_connections))
+    if per_address is not None and connections is not None and per_address > connections:
+        problems.append("server.max_connections_per_address: may not exceed server.max_connections")
     delivery = data.get("delivery")
     delivery = delivery if isinstance(delivery, Mapping) else {}
     defaults = DeliveryConfig()

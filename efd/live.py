@@ -7,10 +7,16 @@
 
 Bearer [server] admin_token (server.require_admin) for the two APIs. The console's page
 holds no data, but it is off like them (403 with the reason) while no token is set.
+
+A stream was authorised by the token of its start: a reload that changes or removes the
+token ends every open stream (a stream stalled on a client that does not read is cut off),
+so that the subscriber has to show the new token. At most stream.MAX_SUBSCRIBERS streams are
+open at once; one more is answered 503 `too_many_streams`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -62,9 +68,21 @@ class LiveApi:
         self._health = HealthStore(db.store)
         self._hub = hub
         self._circuits = circuits
+        self._streams: set[asyncio.Transport] = set()  # connections of open streams
 
     def reload(self, settings: Settings) -> None:
+        changed = settings.server.admin_token != self._settings.server.admin_token
         self._settings = settings
+        if changed and self._streams:
+            log.info(
+                "admin token changed: ending %d open streams of GET /admin/stream",
+                len(self._streams),
+            )
+            self._hub.close()
+            for transport in list(self._streams):
+                # Blocked writing to a client that does not read: it would not see the end.
+                if transport.get_write_buffer_size():
+                    transport.abort()
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -133,14 +151,6 @@ class LiveApi:
         refused = server.require_admin(self._settings, request)
         if refused is not None:
             return refused
-        response = web.StreamResponse(
-            headers={
-                "Content-Type": "text/event-stream",
-                "Cache-Control": "no-store",
-                "X-Accel-Buffering": "no",  # nginx: pass each event on at once
-            }
-        )
-        await response.prepare(request)
         transport = request.transport
 
         def drop() -> None:
@@ -149,7 +159,25 @@ class LiveApi:
                 transport.abort()
 
         subscriber = self._hub.subscribe(drop)
+        if subscriber is None:
+            return error_response(
+                "too_many_streams",
+                f"the live stream has as many subscribers as it takes "
+                f"({self._hub.max_subscribers}); close one, or retry later",
+                503,
+            )
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-store",
+                "X-Accel-Buffering": "no",  # nginx: pass each event on at once
+            }
+        )
+        response.force_close()  # the connection ends with the stream
+        if transport is not None:
+            self._streams.add(transport)
         try:
+            await response.prepare(request)
             await response.write(b": efd live stream\n\n")
             quiet_since = time.monotonic()
             while (items := await subscriber.next(_CHECK)) is not None:
@@ -168,6 +196,8 @@ class LiveApi:
             return response  # the subscriber went away, or was dropped
         finally:
             self._hub.unsubscribe(subscriber)
+            if transport is not None:
+                self._streams.discard(transport)
         with contextlib.suppress(ConnectionError):
             await response.write_eof()  # closed by the daemon's shutdown
         return response

@@ -63,6 +63,7 @@ class Metrics:
         self.stale_outcomes = 0
         self.connections_refused = 0  # over [server] max_connections
         self.requests_timed_out = 0  # answered 408
+        self.responses_timed_out = 0  # connections closed: their answer was not taken in time
         self.latency: dict[str, Histogram] = {}
         self.backlog: dict[str, int] = {}
         # (destination, redacted hook URL) -> 1 while the hook's circuit is open, else 0
@@ -140,8 +141,15 @@ class _Collector(Collector):
         yield attempts
         yield CounterMetricFamily(
             "efd_connections_refused",
-            "Connections answered 503 and closed: [server] max_connections were open.",
+            "Connections answered 503 and closed: [server] max_connections were open, or "
+            "max_connections_per_address from that address.",
             value=m.connections_refused,
+        )
+        yield CounterMetricFamily(
+            "efd_responses_timed_out",
+            "Connections closed because the client left its answer untaken for "
+            "request_timeout_seconds.",
+            value=m.responses_timed_out,
         )
         yield CounterMetricFamily(
             "efd_requests_timed_out",

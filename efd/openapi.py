@@ -1,5 +1,5 @@
 """The OpenAPI 3.1 description of efd's HTTP API, served at GET /openapi.json: the ingestion
-API (/v1/*), the regulations and admin APIs, /healthz and /metrics. Data only; the test
+API (/v1/*), the regulations and admin APIs, /healthz, /readyz and /metrics. Data only; the test
 runs schemathesis against a running daemon with it (tests/integration/test_openapi.py)."""
 
 from __future__ import annotations
@@ -352,6 +352,16 @@ def _paths() -> dict[str, Any]:
             "responses": {
                 "200": _json({"type": "object"}, "the store answers"),
                 "503": _json({"type": "object"}, "the store does not answer"),
+            },
+        }
+    }
+    paths["/readyz"] = {
+        "get": {
+            "tags": ["status"],
+            "summary": "Whether a write to the store succeeds now (readiness)",
+            "responses": {
+                "200": _json({"type": "object"}, "efd can take messages"),
+                "503": _json({"type": "object"}, "writes fail; `reason` says why"),
             },
         }
     }

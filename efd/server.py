@@ -1,10 +1,25 @@
 """The HTTP server around efd's routes: the listening socket and what guards it.
 
+No client may hold the doors shut: every connection is bounded in number and in time, in
+both directions.
+
 - At most `max_connections` connections at once; one more is answered 503 and closed.
+- At most `max_per_address` of them from one client address (an IPv6 client counts by its
+  /64, as it is handed a whole /64); one more from that address is answered 503 and closed,
+  so that one client cannot take every connection.
 - A request whose headers and body have not all arrived within `request_timeout` seconds
   of its first byte is answered 408 and closed (checked about once a second), so a slow
   client holds only its own connection. Handlers read bodies through `read_body`, which
   holds them to that deadline.
+- An answer must be taken as it is written: when the client leaves efd holding bytes of an
+  answer that the kernel's buffers no longer take (it does not read), and has not taken
+  them `request_timeout` seconds later, the connection is closed (aborted: nothing more is
+  sent). A stalled answer is found when the transport pauses writing or by the same sweep.
+- At most `MAX_PIPELINED` requests in a row on one connection are answered without the
+  client waiting for an answer first (HTTP/1.1 pipelining); the answer to the last of them
+  closes the connection (`Connection: close`), and the client sends the rest again on a new
+  one, as RFC 9112 asks of pipelining clients. Together with the deadline above, this bounds
+  how long and how much a client that does not read can keep a connection busy.
 - Idle keep-alive connections close after `keepalive_timeout` (aiohttp's own timer).
 - A client that disconnects mid-request, speaks something other than HTTP, or sends a
   malformed request (answered 400 by aiohttp's parser) is logged in one line (info, or
@@ -16,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import ipaddress
 import json
 import logging
 import time
@@ -33,12 +49,18 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+# Requests answered in a row on one connection while the next was already sent; the last
+# answer closes it. Clients that pipeline at all send a few; one that never reads sends all.
+MAX_PIPELINED = 16
+_LOG_EVERY = 10.0  # seconds between lines about refused or closed connections
+
 
 class Counters(Protocol):
     """Where the listener counts what it turned away (efd.metrics.Metrics)."""
 
     connections_refused: int
     requests_timed_out: int
+    responses_timed_out: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +69,7 @@ class Limits:
     request_timeout: float
     keepalive_timeout: float
     max_body_bytes: int
+    max_per_address: int = 0  # 0: no bound beyond max_connections
 
 
 def json_response(body: dict[str, Any], status: int = 200) -> web.Response:
@@ -95,24 +118,56 @@ def _raw_answer(status: str, code: str, message: str) -> bytes:
     return head.encode("ascii") + body
 
 
+def address_key(peer: Any) -> str | None:
+    """Whom a connection counts against for the per-address bound: its IPv4 address, or
+    the /64 of its IPv6 address (an IPv4-mapped one counts as IPv4); None when the peer
+    has no IP address."""
+    if not isinstance(peer, tuple) or not peer or not isinstance(peer[0], str):
+        return None
+    host = peer[0]
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((int(address), 64), strict=False))
+    return host
+
+
 class _Connection(asyncio.Protocol):
     """Stands between the transport and aiohttp's protocol for one connection: notes when a
     request's first byte arrives, and answers 408 when the headers are still incomplete at
-    the deadline (the body's share of it is read_body's). The Listener's
-    sweep checks the deadlines: one timer for all connections, not one per request."""
+    the deadline (the body's share of it is read_body's); notes when an answer stalls, and
+    closes the connection when it stays stalled past the deadline. The Listener's sweep
+    checks the deadlines: one timer for all connections, not one per request."""
 
-    def __init__(self, listener: Listener, inner: asyncio.Protocol) -> None:
+    def __init__(self, listener: Listener, make_inner: Callable[[], asyncio.Protocol]) -> None:
         self._listener = listener
-        self._inner = inner
+        self._make_inner = make_inner
+        self._inner: asyncio.Protocol  # aiohttp's, once admitted; else a refusal
         self._transport: asyncio.Transport | None = None
+        self._address: str | None = None
         self.started: float | None = None  # loop time of the current request's first byte
         self._handling = False
+        self.in_a_row = 0  # requests answered in a row, each sent before the last was answered
+        self.stalled_since: float | None = None  # loop time an answer stopped moving
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, only alike.
         transport = cast(asyncio.Transport, transport)
+        listener = self._listener
+        address = address_key(transport.get_extra_info("peername"))
+        refusal = listener.admit(address)
+        if refusal is not None:
+            self._inner = _Refuse(refusal)
+            self._inner.connection_made(transport)
+            return
+        self._address = address
         self._transport = transport
-        self._listener.connections[transport] = self
+        listener.connections[transport] = self
+        self._inner = self._make_inner()
         self._inner.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
@@ -124,6 +179,8 @@ class _Connection(asyncio.Protocol):
         return self._inner.eof_received()
 
     def pause_writing(self) -> None:
+        if self.stalled_since is None:
+            self.stalled_since = self._listener.loop.time()
         self._inner.pause_writing()
 
     def resume_writing(self) -> None:
@@ -132,18 +189,28 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self._transport is not None:
             self._listener.connections.pop(self._transport, None)
+            self._listener.release(self._address)
         self._inner.connection_lost(exc)
 
     def expire_if_late(self, now: float) -> None:
-        started = self.started
-        if (
-            started is None
-            or self._handling
-            or now - started < self._listener.limits.request_timeout
-        ):
-            return
         transport = self._transport
-        if transport is None or transport.is_closing():
+        if transport is None:
+            return
+        timeout = self._listener.limits.request_timeout
+        # An answer waits on the client while bytes remain that the kernel did not take.
+        # The clock runs until none remain, not until the transport resumes: a client that
+        # reads a trickle, just enough to resume it, still has to take the whole answer.
+        if transport.get_write_buffer_size():
+            if self.stalled_since is None:
+                self.stalled_since = now
+            elif now - self.stalled_since >= timeout:
+                self._listener.answer_not_taken(transport, now - self.stalled_since)
+                transport.abort()
+                return
+        else:
+            self.stalled_since = None
+        started = self.started
+        if started is None or self._handling or now - started < timeout or transport.is_closing():
             return
         log.info(
             "request from %s timed out before its headers arrived; closing",
@@ -154,7 +221,7 @@ class _Connection(asyncio.Protocol):
             _raw_answer(
                 "408 Request Timeout",
                 "request_timeout",
-                f"the request did not arrive within {self._listener.limits.request_timeout:g} s",
+                f"the request did not arrive within {timeout:g} s",
             )
         )
         transport.close()
@@ -163,8 +230,11 @@ class _Connection(asyncio.Protocol):
         """The headers are in: the body must follow by the returned (loop) time."""
         self._handling = True
         started = self.started
-        if started is None:  # a pipelined request, already buffered
+        if started is None:  # pipelined: sent before the answer to the one before began
+            self.in_a_row += 1
             started = self._listener.loop.time()
+        else:
+            self.in_a_row = 1
         return started + self._listener.limits.request_timeout
 
     def request_finished(self) -> None:
@@ -173,16 +243,15 @@ class _Connection(asyncio.Protocol):
 
 
 class _Refuse(asyncio.Protocol):
-    """Answers a connection over the limit with 503 and closes it."""
+    """Answers a connection over a limit with 503 and closes it."""
+
+    def __init__(self, message: str) -> None:
+        self._message = message
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)
         transport.write(
-            _raw_answer(
-                "503 Service Unavailable",
-                "too_many_connections",
-                "the server has as many connections as it takes; retry shortly",
-            )
+            _raw_answer("503 Service Unavailable", "too_many_connections", self._message)
         )
         transport.close()
 
@@ -195,17 +264,28 @@ class Listener:
         self._runner: web.AppRunner | None = None
         self.limits = limits
         self.connections: dict[asyncio.Transport, _Connection] = {}
+        self.by_address: dict[str, int] = {}  # open connections per address_key
         self.counters = counters
         self._last_refusal_log = 0.0
+        self._last_address_log = 0.0
+        self._last_stall_log = 0.0
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self.loop = asyncio.get_event_loop()
 
     def _protocol(self) -> asyncio.Protocol:
+        server = self._runner.server if self._runner is not None else None
+        assert server is not None, "Listener.start() was not awaited"
+        return _Connection(self, server)
+
+    def admit(self, address: str | None) -> str | None:
+        """Count one more connection (from `address`), or say why it is refused. Counted
+        as each connection is made, not as its protocol is created: several connections
+        accepted at once are all created before the first is made."""
         if len(self.connections) >= self.limits.max_connections:
             self.counters.connections_refused += 1
             now = time.monotonic()
-            if now - self._last_refusal_log >= 10.0:
+            if now - self._last_refusal_log >= _LOG_EVERY:
                 self._last_refusal_log = now
                 log.warning(
                     "refusing connections: %d open, the limit ([server] max_connections); "
@@ -213,10 +293,48 @@ class Listener:
                     len(self.connections),
                     self.counters.connections_refused,
                 )
-            return _Refuse()
-        server = self._runner.server if self._runner is not None else None
-        assert server is not None, "Listener.start() was not awaited"
-        return _Connection(self, server())
+            return "the server has as many connections as it takes; retry shortly"
+        if address is None:
+            return None
+        held = self.by_address.get(address, 0)
+        bound = self.limits.max_per_address
+        if bound and held >= bound:
+            self.counters.connections_refused += 1
+            now = time.monotonic()
+            if now - self._last_address_log >= _LOG_EVERY:
+                self._last_address_log = now
+                log.warning(
+                    "refusing connections from %s: it holds %d, the limit for one address "
+                    "([server] max_connections_per_address); %d refused so far in all",
+                    address,
+                    held,
+                    self.counters.connections_refused,
+                )
+            return "this address holds as many connections as one address may; retry shortly"
+        self.by_address[address] = held + 1
+        return None
+
+    def release(self, address: str | None) -> None:
+        if address is None:
+            return
+        held = self.by_address.get(address, 0) - 1
+        if held > 0:
+            self.by_address[address] = held
+        else:
+            self.by_address.pop(address, None)
+
+    def answer_not_taken(self, transport: asyncio.Transport, seconds: float) -> None:
+        self.counters.responses_timed_out += 1
+        now = time.monotonic()
+        if now - self._last_stall_log >= _LOG_EVERY:
+            self._last_stall_log = now
+            log.info(
+                "closing the connection from %s: it left its answer untaken for %.0f s "
+                "(request_timeout_seconds); %d closed so far",
+                transport.get_extra_info("peername"),
+                seconds,
+                self.counters.responses_timed_out,
+            )
 
     async def start(self, runner: web.AppRunner, host: str, port: int) -> int:
         """Listen for `runner` (set up, its routes guarded and `response_prepared` among
@@ -260,7 +378,7 @@ class Listener:
             else:
                 request[_DEADLINE] = self.loop.time() + self.limits.request_timeout
             try:
-                return await handler(request)
+                response = await handler(request)
             except _BodyTimeout:
                 self.counters.requests_timed_out += 1
                 log.info("request from %s: its body did not arrive in time", request.remote)
@@ -283,6 +401,10 @@ class Listener:
                     error,
                 )
                 return web.Response(status=400)
+            else:
+                if connection is not None and connection.in_a_row >= MAX_PIPELINED:
+                    response.force_close()  # the client sends the rest on a new connection
+                return response
             response.force_close()
             return response
 

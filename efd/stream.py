@@ -5,7 +5,8 @@ Publishing is synchronous and cheap: with no subscriber it does nothing; otherwi
 subscriber takes at most `rate` events a second (beyond that it counts them and is told
 `sampled {"dropped": N}` before its next event), into a buffer of `buffer` events. A
 subscriber whose buffer is full is not reading fast enough: it is dropped, its connection
-closed, and the publisher never waits for it.
+closed, and the publisher never waits for it. At most `max_subscribers` subscribe at once:
+each costs every publish a little, so their number is bounded.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 RATE = 1000  # events a second per subscriber, beyond which it gets a sample
 BUFFER = 2000  # events waiting for one subscriber, beyond which it is dropped
+MAX_SUBSCRIBERS = 16  # at once; the console needs one per open tab
 
 
 class Subscriber:
@@ -87,10 +89,12 @@ class Hub:
         *,
         buffer: int = BUFFER,
         rate: int = RATE,
+        max_subscribers: int = MAX_SUBSCRIBERS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._buffer = buffer
         self._rate = rate
+        self.max_subscribers = max_subscribers
         self._clock = clock
         self._subscribers: set[Subscriber] = set()
         self.dropped_subscribers = 0  # slow consumers cut off, since start
@@ -104,7 +108,10 @@ class Hub:
     def subscribers(self) -> int:
         return len(self._subscribers)
 
-    def subscribe(self, on_drop: Callable[[], None]) -> Subscriber:
+    def subscribe(self, on_drop: Callable[[], None]) -> Subscriber | None:
+        """A new subscription, or None when `max_subscribers` are subscribed already."""
+        if len(self._subscribers) >= self.max_subscribers:
+            return None
         subscriber: Subscriber
 
         def dropped() -> None:
@@ -121,7 +128,8 @@ class Hub:
         self._subscribers.discard(subscriber)
 
     def close(self) -> None:
-        """End every subscription (shutdown): their streams end cleanly."""
+        """End every subscription (shutdown, a new admin token): their streams end cleanly.
+        Later subscriptions are taken as before."""
         for subscriber in list(self._subscribers):
             self.unsubscribe(subscriber)
 

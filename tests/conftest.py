@@ -321,6 +321,7 @@ class DaemonProcess:
         own_group: bool = False,
         env: dict[str, str] | None = None,
         prefix: list[str] | None = None,
+        preexec_fn: Callable[[], None] | None = None,
     ) -> None:
         self.config_path = config_path
         self.port = port
@@ -328,6 +329,7 @@ class DaemonProcess:
         self.own_group = own_group  # its own process group, to signal it like systemd does
         self.env = env  # added to this process's environment
         self.prefix = prefix or []  # a command the daemon runs under (file_permissions_apply)
+        self.preexec_fn = preexec_fn  # run in the child before efd starts (resource limits)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 20.0) -> DaemonProcess:
@@ -342,6 +344,7 @@ class DaemonProcess:
                 cwd=ROOT,
                 start_new_session=self.own_group,
                 env={**os.environ, **self.env} if self.env else None,
+                preexec_fn=self.preexec_fn,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

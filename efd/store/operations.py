@@ -4,10 +4,15 @@ daemon runs it in threads (efd/store/runner.py), the CLI directly.
 
 Looking a message up by messageId uses the message_key index on PostgreSQL; SQLite keeps
 that index only in the writer's memory (efd/store/dedupe.py), so there it scans messages.
+
+A redrive moves its deliveries in chunks of REDRIVE_CHUNK, each its own short write
+transaction, so that a large one never holds the single writer long: ingestion's commits
+go in between.
 """
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,6 +30,8 @@ from efd.store.queue import NOTIFY_CHANNEL, Store
 from efd.store.schema import attempts, deliveries, messages
 
 REDRIVABLE = (DeliveryStatus.FAILED, DeliveryStatus.EXPIRED)
+# Deliveries moved by one transaction of a redrive: a few milliseconds of the writer.
+REDRIVE_CHUNK = 500
 
 _DELIVERY_COLUMNS = (
     deliveries.c.id,
@@ -186,6 +193,17 @@ class OperationsStore:
         with self._store.reader.connect() as conn:
             return [_delivery(r) for r in conn.execute(statement)]
 
+    def redrivable_ids(self, query: DeliveryQuery) -> Sequence[int]:
+        """The ids of the deliveries `redrive(query)` would move now, in order (compact:
+        a redrive may cover millions)."""
+        with self._store.reader.connect() as conn:
+            return array(
+                "q",
+                conn.execute(
+                    select(deliveries.c.id).where(_redrivable(query)).order_by(deliveries.c.id)
+                ).scalars(),
+            )
+
     def count_redrivable(self, query: DeliveryQuery) -> int:
         """How many deliveries `redrive(query)` would move now (a dry run)."""
         with self._store.reader.connect() as conn:
@@ -197,15 +215,27 @@ class OperationsStore:
 
     # -- writes ------------------------------------------------------------------------------
 
-    def redrive(self, query: DeliveryQuery, now: float) -> int:
+    def redrive(self, query: DeliveryQuery, now: float, chunk: int | None = None) -> int:
         """Move the failed or expired deliveries matching `query` back to pending with a
         fresh start: due now, the retry window and the backoff counted from now. Their rows
         and attempts stay. Deliveries whose message a deletion request purged are left as
-        they are. Returns how many moved."""
+        they are. `chunk` (REDRIVE_CHUNK by default) at a time, each in its own transaction.
+        Returns how many moved."""
+        size = chunk or REDRIVE_CHUNK
+        ids = self.redrivable_ids(query)
+        return sum(
+            self.redrive_ids(query, ids[start : start + size], now)
+            for start in range(0, len(ids), size)
+        )
+
+    def redrive_ids(self, query: DeliveryQuery, ids: Sequence[int], now: float) -> int:
+        """One chunk of a redrive: those of `ids` that a redrive of `query` still moves
+        (one may have been redriven or purged since they were read), in one transaction.
+        Returns how many moved."""
         with self._store.writer.begin() as conn:
             moved = conn.execute(
                 update(deliveries)
-                .where(_redrivable(query))
+                .where(deliveries.c.id.in_(list(ids)), _redrivable(query))
                 .values(
                     status=DeliveryStatus.PENDING.value,
                     attempts=0,

@@ -43,6 +43,7 @@ PENDING = DeliveryStatus.PENDING
 
 DEDUPE_WINDOW_SECONDS = 24 * 3600
 NOTIFY_CHANNEL = "efd_deliveries"
+READINESS_ROW = "readiness"  # the jobs row readiness probes write
 _CHUNK = 500  # bound IN lists well below SQLite's variable limit
 
 
@@ -645,6 +646,19 @@ class Store:
     def ping(self) -> None:
         with self.reader.connect() as conn:
             conn.execute(text("SELECT 1"))
+
+    def write_probe(self, owner: str, now: float) -> None:
+        """A small real write and commit, for readiness: the `readiness` row of jobs notes
+        which process wrote last, and when."""
+        insert = (sqlite_insert if self.sqlite else pg_insert)(jobs).values(
+            name=READINESS_ROW, last_run_at=now, owner=owner
+        )
+        with self.writer.begin() as conn:
+            conn.execute(
+                insert.on_conflict_do_update(
+                    index_elements=["name"], set_={"last_run_at": now, "owner": owner}
+                )
+            )
 
     def backlog(self) -> dict[str, int]:
         """Pending deliveries per destination (including those in flight)."""

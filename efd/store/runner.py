@@ -1,7 +1,9 @@
 """Runs the synchronous Store off the event loop: one writer thread, a few reader threads.
 
 One writer thread is the single writer SQLite wants (no lock contention, no busy
-retries), and it keeps each PostgreSQL process to one writing connection.
+retries), and it keeps each PostgreSQL process to one writing connection. It notes when a
+write last failed (a store error): readiness (GET /readyz) learns of ingestion's failures
+without adding work to any write that succeeds.
 """
 
 from __future__ import annotations
@@ -9,10 +11,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar
+
+from sqlalchemy.exc import SQLAlchemyError
 
 from efd.rows import AttemptRow, Claimed, Outcome
 from efd.store.queue import Store
@@ -30,6 +35,7 @@ class _WriterThread:
         self._queues: tuple[deque[Any], deque[Any]] = (deque(), deque())  # (now, later)
         self._wake = threading.Condition()
         self._closed = False
+        self.failed: tuple[float, str] | None = None  # the last store error: (when, what)
         self._thread = threading.Thread(target=self._loop, name="efd-db-writer", daemon=True)
         self._thread.start()
 
@@ -55,6 +61,8 @@ class _WriterThread:
                 try:
                     future.set_result(fn())
                 except BaseException as error:
+                    if isinstance(error, SQLAlchemyError):
+                        self.failed = (time.monotonic(), str(error).splitlines()[0][:200])
                     future.set_exception(error)
 
     def shutdown(self) -> None:
@@ -78,6 +86,12 @@ class AsyncStore:
     async def write_later(self, fn: Callable[[], R]) -> R:
         """Like write, but after any other write that is waiting (see _WriterThread)."""
         return await asyncio.wrap_future(self._writer.submit(fn, later=True))
+
+    @property
+    def write_failed(self) -> tuple[float, str] | None:
+        """When (time.monotonic) a write last failed with a store error, and the error's
+        first line; None if none has."""
+        return self._writer.failed
 
     async def read(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         loop = asyncio.get_running_loop()

@@ -3,7 +3,7 @@
 messages    one row per accepted message; `body` is the exact webhook body (JSON text).
 deliveries  one row per (message, destination), and one per replay: the state machine.
 attempts    one row per POST to one hook URL: the audit log.
-jobs        once-per-cluster periodic jobs.
+jobs        once-per-cluster periodic jobs; and the row readiness probes write.
 
 profiles, identities, events, computations, computed_values: audiences and computed traits.
 regulations, regulation_subjects, suppressions: deletion requests.

@@ -336,7 +336,9 @@ async def test_connections_beyond_the_limit_are_refused_with_503(
     db_url, receiver_factory, daemon_factory
 ):
     receiver = await receiver_factory()
-    daemon = await daemon_factory(_limited(db_url, receiver.url, max_connections=2))
+    daemon = await daemon_factory(
+        _limited(db_url, receiver.url, max_connections=2, max_connections_per_address=2)
+    )
     held = [await _open(daemon.port) for _ in range(2)]
     for _, writer in held:  # make sure both are accepted before the third arrives
         writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from efd import config, webhooks
 from efd.app import Daemon
-from efd.stream import Hub
+from efd.stream import MAX_SUBSCRIBERS, Hub
 from tests.conftest import eventually, post, settings_dict
 from tests.integration.test_regulations import api
 
@@ -201,3 +201,95 @@ async def test_a_consumer_that_never_reads_is_dropped_and_ingestion_goes_on(tmp_
         stalled.close()
     finally:
         await daemon.stop()
+
+
+def stream_request(token: str) -> bytes:
+    return (
+        f"GET /admin/stream HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n"
+    ).encode()
+
+
+async def test_open_streams_end_when_the_admin_token_changes_or_is_removed(tmp_path):
+    settings = live_settings(f"sqlite:///{tmp_path}/efd.db", ["http://127.0.0.1:9/unused"])
+    settings["sources"][0]["destinations"] = []  # messages only: no delivery work
+    daemon = Daemon(config.load(None, **settings))
+    await daemon.start()
+    try:
+        async with aiohttp.ClientSession() as session:
+
+            async def subscribe(token: str) -> aiohttp.ClientResponse:
+                response = await session.get(
+                    f"http://127.0.0.1:{daemon.port}/admin/stream",
+                    headers={"Authorization": f"Bearer {token}"},
+                )
+                assert response.status == 200
+                return response
+
+            async def rest(response: aiohttp.ClientResponse) -> list[tuple[str, Any]]:
+                async with asyncio.timeout(10):
+                    return [event async for event in events(response)]
+
+            first = await subscribe(TOKEN)
+            # A stream that never reads (beyond its request), on its own socket.
+            stalled = socket.socket()
+            stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            stalled.connect(("127.0.0.1", daemon.port))
+            stalled.sendall(stream_request(TOKEN))
+            await eventually(lambda: daemon.hub.subscribers == 2)
+            # A reload that keeps the token keeps the streams.
+            settings["sources"].append({"name": "app", "write_key": "wk_app", "destinations": []})
+            await daemon.reload(config.load(None, **settings))
+            await post(daemon.port, "/v1/track", {"userId": "u", "event": "Kept", "messageId": "k"})
+            async with asyncio.timeout(10):
+                async for kind, data in events(first):
+                    if kind == "message":
+                        assert data["messageId"] == "k"
+                        break
+            assert daemon.hub.subscribers == 2
+
+            settings["server"]["admin_token"] = "live-secret-rotated-0123"
+            await daemon.reload(config.load(None, **settings))
+            assert await rest(first) == []  # ended, with nothing more
+            await eventually(lambda: daemon.hub.subscribers == 0)
+            stalled.settimeout(10)
+            while stalled.recv(65536):  # what was sent before, then the end
+                pass
+            stalled.close()
+            got, answer = await api(daemon.port, "GET", "/admin/stream", token=TOKEN)
+            assert (got, answer["code"]) == (401, "unauthorized")
+
+            second = await subscribe("live-secret-rotated-0123")
+            await eventually(lambda: daemon.hub.subscribers == 1)
+            settings["server"].pop("admin_token")
+            await daemon.reload(config.load(None, **settings))
+            assert await rest(second) == []
+            await eventually(lambda: daemon.hub.subscribers == 0)
+            got, answer = await api(daemon.port, "GET", "/admin/stream", token=TOKEN)
+            assert (got, answer["code"]) == (403, "admin_api_disabled")
+    finally:
+        await daemon.stop()
+
+
+async def test_streams_beyond_the_bound_are_refused_with_503(tmp_path, daemon_factory):
+    daemon = await daemon_factory(live_settings(f"sqlite:///{tmp_path}/efd.db", []))
+    streams = []
+    for _ in range(MAX_SUBSCRIBERS):
+        reader, writer = await asyncio.open_connection("127.0.0.1", daemon.port)
+        writer.write(stream_request(TOKEN))
+        assert (await reader.readuntil(b"\r\n")).startswith(b"HTTP/1.1 200")
+        streams.append(writer)
+    assert daemon.hub.subscribers == MAX_SUBSCRIBERS
+    got, answer = await api(daemon.port, "GET", "/admin/stream", token=TOKEN)
+    assert (got, answer["code"]) == (503, "too_many_streams")
+    assert str(MAX_SUBSCRIBERS) in answer["message"]
+    # Other admin endpoints are not affected.
+    assert (await api(daemon.port, "GET", "/admin/destinations", token=TOKEN))[0] == 200
+    streams.pop().close()
+    await eventually(lambda: daemon.hub.subscribers == MAX_SUBSCRIBERS - 1)
+    reader, writer = await asyncio.open_connection("127.0.0.1", daemon.port)
+    writer.write(stream_request(TOKEN))
+    assert (await reader.readuntil(b"\r\n")).startswith(b"HTTP/1.1 200")
+    streams.append(writer)
+    for writer in streams:
+        writer.close()
+    await eventually(lambda: daemon.hub.subscribers == 0)

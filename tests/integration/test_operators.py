@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from efd import cli, dispatcher, webhooks
+from efd.store import operations
 from tests.conftest import ROOT, SECRET, eventually, post, settings_dict, sql, write_toml
 from tests.integration.test_regulations import api
 
@@ -201,6 +202,26 @@ async def test_redrive_sends_failed_deliveries_again_and_leaves_purged_ones(
     )
     status, answer = await api(daemon.port, "POST", "/admin/redrive", {})
     assert answer == {"count": 0}
+
+
+async def test_a_redrive_larger_than_a_chunk_moves_and_counts_every_delivery(
+    db_url, daemon_factory, receiver_factory, monkeypatch
+):
+    monkeypatch.setattr(operations, "REDRIVE_CHUNK", 3)
+    switch = Switch(400)  # final: each delivery fails at once
+    receiver = await receiver_factory(switch)
+    daemon = await daemon_factory(ops_settings(db_url, [receiver.url]))
+    names = [f"m-{n}" for n in range(8)]
+    for name in names:
+        await send(daemon.port, name)
+    await eventually(lambda: statuses(db_url) == dict.fromkeys(names, "failed"))
+    switch.status = 200
+    status, answer = await api(daemon.port, "POST", "/admin/redrive", {"dry_run": True})
+    assert (status, answer) == (200, {"count": 8})
+    status, answer = await api(daemon.port, "POST", "/admin/redrive", {})
+    assert (status, answer) == (200, {"count": 8})
+    await eventually(lambda: statuses(db_url) == dict.fromkeys(names, "delivered"))
+    assert sorted(r.json()["messageId"] for r in receiver.received[8:]) == names
 
 
 # -- replay ------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 import pytest
@@ -18,10 +19,11 @@ from alembic.migration import MigrationContext
 from psycopg import sql as psql
 from sqlalchemy import create_engine, event, inspect
 
-from efd.rows import AttemptRow, DeliveryStatus, NewMessage, Outcome
+from efd.rows import AttemptRow, DeliveryQuery, DeliveryStatus, NewMessage, Outcome
 from efd.store import Store, dedupe, migrate
 from efd.store.dedupe import message_key
 from efd.store.engine import make_engine, normalise_url
+from efd.store.operations import REDRIVABLE, OperationsStore
 from efd.store.schema import metadata
 from tests.conftest import sql
 
@@ -650,3 +652,56 @@ def test_a_large_batch_keeps_each_message_with_its_body_and_deliveries(store, db
     )
     expected = [(r.message_id, d) for r in rows for d in r.destinations]
     assert sorted(pairs) == sorted(expected)
+
+
+def test_a_redrive_moves_every_matching_delivery_in_chunks_each_its_own_transaction(store, db_url):
+    now = time.time()
+    store.insert_messages([message(f"m{i}", destinations=("d", "e")) for i in range(20)], now)
+    ids = {
+        name: [
+            row[0]
+            for row in sql(
+                db_url, f"SELECT id FROM deliveries WHERE destination = '{name}' ORDER BY id"
+            )
+        ]
+        for name in ("d", "e")
+    }
+
+    def set_status(status: str, chosen: list[int]) -> None:
+        listed = ",".join(map(str, chosen))
+        sql(
+            db_url,
+            f"UPDATE deliveries SET status = '{status}', finished_at = :t WHERE id IN ({listed})",
+            t=now,
+        )
+
+    # Of d's deliveries, all failed but three delivered; of e's, every other one expired and
+    # the rest left pending; m0's payload purged, so its expired delivery stays as it is.
+    set_status("failed", ids["d"][3:])
+    set_status("delivered", ids["d"][:3])
+    set_status("expired", ids["e"][::2])
+    sql(db_url, "UPDATE messages SET body = NULL WHERE message_id = 'm0'")
+    expected = set(ids["d"][3:] + ids["e"][::2]) - {ids["d"][0], ids["e"][0]}
+    assert len(expected) == 26
+
+    def others() -> list[Any]:
+        listed = ",".join(map(str, expected))
+        return sql(db_url, f"SELECT * FROM deliveries WHERE id NOT IN ({listed}) ORDER BY id")
+
+    untouched = others()
+    operations = OperationsStore(store)
+    query = DeliveryQuery(destinations=("d", "e"), statuses=REDRIVABLE)
+    assert operations.count_redrivable(query) == len(expected)  # the dry run
+
+    commits: list[int] = []
+    event.listen(store.writer, "commit", lambda _conn: commits.append(1))
+    assert operations.redrive(query, now + 1, chunk=4) == len(expected)
+    assert len(commits) == math.ceil(len(expected) / 4)
+    pending = sql(
+        db_url, "SELECT id, attempts, first_attempt_at FROM deliveries WHERE status = 'pending'"
+    )
+    assert {row[0] for row in pending} - set(ids["e"][1::2]) == expected
+    assert {(row[1], row[2]) for row in pending if row[0] in expected} == {(0, now + 1)}
+    assert others() == untouched
+    assert operations.count_redrivable(query) == 0
+    assert operations.redrive(query, now + 2, chunk=4) == 0
