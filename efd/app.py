@@ -42,7 +42,7 @@ from efd.personas.sync import Computation, SyncResult
 from efd.regulations import MAX_BODY_BYTES, RegulationRunner, RegulationsApi
 from efd.rows import InsertStatus, NewMessage
 from efd.sender import SenderOptions, SenderPool
-from efd.server import Limits, Listener, quiet_parse_errors
+from efd.server import Limits, Listener, name_the_server, quiet_parse_errors
 from efd.status import Status
 from efd.store import Store
 from efd.store import migrate as migrations
@@ -319,6 +319,7 @@ class Daemon:
         await runner.setup()
         stack.push_async_callback(runner.cleanup)  # lets running requests finish
         quiet_parse_errors()
+        name_the_server()
         self.port = await listener.start(runner, server.host, server.port)
         stack.push_async_callback(listener.close)  # first of all: stop accepting
 

@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+import efd
 from efd import config
 from efd.jsonjs import MAX_DEPTH
 from efd.messages import MAX_MESSAGE_BYTES
@@ -389,6 +390,50 @@ async def test_disconnects_and_non_http_are_logged_quietly(db_url, daemon, caplo
     noisy = [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
     assert noisy == [], [r.getMessage() for r in noisy]
     assert all("\n" not in r.getMessage() for r in caplog.records if r.name.startswith("aiohttp"))
+
+
+async def test_every_answer_names_efd_and_no_other_software(
+    db_url, receiver_factory, daemon_factory
+):
+    receiver = await receiver_factory()
+    daemon = await daemon_factory(
+        _limited(db_url, receiver.url, max_connections=2, request_timeout_seconds=1.0)
+    )
+
+    async def exchange(request: bytes) -> bytes:
+        reader, writer = await _open(daemon.port)
+        writer.write(request)
+        answer = await asyncio.wait_for(reader.read(), timeout=30)  # until the server closes
+        writer.close()
+        return answer
+
+    def server_header(answer: bytes) -> str:
+        head = answer.partition(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
+        values = [
+            line.split(":", 1)[1].strip() for line in head if line.lower().startswith("server:")
+        ]
+        assert len(values) == 1, answer
+        return values[0]
+
+    answers = [
+        await exchange(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        for path in ("/healthz", "/openapi.json", "/nowhere", "/admin/deliveries")
+    ]
+    answers.append(
+        await exchange(b"POST /v1/track HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+    )
+    answers.append(await exchange(b"\x00\xffHELLO\r\n\r\n"))  # aiohttp's own 400
+    answers.append(await exchange(b"POST /v1/track HTTP/1.1\r\nHost: x\r\n"))  # our raw 408
+    held = [await _open(daemon.port) for _ in range(2)]
+    for reader, writer in held:
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        await reader.readuntil(b"\r\n\r\n")
+    answers.append(await exchange(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"))  # our raw 503
+    for _, writer in held:
+        writer.close()
+    statuses = [answer.split(b" ", 2)[1] for answer in answers]
+    assert statuses == [b"200", b"200", b"404", b"403", b"401", b"400", b"408", b"503"]
+    assert {server_header(answer) for answer in answers} == {f"efd/{efd.__version__}"}
 
 
 # -- configuration --------------------------------------------------------------------------
