@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -88,6 +89,30 @@ def test_example_config_loads() -> None:
     assert [h.url for h in hooks] == ["http://127.0.0.1:9000/webhook"]
     assert settings.delivery.user_agent == "efd/1.0"
     assert settings.delivery.allowed_networks == ["127.0.0.0/8"]  # the loopback receiver
+
+
+def test_every_commented_key_of_the_example_is_valid_when_uncommented(tmp_path: Path) -> None:
+    # A commented key is an invitation to uncomment it: it must load as it stands.
+    commented = re.compile(r"#\s*([A-Za-z_][A-Za-z0-9_]*\s*=.*)")
+    text = (ROOT / "config.example.toml").read_text()
+    uncommented: list[str] = []
+    lines = []
+    for line in text.splitlines():
+        found = commented.fullmatch(line)
+        if found is not None:
+            uncommented.append(found.group(1).split("=", 1)[0].strip())
+            line = found.group(1)
+        lines.append(line)
+    assert uncommented, "the example has no commented key left: drop this test or add one"
+    path = tmp_path / "efd.toml"
+    path.write_text("\n".join(lines) + "\n")
+    settings = config.load(path)
+    for key in uncommented:
+        assert any(
+            key in type(getattr(settings, section)).model_fields
+            for section in ("server", "storage", "delivery", "logging")
+        ), key
+    assert settings.server.admin_token is not None
 
 
 def test_the_issue_config_loads(tmp_path: Path) -> None:
