@@ -14,6 +14,7 @@ import zlib
 from typing import Any
 
 import aiohttp
+import pydantic
 import pytest
 
 import efd
@@ -24,6 +25,7 @@ from efd.retry import Verdict
 from efd.sender import Sender
 from efd.webhooks import Route
 from tests.conftest import WRITE_KEY, basic, eventually, post, settings_dict, sql
+from tests.unit.test_config import NUMERIC_HOSTS_ACCEPTED, NUMERIC_HOSTS_REFUSED
 
 TRACK = {"type": "track", "userId": "u-1", "event": "Signed Up"}
 ADMIN_TOKEN = "hardening-admin-token-0123"
@@ -535,6 +537,40 @@ async def test_one_hook_that_cannot_be_built_leaves_the_others_delivered(receive
     assert verdicts.pop(bad) == (Verdict.FAIL, "invalid_request")
     assert set(verdicts.values()) == {(Verdict.SUCCESS, None)}
     assert [len(r.received) for r in receivers] == [1, 1, 0, 1, 1]
+
+
+async def test_the_hook_hosts_check_config_refuses_are_those_the_sender_never_reaches(
+    receiver_factory,
+):
+    """The load rule for numeric hosts is the sender's own: each host is sent to for real
+    (127.0.0.0/8 allowed), and check-config refuses exactly those that never connect."""
+    receiver = await receiver_factory()
+    port = receiver.url.rsplit(":", 1)[1].split("/", 1)[0]
+    hosts = NUMERIC_HOSTS_REFUSED + [h for h in NUMERIC_HOSTS_ACCEPTED if "example" not in h]
+    sender = Sender(timeout=5, allowed_networks=["127.0.0.0/8"])
+    await sender.start()
+    seen = {}
+    try:
+        for host in hosts:
+            url = f"http://{host}:{port}/hook"
+            result = await sender.post(url, b"{}", {})
+            try:
+                config.HookConfig(url=url)
+            except pydantic.ValidationError:
+                refused = True
+            else:
+                refused = False
+            seen[host] = (result.error_class or str(result.status_code), refused)
+    finally:
+        await sender.close()
+    never_sent = {host for host, (outcome, _) in seen.items() if outcome == "invalid_url"}
+    assert never_sent == set(NUMERIC_HOSTS_REFUSED), seen
+    assert {host for host, (_, refused) in seen.items() if refused} == never_sent, seen
+    # The others were tried for real: delivered on loopback, or stopped by the guard.
+    assert {outcome for host, (outcome, _) in seen.items() if host not in never_sent} == {
+        "200",
+        "blocked",
+    }, seen
 
 
 async def test_a_store_failure_is_503_on_every_backend(db_url, daemon):
