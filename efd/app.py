@@ -33,7 +33,7 @@ from efd.dispatcher import Dispatcher, Rounds
 from efd.ingest import Ingest
 from efd.live import LiveApi
 from efd.metrics import Metrics
-from efd.operators import iso
+from efd.operators import iso, unconfigured
 from efd.parse import MAX_RAW_REQUEST_BYTES
 from efd.parsers import ParserPool
 from efd.periodic import Periodic, computations
@@ -239,6 +239,7 @@ class Daemon:
             )
         if settings.server.admin_token is None:
             log.info("regulations and admin API off: no [server] admin_token")
+        await self.warn_unconfigured()
 
     # -- pieces ---------------------------------------------------------------------------
 
@@ -376,6 +377,27 @@ class Daemon:
             unchanged = {name: getattr(self.settings, name) for name in _RESTART_SECTIONS}
             self.settings = settings.model_copy(update=unchanged) if not_applied else settings
             return not_applied
+
+    async def warn_unconfigured(self) -> None:
+        """Warn of each destination that is not configured but has pending deliveries:
+        nothing sends them until it is configured again or an operator discards them."""
+        try:
+            backlog = await self.db.read(self.db.store.backlog)
+        except SQLAlchemyError as error:
+            log.warning(
+                "could not count pending deliveries per destination: %s",
+                str(error).splitlines()[0][:200],
+            )
+            return
+        configured = {d.name for d in self.settings.destinations}
+        for name, count in unconfigured(backlog, configured).items():
+            log.warning(
+                "destination %r is not configured but has %d pending deliveries, which are "
+                "never sent: configure it again, or discard them (efd discard --destination "
+                "NAME, or POST /admin/discard)",
+                name,
+                count,
+            )
 
     # -- audiences and computed traits (the CLI and tests run syncs on demand) ----------------
 
@@ -541,6 +563,7 @@ async def _reload(daemon: Daemon, config_path: str, notifier: Notifier) -> None:
             )
             if not_applied:
                 log.warning("changed but not applied until a restart: %s", ", ".join(not_applied))
+            await daemon.warn_unconfigured()
     notifier.notify(ready="1", status="serving")
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from efd import operators
+from efd.rows import DeliveryStatus
 
 _JSON = "application/json"
 _ISO = {"type": "string", "description": "ISO 8601 UTC"}
@@ -142,7 +143,7 @@ _ATTEMPT = {
     },
 }
 
-_STATUS = {"type": "string", "enum": ["pending", "delivered", "failed", "expired"]}
+_STATUS = {"type": "string", "enum": [s.value for s in DeliveryStatus]}
 
 _DELIVERY = {
     "type": "object",
@@ -249,6 +250,18 @@ _REDRIVE = {
     },
 }
 
+_DISCARD = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["destination"],
+    "properties": {
+        "destination": {"type": "string", "description": "a destination that is not configured"},
+        "since": {"type": "string", "description": f"messages received since: {_WHEN}"},
+        "until": {"type": "string", "description": f"messages received before: {_WHEN}"},
+        "dry_run": {"type": "boolean", "default": False},
+    },
+}
+
 _REPLAY = {
     "type": "object",
     "additionalProperties": False,
@@ -297,9 +310,14 @@ _WINDOW = {
 }
 _DESTINATION_HEALTH = {
     "type": "object",
-    "required": ["name", "backlog", "oldestPendingAt", "hooks"],
+    "required": ["name", "configured", "backlog", "oldestPendingAt", "hooks"],
     "properties": {
         "name": {"type": "string"},
+        "configured": {
+            "type": "boolean",
+            "description": "false: removed from the configuration with deliveries still "
+            "pending, which are never sent (no hooks then)",
+        },
         "backlog": {"type": "integer", "description": "pending deliveries"},
         "oldestPendingAt": {**_NULLABLE_ISO, "description": "the oldest pending one's creation"},
         "hooks": {
@@ -530,6 +548,21 @@ def _paths() -> dict[str, Any]:
             }
         )
     }
+    paths["/admin/discard"] = {
+        "post": _admin(
+            {
+                "summary": "Discard the pending deliveries of a destination no longer configured",
+                "description": "They become `discarded`, finished now; their rows and attempts "
+                "stay until retention purges them. A configured destination's deliveries are "
+                "being sent and cannot be discarded. With dry_run, only counts.",
+                "requestBody": {"required": True, "content": {_JSON: {"schema": _DISCARD}}},
+                "responses": {
+                    "200": _json(_COUNT, "how many were discarded (or would be)"),
+                    "400": _error("a field is invalid, or the destination is configured"),
+                },
+            }
+        )
+    }
     paths["/admin/destinations"] = {
         "get": _admin(
             {
@@ -547,7 +580,8 @@ def _paths() -> dict[str, Any]:
                                 }
                             },
                         },
-                        "every configured destination",
+                        "every configured destination, then each one not configured that "
+                        "has pending deliveries",
                     )
                 },
             }

@@ -36,6 +36,9 @@ LIST_FILTERS = (
     "cursor",
 )
 REDRIVE_FIELDS = ("destination", "status", "since", "until", "dry_run")
+DISCARD_FIELDS = ("destination", "since", "until", "dry_run")
+# Deliveries a discard marks per transaction: ingestion waits for one chunk at most.
+DISCARD_CHUNK = 5000
 REPLAY_FIELDS = ("source", "messageId", "destination")
 
 _RELATIVE = re.compile(r"(\d{1,9})([smhd])")
@@ -170,6 +173,49 @@ def redrive_query(
     if not isinstance(dry_run, bool):
         raise Invalid("dry_run", "dry_run must be true or false")
     return DeliveryQuery(destinations, statuses, since, until), dry_run
+
+
+def discard_query(
+    payload: Any, now: float, configured: Collection[str]
+) -> tuple[DeliveryQuery, bool]:
+    """(query, dry_run) of a discard, from POST /admin/discard's body or `efd discard`'s
+    options: the pending deliveries to one destination that is not configured. A configured
+    destination's deliveries are being sent, so they cannot be discarded."""
+    if not isinstance(payload, dict):
+        raise Invalid("body", "the request body must be a JSON object", code="invalid_body")
+    for key in payload:
+        if key not in DISCARD_FIELDS:
+            raise Invalid(str(key), f"unknown field {key!r}; known: {', '.join(DISCARD_FIELDS)}")
+    if payload.get("destination") is None:
+        raise Invalid(
+            "destination",
+            "destination is required: the destination, no longer configured, whose pending "
+            "deliveries to discard",
+            "missing_field",
+        )
+    name = _text(payload["destination"], "destination")
+    if name in configured:
+        raise Invalid(
+            "destination",
+            f"{name!r} is configured, so its deliveries are being sent: only the pending "
+            "deliveries of a destination removed from the configuration can be discarded",
+            "destination_configured",
+        )
+    since = parse_time(payload["since"], "since", now) if payload.get("since") is not None else None
+    until = parse_time(payload["until"], "until", now) if payload.get("until") is not None else None
+    _window(since, until)
+    dry_run = payload.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        raise Invalid("dry_run", "dry_run must be true or false")
+    return DeliveryQuery((name,), (DeliveryStatus.PENDING,), since, until), dry_run
+
+
+def unconfigured(backlog: Mapping[str, int], configured: Collection[str]) -> dict[str, int]:
+    """The destinations with pending deliveries that are not configured (never sent), and
+    how many each has, by name."""
+    return {
+        name: count for name, count in sorted(backlog.items()) if count and name not in configured
+    }
 
 
 def replay_request(payload: Any) -> tuple[str, str, str | None]:

@@ -103,6 +103,42 @@ def test_bad_redrives_are_refused(payload: object, code: str) -> None:
     assert caught.value.code == code
 
 
+def test_a_discard_covers_the_pending_deliveries_of_one_unconfigured_destination() -> None:
+    query, dry_run = operators.discard_query({"destination": "old"}, NOW, {"a", "b"})
+    assert (query.destinations, query.statuses) == (("old",), (DeliveryStatus.PENDING,))
+    assert (query.since, query.until, dry_run) == (None, None, False)
+    query, dry_run = operators.discard_query(
+        {"destination": "old", "since": "2h", "until": "1h", "dry_run": True}, NOW, {"a"}
+    )
+    assert (query.since, query.until, dry_run) == (NOW - 7200, NOW - 3600, True)
+
+
+@pytest.mark.parametrize(
+    ("payload", "field", "code"),
+    [
+        ([], "body", "invalid_body"),
+        ({}, "destination", "missing_field"),
+        ({"destination": None}, "destination", "missing_field"),
+        ({"destination": ""}, "destination", "invalid_field"),
+        ({"destination": "a"}, "destination", "destination_configured"),
+        ({"destination": "old", "status": "pending"}, "status", "invalid_field"),
+        ({"destination": "old", "dry_run": "yes"}, "dry_run", "invalid_field"),
+        ({"destination": "old", "since": ""}, "since", "invalid_field"),
+        ({"destination": "old", "since": "1h", "until": "2h"}, "until", "invalid_field"),
+    ],
+)
+def test_bad_discards_are_refused_naming_the_field(payload: object, field: str, code: str) -> None:
+    with pytest.raises(Invalid) as caught:
+        operators.discard_query(payload, NOW, {"a"})
+    assert (caught.value.field, caught.value.code) == (field, code)
+
+
+def test_unconfigured_destinations_are_those_with_pending_deliveries_left() -> None:
+    backlog = {"crm": 4, "old": 3, "gone": 0, "older": 1}
+    assert operators.unconfigured(backlog, {"crm", "mail"}) == {"old": 3, "older": 1}
+    assert operators.unconfigured(backlog, {"crm", "old", "older"}) == {}
+
+
 def test_a_replay_goes_where_the_message_went_and_is_configured() -> None:
     originals = {"crm": 1, "old": 2, "mail": 3}
     configured = {"crm", "mail", "new"}
