@@ -32,13 +32,15 @@ from efd.store.runner import AsyncStore
 
 log = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 16 * 1024  # the bodies are a handful of filters
+# The bodies are a handful of fields of at most operators.MAX_TEXT characters each, which
+# JSON may escape to twelve bytes a character.
+MAX_BODY_BYTES = 64 * 1024
 
 
 def _invalid(error: operators.Invalid) -> web.Response:
     return json_response(
         {"success": False, "code": error.code, "message": error.message, "field": error.field},
-        400,
+        error.status,
     )
 
 

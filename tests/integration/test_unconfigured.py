@@ -136,7 +136,7 @@ async def test_removed_destination_is_shown_warned_of_and_discarded(
 
         # Only a destination that is not configured may be discarded; a dry run counts.
         for body, expected in (
-            ({"destination": "hooks"}, (400, "destination_configured")),
+            ({"destination": "hooks"}, (409, "destination_configured")),
             ({}, (400, "missing_field")),
             ({"destination": "old", "status": "pending"}, (400, "invalid_field")),
             ({"destination": "old", "dry_run": "yes"}, (400, "invalid_field")),

@@ -48,6 +48,9 @@ def test_the_list_takes_its_filters_limit_and_cursor() -> None:
     assert query.since == NOW - 3600
     assert (limit, cursor) == (10, 99)
     assert operators.list_query({}, NOW)[1:] == (operators.DEFAULT_LIMIT, None)
+    # A window that ends before it starts is empty, not an error: the schema cannot say so.
+    query, _, _ = operators.list_query({"since": "1h", "until": "2h"}, NOW)
+    assert (query.since, query.until) == (NOW - 3600, NOW - 7200)
 
 
 @pytest.mark.parametrize(
@@ -58,7 +61,7 @@ def test_the_list_takes_its_filters_limit_and_cursor() -> None:
         ({"limit": "ten"}, "limit"),
         ({"cursor": "-1"}, "cursor"),
         ({"status": "gone"}, "status"),
-        ({"since": "1h", "until": "2h"}, "until"),
+        ({"since": "", "until": "2h"}, "since"),
         ({"user_id": ""}, "user_id"),
         ({"user_id": "x" * 1001}, "user_id"),
         ({"message_id": "a\x00b"}, "message_id"),
@@ -124,7 +127,7 @@ def test_a_discard_covers_the_pending_deliveries_of_one_unconfigured_destination
         ({"destination": "old", "status": "pending"}, "status", "invalid_field"),
         ({"destination": "old", "dry_run": "yes"}, "dry_run", "invalid_field"),
         ({"destination": "old", "since": ""}, "since", "invalid_field"),
-        ({"destination": "old", "since": "1h", "until": "2h"}, "until", "invalid_field"),
+        ({"destination": "old", "until": "2 h"}, "until", "invalid_field"),
     ],
 )
 def test_bad_discards_are_refused_naming_the_field(payload: object, field: str, code: str) -> None:
