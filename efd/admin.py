@@ -4,6 +4,8 @@
     GET  /admin/deliveries?…                    filtered, newest first, by cursor
     POST /admin/redrive                         failed/expired -> pending, fresh window
     POST /admin/replay                          a message again, as new deliveries
+    POST /admin/discard                         pending -> discarded, for a destination
+                                                no longer configured
     GET  /openapi.json                          the API's description (no token needed)
 
 Bearer [server] admin_token (server.require_admin). The rules and the JSON shapes are
@@ -36,13 +38,15 @@ from efd.store.runner import AsyncStore
 
 log = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 16 * 1024  # the bodies are a handful of filters
+# The bodies are a handful of fields of at most operators.MAX_TEXT characters each, which
+# JSON may escape to twelve bytes a character.
+MAX_BODY_BYTES = 64 * 1024
 
 
 def _invalid(error: operators.Invalid) -> web.Response:
     return json_response(
         {"success": False, "code": error.code, "message": error.message, "field": error.field},
-        400,
+        error.status,
     )
 
 
@@ -75,6 +79,7 @@ class AdminApi:
             web.get("/admin/deliveries", self._admin(self._deliveries)),
             web.post("/admin/redrive", self._admin(self._redrive)),
             web.post("/admin/replay", self._admin(self._replay)),
+            web.post("/admin/discard", self._admin(self._discard)),
             web.get("/openapi.json", self._openapi_json),
         ]
 
@@ -172,6 +177,28 @@ class AdminApi:
             )
         if count:
             log.info("redrive: %d deliveries are due again", count)
+        return json_response({"count": count})
+
+    async def _discard(self, request: web.Request) -> web.Response:
+        query, dry_run = operators.discard_query(
+            await self._body(request), time.time(), self._configured
+        )
+        if dry_run:
+            return json_response({"count": await self._db.read(self._ops.count_discardable, query)})
+        count = 0
+        now = time.time()
+        while marked := await self._db.write(
+            self._ops.discard, query, now, operators.DISCARD_CHUNK
+        ):
+            count += marked
+            if marked < operators.DISCARD_CHUNK:
+                break
+        if count:
+            log.info(
+                "discard: %d pending deliveries to %s, which is not configured, are discarded",
+                count,
+                query.destinations[0],
+            )
         return json_response({"count": count})
 
     async def _replay(self, request: web.Request) -> web.Response:

@@ -34,7 +34,7 @@ from efd.dispatcher import Dispatcher, Rounds
 from efd.ingest import Ingest
 from efd.live import LiveApi
 from efd.metrics import Metrics
-from efd.operators import iso
+from efd.operators import iso, unconfigured
 from efd.parse import MAX_RAW_REQUEST_BYTES
 from efd.parsers import ParserPool
 from efd.periodic import Periodic, computations
@@ -43,7 +43,7 @@ from efd.personas.sync import Computation, SyncResult
 from efd.regulations import MAX_BODY_BYTES, RegulationRunner, RegulationsApi
 from efd.rows import InsertStatus, NewMessage
 from efd.sender import SenderOptions, SenderPool
-from efd.server import Limits, Listener, quiet_parse_errors
+from efd.server import Limits, Listener, name_the_server, quiet_parse_errors
 from efd.status import Status
 from efd.store import Store
 from efd.store import migrate as migrations
@@ -247,6 +247,7 @@ class Daemon:
             )
         if settings.server.admin_token is None:
             log.info("regulations and admin API off: no [server] admin_token")
+        await self.warn_unconfigured()
 
     # -- pieces ---------------------------------------------------------------------------
 
@@ -329,6 +330,7 @@ class Daemon:
         await runner.setup()
         stack.push_async_callback(runner.cleanup)  # lets running requests finish
         quiet_parse_errors()
+        name_the_server()
         self.port = await listener.start(runner, server.host, server.port)
         stack.push_async_callback(listener.close)  # first of all: stop accepting
 
@@ -385,6 +387,27 @@ class Daemon:
             unchanged = {name: getattr(self.settings, name) for name in _RESTART_SECTIONS}
             self.settings = settings.model_copy(update=unchanged) if not_applied else settings
             return not_applied
+
+    async def warn_unconfigured(self) -> None:
+        """Warn of each destination that is not configured but has pending deliveries:
+        nothing sends them until it is configured again or an operator discards them."""
+        try:
+            backlog = await self.db.read(self.db.store.backlog)
+        except SQLAlchemyError as error:
+            log.warning(
+                "could not count pending deliveries per destination: %s",
+                str(error).splitlines()[0][:200],
+            )
+            return
+        configured = {d.name for d in self.settings.destinations}
+        for name, count in unconfigured(backlog, configured).items():
+            log.warning(
+                "destination %r is not configured but has %d pending deliveries, which are "
+                "never sent: configure it again, or discard them (efd discard --destination "
+                "NAME, or POST /admin/discard)",
+                name,
+                count,
+            )
 
     # -- audiences and computed traits (the CLI and tests run syncs on demand) ----------------
 
@@ -647,6 +670,7 @@ async def _apply(daemon: Daemon, config_path: str) -> None:
     )
     if not_applied:
         log.warning("changed but not applied until a restart: %s", ", ".join(not_applied))
+    await daemon.warn_unconfigured()
 
 
 async def _report_status(daemon: Daemon, notifier: Notifier, every: float = 10.0) -> None:

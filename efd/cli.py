@@ -1,5 +1,5 @@
 """The `efd` command: serve, migrate, check-config, audiences, listen, message-key, and the
-operator's inspect, deliveries, redrive and replay."""
+operator's inspect, deliveries, redrive, replay and discard."""
 
 from __future__ import annotations
 
@@ -338,6 +338,37 @@ def _redrive(args: argparse.Namespace, settings: config.Settings, operations: An
     return 0
 
 
+def _discard(args: argparse.Namespace, settings: config.Settings, operations: Any) -> int:
+    import time
+
+    from efd.operators import DISCARD_CHUNK, discard_query
+
+    query, dry_run = discard_query(
+        _given(args, "destination", "since", "until", "dry_run"),
+        time.time(),
+        {d.name for d in settings.destinations},
+    )
+    name = query.destinations[0]
+    if dry_run:
+        count = operations.count_discardable(query)
+    else:
+        count, now = 0, time.time()
+        while marked := operations.discard(query, now, DISCARD_CHUNK):
+            count += marked
+            if marked < DISCARD_CHUNK:
+                break
+    if args.json:
+        _print_json({"count": count})
+    elif dry_run:
+        print(f"pending deliveries to {name} that would be discarded: {count} (dry run)")
+    else:
+        print(
+            f"pending deliveries to {name} discarded: {count} (kept as 'discarded' until "
+            "retention purges them)"
+        )
+    return 0
+
+
 def _replay(args: argparse.Namespace, settings: config.Settings, operations: Any) -> int:
     import time
 
@@ -382,7 +413,7 @@ def _operator_parsers(sub: Any) -> None:
     listing = sub.add_parser("deliveries", help="deliveries, newest first, filtered")
     common(listing)
     listing.add_argument("--destination")
-    listing.add_argument("--status", help="pending|delivered|failed|expired")
+    listing.add_argument("--status", help="pending|delivered|failed|expired|discarded")
     listing.add_argument("--since", help=f"messages received since: {when}")
     listing.add_argument("--until", help=f"messages received before: {when}")
     listing.add_argument("--user-id")
@@ -413,6 +444,21 @@ def _operator_parsers(sub: Any) -> None:
     replay.add_argument("--message-id", required=True)
     replay.add_argument("--destination", help="only this one (default: every one it went to)")
     replay.set_defaults(func=_operator_command(_replay))
+
+    discard = sub.add_parser(
+        "discard",
+        help="mark the pending deliveries of a destination no longer configured as discarded",
+    )
+    common(discard)
+    discard.add_argument(
+        "--destination", help="the destination, removed from the configuration (required)"
+    )
+    discard.add_argument("--since", help=f"messages received since: {when}")
+    discard.add_argument("--until", help=f"messages received before: {when}")
+    discard.add_argument(
+        "--dry-run", action="store_true", help="count what would be discarded, change nothing"
+    )
+    discard.set_defaults(func=_operator_command(_discard))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

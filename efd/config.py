@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
+import yarl
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -37,6 +38,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from efd import netguard
 from efd.audiences import ParseError, parse_condition, parse_expression
 from efd.cors import check_pattern
 from efd.filters import Condition, Filter, FilterSet, FqlError, parse_field_path
@@ -181,6 +183,13 @@ class HookConfig(_Strict):
             _ = parts.port
         except ValueError:
             raise ValueError("has an invalid port") from None
+        try:
+            host = yarl.URL(url).raw_host or ""  # the host the sender connects to
+        except ValueError:
+            raise ValueError("must be a full http:// or https:// URL") from None
+        problem = netguard.numeric_host_problem(host)
+        if problem is not None:
+            raise ValueError(problem)
         return url
 
     @field_validator("headers")

@@ -237,8 +237,10 @@ class Dispatcher:
     async def _claim_round(self) -> bool:
         """Claim what is due, start what fits; True when a destination may have more due now."""
         more = False
-        for route in self._routes.values():
-            ready = self._ready[route.name]
+        for route in list(self._routes.values()):
+            ready = self._ready.get(route.name)
+            if ready is None:
+                continue  # removed by a reload meanwhile
             limit = min(self._capacity(route) + self._ahead - len(ready), _CLAIM_BATCH)
             if limit <= 0 or self._stopping:
                 continue
@@ -280,6 +282,12 @@ class Dispatcher:
                 lease_until=now + self._lease,
                 due_by=due_by,
             )
+            if self._ready.get(route.name) is not ready:
+                # A reload removed the destination during the claim: give them back.
+                leases = [(item.delivery_id, item.lease_token) for item in claimed]
+                if leases:
+                    self._defer(leases, now)
+                continue
             for item in claimed:
                 self._leases[item.delivery_id] = item.lease_token
                 ready.append((item, now + self._lease))
@@ -291,7 +299,9 @@ class Dispatcher:
         return more
 
     def _start_ready(self, route: Route) -> None:
-        ready = self._ready[route.name]
+        ready = self._ready.get(route.name)
+        if ready is None:
+            return  # removed by a reload: what it had claimed was given back
         while ready and not self._stopping and self._capacity(route) > 0:
             item, lease_until = ready.popleft()
             if time.time() + self._timeout + 2 > lease_until:
@@ -422,7 +432,7 @@ class Dispatcher:
         self._in_flight -= 1
         self._in_flight_by_url.subtract(urls)
         self._start_ready(route)
-        if not self._ready[route.name] and self._due_hint <= time.time():
+        if not self._ready.get(route.name) and self._due_hint <= time.time():
             self._wake.set()  # a slot is free and a retry this process scheduled is due
 
     # -- one round -------------------------------------------------------------------------

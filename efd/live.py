@@ -1,7 +1,8 @@
 """What is happening now: endpoint health, the live stream, and the web console.
 
     GET /admin/destinations   per destination: backlog; per hook: circuit, last error,
-                              attempts, success rate and p50/p99 over 1 h and 24 h
+                              attempts, success rate and p50/p99 over 1 h and 24 h; then
+                              each destination not configured that has pending deliveries
     GET /admin/stream         server-sent events: `message`, `attempt`, `sampled`
     GET /console              the web console (static files in efd/console/)
 
@@ -138,11 +139,27 @@ class LiveApi:
             result.append(
                 {
                     "name": destination.name,
+                    "configured": True,
                     "backlog": pending,
                     "oldestPendingAt": iso(oldest),
                     "hooks": hook_list,
                 }
             )
+        # Removed from the configuration with deliveries still pending: never sent, until
+        # it is configured again or an operator discards them.
+        configured = {d.name for d in self._settings.destinations}
+        for name in sorted(backlog):
+            pending, oldest = backlog[name]
+            if name not in configured and pending:
+                result.append(
+                    {
+                        "name": name,
+                        "configured": False,
+                        "backlog": pending,
+                        "oldestPendingAt": iso(oldest),
+                        "hooks": [],
+                    }
+                )
         return json_response({"destinations": result})
 
     # -- stream --------------------------------------------------------------------------

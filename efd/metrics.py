@@ -65,7 +65,7 @@ class Metrics:
         self.requests_timed_out = 0  # answered 408
         self.responses_timed_out = 0  # connections closed: their answer was not taken in time
         self.latency: dict[str, Histogram] = {}
-        self.backlog: dict[str, int] = {}
+        self.backlog: dict[tuple[str, bool], int] = {}  # (destination, configured) -> pending
         # (destination, redacted hook URL) -> 1 while the hook's circuit is open, else 0
         self.circuit_open: dict[tuple[str, str], int] = {}
         self.registry = CollectorRegistry(auto_describe=False)
@@ -163,11 +163,12 @@ class _Collector(Collector):
         )
         backlog = GaugeMetricFamily(
             "efd_backlog_pending",
-            "Pending deliveries per destination, in flight included.",
-            labels=["destination"],
+            "Pending deliveries per destination, in flight included; configured=false: a "
+            "destination no longer configured, whose deliveries are never sent.",
+            labels=["destination", "configured"],
         )
-        for destination, value in sorted(m.backlog.items()):
-            backlog.add_metric([destination], value)
+        for (destination, configured), value in sorted(m.backlog.items()):
+            backlog.add_metric([destination, "true" if configured else "false"], value)
         yield backlog
         circuits = GaugeMetricFamily(
             "efd_circuit_open",

@@ -60,6 +60,32 @@ def _blocked_reason(address: IPAddress) -> str | None:
     return None
 
 
+def numeric_host_problem(host: str) -> str | None:
+    """Why a URL's host (as yarl normalises it, which aiohttp connects to) is never
+    connected to, if it is a numeric IPv4 form other than a dotted quad: `2130706433`,
+    `127.1`, `0177.0.0.1`, `127.0.0.1.`. The C library reads such forms as addresses, each
+    its own way; aiohttp refuses them before resolving ("is not a canonical IPv4 address"),
+    so every delivery to one fails. The rule is aiohttp's: a host of digits and dots must be
+    four decimal parts from 0 to 255 without leading zeros. Hex forms (`0x7f.0.0.1`) are
+    names to aiohttp: the resolver reads them and the guard judges the address."""
+    if not host or ":" in host or not host.replace(".", "").isdigit():
+        return None  # a name, or an IPv6 address
+    parts = host.split(".")
+    if len(parts) == 4 and all(
+        part.isascii()
+        and part.isdigit()
+        and 1 <= len(part) <= 3
+        and (part == "0" or not part.startswith("0"))
+        and int(part) <= 255
+        for part in parts
+    ):
+        return None
+    return (
+        f"the host {host} is a numeric IPv4 form other than a dotted quad, which is never "
+        "connected to: write the address as four decimal numbers, a.b.c.d (no leading zeros)"
+    )
+
+
 def parse_networks(cidrs: Sequence[str]) -> tuple[IPNetwork, ...]:
     return tuple(ipaddress.ip_network(c, strict=False) for c in cidrs)
 

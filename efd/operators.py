@@ -37,6 +37,9 @@ LIST_FILTERS = (
     "cursor",
 )
 REDRIVE_FIELDS = ("destination", "status", "since", "until", "dry_run")
+DISCARD_FIELDS = ("destination", "since", "until", "dry_run")
+# Deliveries a discard marks per transaction: ingestion waits for one chunk at most.
+DISCARD_CHUNK = 5000
 REPLAY_FIELDS = ("source", "messageId", "destination")
 
 _RELATIVE = re.compile(r"(\d{1,9})([smhd])")
@@ -44,13 +47,18 @@ _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 class Invalid(Exception):
-    """A bad filter or body: the field and why. The API answers 400, the CLI exits 2."""
+    """A bad filter or body: the field and why. The API answers `status`, the CLI exits 2:
+    400 for input that breaks a rule, 404 for a name that refers to nothing, 409 for a
+    request the current state refuses (a rule the OpenAPI schema cannot state)."""
 
-    def __init__(self, field: str, message: str, code: str = "invalid_field") -> None:
+    def __init__(
+        self, field: str, message: str, code: str = "invalid_field", status: int = 400
+    ) -> None:
         super().__init__(message)
         self.field = field
         self.message = message
         self.code = code
+        self.status = status
 
 
 def iso(value: float | None) -> str | None:
@@ -98,11 +106,6 @@ def _status(value: Any, field: str, allowed: Collection[DeliveryStatus]) -> Deli
     return DeliveryStatus(value)
 
 
-def _window(since: float | None, until: float | None) -> None:
-    if since is not None and until is not None and since >= until:
-        raise Invalid("until", "until must be later than since")
-
-
 def list_query(params: Mapping[str, str], now: float) -> tuple[DeliveryQuery, int, int | None]:
     """(query, limit, cursor) from `efd deliveries`' options or /admin/deliveries' query."""
     for key in params:
@@ -111,7 +114,6 @@ def list_query(params: Mapping[str, str], now: float) -> tuple[DeliveryQuery, in
     get = params.get
     since = parse_time(get("since"), "since", now) if get("since") is not None else None
     until = parse_time(get("until"), "until", now) if get("until") is not None else None
-    _window(since, until)
     query = DeliveryQuery(
         destinations=(_text(get("destination"), "destination"),)
         if get("destination") is not None
@@ -158,7 +160,10 @@ def redrive_query(
         name = _text(payload["destination"], "destination")
         if name not in configured:
             raise Invalid(
-                "destination", f"no destination named {name!r} is configured", "unknown_destination"
+                "destination",
+                f"no destination named {name!r} is configured",
+                "unknown_destination",
+                404,
             )
         destinations = (name,)
     statuses: tuple[DeliveryStatus, ...] = REDRIVABLE
@@ -166,11 +171,53 @@ def redrive_query(
         statuses = (_status(payload["status"], "status", REDRIVABLE),)
     since = parse_time(payload["since"], "since", now) if payload.get("since") is not None else None
     until = parse_time(payload["until"], "until", now) if payload.get("until") is not None else None
-    _window(since, until)
     dry_run = payload.get("dry_run", False)
     if not isinstance(dry_run, bool):
         raise Invalid("dry_run", "dry_run must be true or false")
     return DeliveryQuery(destinations, statuses, since, until), dry_run
+
+
+def discard_query(
+    payload: Any, now: float, configured: Collection[str]
+) -> tuple[DeliveryQuery, bool]:
+    """(query, dry_run) of a discard, from POST /admin/discard's body or `efd discard`'s
+    options: the pending deliveries to one destination that is not configured. A configured
+    destination's deliveries are being sent, so they cannot be discarded."""
+    if not isinstance(payload, dict):
+        raise Invalid("body", "the request body must be a JSON object", code="invalid_body")
+    for key in payload:
+        if key not in DISCARD_FIELDS:
+            raise Invalid(str(key), f"unknown field {key!r}; known: {', '.join(DISCARD_FIELDS)}")
+    if payload.get("destination") is None:
+        raise Invalid(
+            "destination",
+            "destination is required: the destination, no longer configured, whose pending "
+            "deliveries to discard",
+            "missing_field",
+        )
+    name = _text(payload["destination"], "destination")
+    if name in configured:
+        raise Invalid(
+            "destination",
+            f"{name!r} is configured, so its deliveries are being sent: only the pending "
+            "deliveries of a destination removed from the configuration can be discarded",
+            "destination_configured",
+            409,
+        )
+    since = parse_time(payload["since"], "since", now) if payload.get("since") is not None else None
+    until = parse_time(payload["until"], "until", now) if payload.get("until") is not None else None
+    dry_run = payload.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        raise Invalid("dry_run", "dry_run must be true or false")
+    return DeliveryQuery((name,), (DeliveryStatus.PENDING,), since, until), dry_run
+
+
+def unconfigured(backlog: Mapping[str, int], configured: Collection[str]) -> dict[str, int]:
+    """The destinations with pending deliveries that are not configured (never sent), and
+    how many each has, by name."""
+    return {
+        name: count for name, count in sorted(backlog.items()) if count and name not in configured
+    }
 
 
 def replay_request(payload: Any) -> tuple[str, str, str | None]:
@@ -202,12 +249,14 @@ def replay_targets(
                 "destination",
                 f"no destination named {destination!r} is configured",
                 "unknown_destination",
+                404,
             )
         if destination not in originals:
             raise Invalid(
                 "destination",
                 f"the message was not routed to {destination!r}, so it cannot be sent there again",
                 "not_routed",
+                409,
             )
         return [(originals[destination], destination)]
     targets = [(delivery_id, name) for name, delivery_id in originals.items() if name in configured]
@@ -216,6 +265,7 @@ def replay_targets(
             "destination",
             "the message has no delivery to a destination configured now",
             "not_routed",
+            409,
         )
     return targets
 

@@ -284,7 +284,13 @@ class RegulationsApi:
                                         status: entry["deliveries"]
                                         .get(destination, {})
                                         .get(status, 0)
-                                        for status in ("delivered", "pending", "failed", "expired")
+                                        for status in (
+                                            "delivered",
+                                            "pending",
+                                            "failed",
+                                            "expired",
+                                            "discarded",
+                                        )
                                     },
                                 }
                                 for destination in entry["destinations"]

@@ -19,6 +19,7 @@ class DeliveryStatus(StrEnum):
     DELIVERED = "delivered"
     FAILED = "failed"  # every hook failed for good
     EXPIRED = "expired"  # the retry window closed
+    DISCARDED = "discarded"  # its destination left the configuration; an operator dropped it
 
 
 class RegulationStatus(StrEnum):

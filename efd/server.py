@@ -24,6 +24,8 @@ both directions.
 - A client that disconnects mid-request, speaks something other than HTTP, or sends a
   malformed request (answered 400 by aiohttp's parser) is logged in one line (info, or
   debug where aiohttp logs at debug), never as an error with a traceback.
+- Every answer names the server as `efd/<version>` (SERVER), not Python's and aiohttp's
+  versions.
 """
 
 from __future__ import annotations
@@ -39,8 +41,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from aiohttp import web
+from aiohttp import web, web_response
 from aiohttp.http_exceptions import HttpProcessingError
+
+from efd import __version__
 
 if TYPE_CHECKING:
     from efd.config import Settings
@@ -53,6 +57,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # answer closes it. Clients that pipeline at all send a few; one that never reads sends all.
 MAX_PIPELINED = 16
 _LOG_EVERY = 10.0  # seconds between lines about refused or closed connections
+SERVER = f"efd/{__version__}"  # the Server header of every answer
 
 
 class Counters(Protocol):
@@ -112,7 +117,7 @@ def _raw_answer(status: str, code: str, message: str) -> bytes:
     complete one) exists to answer through aiohttp."""
     body = json.dumps({"success": False, "code": code, "message": message}).encode()
     head = (
-        f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
+        f"HTTP/1.1 {status}\r\nServer: {SERVER}\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     )
     return head.encode("ascii") + body
@@ -478,6 +483,13 @@ class OneLineParseErrors(logging.Filter):
             record.exc_info = None
             record.exc_text = None
         return True
+
+
+def name_the_server() -> None:
+    """Make aiohttp's default Server header efd's. aiohttp has no setting for it, and its
+    own answers to requests it cannot parse run no application signal, so its module
+    default is the one place that reaches every answer."""
+    web_response.SERVER_SOFTWARE = SERVER  # type: ignore[attr-defined]  # not re-exported
 
 
 def quiet_parse_errors() -> None:

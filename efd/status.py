@@ -25,6 +25,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from efd import server
 from efd.config import Settings
 from efd.metrics import CONTENT_TYPE, Metrics
+from efd.operators import unconfigured
 from efd.server import json_response
 from efd.store.runner import AsyncStore
 
@@ -111,8 +112,15 @@ class Status:
         with contextlib.suppress(SQLAlchemyError, TimeoutError):
             async with asyncio.timeout(5):
                 backlog = await self._db.read(self._db.store.backlog)
+                # Every configured destination, and those no longer configured that still
+                # have pending deliveries (never sent: see efd discard).
+                configured = {d.name: backlog.get(d.name, 0) for d in self._settings.destinations}
                 self._metrics.backlog = {
-                    d.name: backlog.get(d.name, 0) for d in self._settings.destinations
+                    **{(name, True): count for name, count in configured.items()},
+                    **{
+                        (name, False): count
+                        for name, count in unconfigured(backlog, configured).items()
+                    },
                 }
         response = web.Response(body=self._metrics.render())
         response.headers["Content-Type"] = CONTENT_TYPE

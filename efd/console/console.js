@@ -374,7 +374,78 @@ function windowCells(figures) {
   ];
 }
 
+// A destination removed from the configuration with deliveries still pending: nothing sends
+// them, so the operator is offered to discard them (POST /admin/discard), dry run first.
+function unconfiguredPanel(destination) {
+  const discard = el("div", { class: "discard" });
+  const start = el("button", { type: "button", class: "discard-start" }, "Discard pending…");
+  start.addEventListener("click", () => discardDryRun(destination.name, discard));
+  discard.append(start);
+  const head = el(
+    "div",
+    { class: "destination-head" },
+    el("h2", {}, destination.name),
+    el("span", { class: "badge unconfigured" }, "not configured"),
+    el("span", { class: "backlog" }, `backlog ${destination.backlog}`),
+    el("span", { class: "muted" }, "oldest pending " + when(destination.oldestPendingAt)),
+    discard,
+  );
+  const note = el(
+    "p",
+    { class: "notice" },
+    "Removed from the configuration: its pending deliveries are never sent. " +
+      "Configure it again to send them, or discard them (kept as discarded until retention).",
+  );
+  return el(
+    "div",
+    { class: "destination unconfigured", data: { destination: destination.name, configured: "false" } },
+    head,
+    note,
+  );
+}
+
+async function discardDryRun(name, box) {
+  let answer;
+  try {
+    answer = await api("/admin/discard", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ destination: name, dry_run: true }),
+    });
+  } catch (error) {
+    box.replaceChildren(el("span", { class: "error" }, failed(error)));
+    return;
+  }
+  const confirm = el("button", { type: "button", class: "discard-confirm" }, "Discard them");
+  const cancel = el("button", { type: "button" }, "Cancel");
+  confirm.addEventListener("click", () => discardPending(name, box));
+  cancel.addEventListener("click", () => loadDestinations());
+  box.replaceChildren(
+    el("span", { class: "discard-count", data: { count: answer.count } },
+      `${answer.count} pending deliveries would be discarded`),
+    ...(answer.count > 0 ? [confirm] : []),
+    cancel,
+  );
+}
+
+async function discardPending(name, box) {
+  try {
+    const answer = await api("/admin/discard", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ destination: name }),
+    });
+    box.replaceChildren(
+      el("span", { class: "discard-done", data: { count: answer.count } },
+        `${answer.count} deliveries discarded`),
+    );
+  } catch (error) {
+    box.replaceChildren(el("span", { class: "error" }, failed(error)));
+  }
+}
+
 function destinationPanel(destination) {
+  if (destination.configured === false) return unconfiguredPanel(destination);
   const redrive = el("div", { class: "redrive" });
   const start = el("button", { type: "button", class: "redrive-start" }, "Redrive failed and expired…");
   start.addEventListener("click", () => redriveDryRun(destination.name, redrive));

@@ -102,6 +102,21 @@ def _redrivable(query: DeliveryQuery) -> ColumnElement[bool]:
     return and_(*conditions, kept)
 
 
+def _discardable(query: DeliveryQuery) -> ColumnElement[bool]:
+    """The pending deliveries to `query`'s destinations, of a message received in its
+    window; purged messages' too (they would never be sent either)."""
+    conditions = [
+        deliveries.c.status == DeliveryStatus.PENDING.value,
+        deliveries.c.destination.in_(query.destinations),
+    ]
+    window = _message_conditions(DeliveryQuery(since=query.since, until=query.until))
+    if window:
+        conditions.append(
+            select(messages.c.id).where(messages.c.id == deliveries.c.message_pk, *window).exists()
+        )
+    return and_(*conditions)
+
+
 class OperationsStore:
     def __init__(self, store: Store) -> None:
         self._store = store
@@ -213,7 +228,38 @@ class OperationsStore:
                 ).scalar_one()
             )
 
+    def count_discardable(self, query: DeliveryQuery) -> int:
+        """How many deliveries `discard(query, …)` would mark now (a dry run)."""
+        with self._store.reader.connect() as conn:
+            return int(
+                conn.execute(
+                    select(func.count()).select_from(deliveries).where(_discardable(query))
+                ).scalar_one()
+            )
+
     # -- writes ------------------------------------------------------------------------------
+
+    def discard(self, query: DeliveryQuery, now: float, limit: int) -> int:
+        """Mark up to `limit` of the pending deliveries matching `query` (to destinations no
+        longer configured) `discarded`, finished now: their rows and attempts stay for
+        audit until retention purges them like any finished delivery. A round still in
+        flight cannot overwrite them: outcomes are recorded only on pending rows. Returns
+        how many were marked; the caller repeats until fewer than `limit`, so the writer
+        is never held for long."""
+        chosen = select(deliveries.c.id).where(_discardable(query)).limit(limit)
+        with self._store.writer.begin() as conn:
+            marked = conn.execute(
+                update(deliveries)
+                .where(deliveries.c.id.in_(chosen.scalar_subquery()))
+                .values(
+                    status=DeliveryStatus.DISCARDED.value,
+                    finished_at=now,
+                    next_attempt_at=None,
+                    lease_owner=None,
+                    last_error="discarded by an operator: the destination is not configured",
+                )
+            ).rowcount
+            return int(marked)
 
     def redrive(self, query: DeliveryQuery, now: float, chunk: int | None = None) -> int:
         """Move the failed or expired deliveries matching `query` back to pending with a

@@ -177,6 +177,55 @@ async def test_console_feed_attempts_health_redrive_and_search(
         await console.close()
 
 
+async def test_console_shows_a_destination_no_longer_configured_and_discards_it(
+    tmp_path,
+    browser,  # noqa: F811
+    receiver_factory,
+    daemon_factory,
+):
+    async def unavailable(_request: web.Request, _n: int) -> web.StreamResponse:
+        return web.json_response({"down": True}, status=503)
+
+    hooks, old = await receiver_factory(), await receiver_factory(unavailable)
+    settings = settings_dict(f"sqlite:///{tmp_path}/efd.db", [hooks.url])
+    settings["server"]["admin_token"] = TOKEN
+    settings["destinations"].append(
+        {"name": "old", "type": "webhooks", "hooks": [{"url": old.url}]}
+    )
+    settings["sources"][0]["destinations"] = ["hooks", "old"]
+    first = await daemon_factory(settings)
+    for i in range(2):
+        await post(first.port, "/v1/track", {"userId": "u", "event": "E", "messageId": f"m-{i}"})
+    await old.wait_for(2)  # refused and retried: pending
+    await first.stop()
+    settings["destinations"] = settings["destinations"][:1]
+    settings["sources"][0]["destinations"] = ["hooks"]
+    daemon = await daemon_factory(settings)  # "old" is no longer configured
+
+    console = Console(browser, f"http://127.0.0.1:{daemon.port}/console", tmp_path / "images")
+    await console.open()
+    try:
+        await console.do(lambda page: page.fill("#token", TOKEN))
+        await console.click("#login-form button[type=submit]")
+        await console.click("#tabs button[data-view=destinations]")
+        panel = '.destination[data-destination="old"][data-configured="false"]'
+        await console.wait(f"{panel} .badge.unconfigured")
+        assert await console.text(f"{panel} .backlog") == "backlog 2"
+        assert "never sent" in await console.text(f"{panel} .notice")
+        # A configured destination offers a redrive, this one a discard: dry run first.
+        assert await console.do(lambda page: page.locator(f"{panel} .redrive-start").count()) == 0
+        await console.click(f"{panel} .discard-start")
+        await console.wait(f'{panel} .discard-count[data-count="2"]')
+        await console.click(f"{panel} .discard-confirm")
+        await console.wait(f'{panel} .discard-done[data-count="2"]')
+        await console.click("#refresh-destinations")
+        await console.wait('.destination[data-destination="hooks"]')
+        await console.do(lambda page: page.wait_for_selector(panel, state="detached"))
+        assert console.errors == []
+    finally:
+        await console.close()
+
+
 async def test_console_is_off_without_an_admin_token(tmp_path, daemon_factory):
     daemon = await daemon_factory(settings_dict(f"sqlite:///{tmp_path}/efd.db"))
     async with (

@@ -14,8 +14,10 @@ import zlib
 from typing import Any
 
 import aiohttp
+import pydantic
 import pytest
 
+import efd
 from efd import config
 from efd.jsonjs import MAX_DEPTH
 from efd.messages import MAX_MESSAGE_BYTES
@@ -23,6 +25,7 @@ from efd.retry import Verdict
 from efd.sender import Sender
 from efd.webhooks import Route
 from tests.conftest import WRITE_KEY, basic, eventually, post, settings_dict, sql
+from tests.unit.test_config import NUMERIC_HOSTS_ACCEPTED, NUMERIC_HOSTS_REFUSED
 
 TRACK = {"type": "track", "userId": "u-1", "event": "Signed Up"}
 ADMIN_TOKEN = "hardening-admin-token-0123"
@@ -393,6 +396,50 @@ async def test_disconnects_and_non_http_are_logged_quietly(db_url, daemon, caplo
     assert all("\n" not in r.getMessage() for r in caplog.records if r.name.startswith("aiohttp"))
 
 
+async def test_every_answer_names_efd_and_no_other_software(
+    db_url, receiver_factory, daemon_factory
+):
+    receiver = await receiver_factory()
+    daemon = await daemon_factory(
+        _limited(db_url, receiver.url, max_connections=2, request_timeout_seconds=1.0)
+    )
+
+    async def exchange(request: bytes) -> bytes:
+        reader, writer = await _open(daemon.port)
+        writer.write(request)
+        answer = await asyncio.wait_for(reader.read(), timeout=30)  # until the server closes
+        writer.close()
+        return answer
+
+    def server_header(answer: bytes) -> str:
+        head = answer.partition(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
+        values = [
+            line.split(":", 1)[1].strip() for line in head if line.lower().startswith("server:")
+        ]
+        assert len(values) == 1, answer
+        return values[0]
+
+    answers = [
+        await exchange(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        for path in ("/healthz", "/openapi.json", "/nowhere", "/admin/deliveries")
+    ]
+    answers.append(
+        await exchange(b"POST /v1/track HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+    )
+    answers.append(await exchange(b"\x00\xffHELLO\r\n\r\n"))  # aiohttp's own 400
+    answers.append(await exchange(b"POST /v1/track HTTP/1.1\r\nHost: x\r\n"))  # our raw 408
+    held = [await _open(daemon.port) for _ in range(2)]
+    for reader, writer in held:
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        await reader.readuntil(b"\r\n\r\n")
+    answers.append(await exchange(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"))  # our raw 503
+    for _, writer in held:
+        writer.close()
+    statuses = [answer.split(b" ", 2)[1] for answer in answers]
+    assert statuses == [b"200", b"200", b"404", b"403", b"401", b"400", b"408", b"503"]
+    assert {server_header(answer) for answer in answers} == {f"efd/{efd.__version__}"}
+
+
 # -- configuration --------------------------------------------------------------------------
 
 
@@ -492,6 +539,40 @@ async def test_one_hook_that_cannot_be_built_leaves_the_others_delivered(receive
     assert verdicts.pop(bad) == (Verdict.FAIL, "invalid_request")
     assert set(verdicts.values()) == {(Verdict.SUCCESS, None)}
     assert [len(r.received) for r in receivers] == [1, 1, 0, 1, 1]
+
+
+async def test_the_hook_hosts_check_config_refuses_are_those_the_sender_never_reaches(
+    receiver_factory,
+):
+    """The load rule for numeric hosts is the sender's own: each host is sent to for real
+    (127.0.0.0/8 allowed), and check-config refuses exactly those that never connect."""
+    receiver = await receiver_factory()
+    port = receiver.url.rsplit(":", 1)[1].split("/", 1)[0]
+    hosts = NUMERIC_HOSTS_REFUSED + [h for h in NUMERIC_HOSTS_ACCEPTED if "example" not in h]
+    sender = Sender(timeout=5, allowed_networks=["127.0.0.0/8"])
+    await sender.start()
+    seen = {}
+    try:
+        for host in hosts:
+            url = f"http://{host}:{port}/hook"
+            result = await sender.post(url, b"{}", {})
+            try:
+                config.HookConfig(url=url)
+            except pydantic.ValidationError:
+                refused = True
+            else:
+                refused = False
+            seen[host] = (result.error_class or str(result.status_code), refused)
+    finally:
+        await sender.close()
+    never_sent = {host for host, (outcome, _) in seen.items() if outcome == "invalid_url"}
+    assert never_sent == set(NUMERIC_HOSTS_REFUSED), seen
+    assert {host for host, (_, refused) in seen.items() if refused} == never_sent, seen
+    # The others were tried for real: delivered on loopback, or stopped by the guard.
+    assert {outcome for host, (outcome, _) in seen.items() if host not in never_sent} == {
+        "200",
+        "blocked",
+    }, seen
 
 
 async def test_a_store_failure_is_503_on_every_backend(db_url, daemon):

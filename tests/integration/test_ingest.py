@@ -277,7 +277,7 @@ async def test_healthz_and_metrics(db_url, daemon):
     assert metric(text, "efd_messages_received_total", source="web") == 1
     assert metric(text, "efd_messages_rejected_total", reason="missing_field") == 1
     assert metric(text, "efd_deliveries_delivered_total", destination="hooks") == 1
-    assert metric(text, "efd_backlog_pending", destination="hooks") == 0
+    assert metric(text, "efd_backlog_pending", destination="hooks", configured="true") == 0
     assert metric(text, "efd_attempt_duration_seconds_count", destination="hooks") == 1
 
 

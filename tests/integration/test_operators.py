@@ -275,7 +275,7 @@ async def test_replay_sends_a_delivered_message_again_under_its_webhook_id(
         ({"source": "web", "messageId": "nope"}, (404, "not_found")),
         (
             {"source": "web", "messageId": "m-1", "destination": "gone"},
-            (400, "unknown_destination"),
+            (404, "unknown_destination"),
         ),
         ({"source": "web"}, (400, "missing_field")),
         ({"source": "web", "messageId": 5}, (400, "invalid_field")),
@@ -317,7 +317,8 @@ async def test_admin_endpoints_need_the_token(db_url, daemon_factory, tmp_path):
 BAD = [
     ("GET", "/admin/deliveries?since=yesterday", None, "since"),
     ("GET", "/admin/deliveries?until=5x", None, "until"),
-    ("GET", "/admin/deliveries?since=1h&until=2h", None, "until"),
+    ("GET", "/admin/deliveries?since=", None, "since"),
+    ("GET", "/admin/deliveries?destination=", None, "destination"),
     ("GET", "/admin/deliveries?status=lost", None, "status"),
     ("GET", "/admin/deliveries?limit=0", None, "limit"),
     ("GET", "/admin/deliveries?limit=501", None, "limit"),
@@ -327,11 +328,12 @@ BAD = [
     ("POST", "/admin/redrive", b"{not json", "body"),
     ("POST", "/admin/redrive", b"[1]", "body"),
     ("POST", "/admin/redrive", {"status": "pending"}, "status"),
-    ("POST", "/admin/redrive", {"destination": "nowhere"}, "destination"),
+    ("POST", "/admin/redrive", {"destination": ""}, "destination"),
     ("POST", "/admin/redrive", {"dry_run": "yes"}, "dry_run"),
     ("POST", "/admin/redrive", {"since": 5}, "since"),
     ("POST", "/admin/redrive", {"everything": True}, "everything"),
     ("POST", "/admin/replay", b"\xff\xfe", "body"),
+    ("POST", "/admin/replay", {"source": "web", "messageId": ""}, "messageId"),
     ("POST", "/admin/replay", {"source": "web", "messageId": "m\ud800"}, "messageId"),
     ("POST", "/admin/replay", {"source": "web\u0000", "messageId": "m-1"}, "source"),
     ("GET", "/admin/messages/web/m%00", None, "messageId"),
@@ -349,6 +351,40 @@ async def test_bad_input_is_a_400_that_names_the_field(db_url, daemon_factory):
         assert answer["success"] is False
         assert answer["field"] == field, (path, body, answer)
     assert statuses(db_url) == {"m-1": "failed"}
+
+
+async def test_names_of_nothing_are_404_and_what_the_state_refuses_409(db_url, daemon_factory):
+    """Rules that depend on what is configured or stored, which no schema can state: never
+    a 400, so that a request valid by /openapi.json is never refused as malformed."""
+    daemon = await daemon_factory(ops_settings(db_url, []))
+    await send(daemon.port, "m-1")
+    sql(db_url, "UPDATE deliveries SET status = 'failed'")
+    for method, path, body, expected in (
+        ("POST", "/admin/redrive", {"destination": "nowhere"}, (404, "unknown_destination")),
+        (
+            "POST",
+            "/admin/replay",
+            {"source": "web", "messageId": "m-1", "destination": "nowhere"},
+            (404, "unknown_destination"),
+        ),
+        ("POST", "/admin/replay", {"source": "web", "messageId": "nope"}, (404, "not_found")),
+        ("POST", "/admin/discard", {"destination": "hooks"}, (409, "destination_configured")),
+    ):
+        status, answer = await api(daemon.port, method, path, body)
+        assert (status, answer["code"]) == expected, (path, body, answer)
+    sql(db_url, "UPDATE deliveries SET destination = 'elsewhere'")
+    status, answer = await api(
+        daemon.port, "POST", "/admin/replay", {"source": "web", "messageId": "m-1"}
+    )
+    assert (status, answer["code"]) == (409, "not_routed")
+    # A window that ends before it starts matches nothing.
+    status, answer = await api(daemon.port, "GET", "/admin/deliveries?since=1h&until=2h")
+    assert (status, answer["deliveries"]) == (200, [])
+    status, answer = await api(
+        daemon.port, "POST", "/admin/redrive", {"since": "1h", "until": "2h", "dry_run": True}
+    )
+    assert (status, answer) == (200, {"count": 0})
+    assert sql(db_url, "SELECT status FROM deliveries") == [("failed",)]
 
 
 # -- the CLI -----------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -89,6 +90,30 @@ def test_example_config_loads() -> None:
     assert [h.url for h in hooks] == ["http://127.0.0.1:9000/webhook"]
     assert settings.delivery.user_agent == "efd/1.0"
     assert settings.delivery.allowed_networks == ["127.0.0.0/8"]  # the loopback receiver
+
+
+def test_every_commented_key_of_the_example_is_valid_when_uncommented(tmp_path: Path) -> None:
+    # A commented key is an invitation to uncomment it: it must load as it stands.
+    commented = re.compile(r"#\s*([A-Za-z_][A-Za-z0-9_]*\s*=.*)")
+    text = (ROOT / "config.example.toml").read_text()
+    uncommented: list[str] = []
+    lines = []
+    for line in text.splitlines():
+        found = commented.fullmatch(line)
+        if found is not None:
+            uncommented.append(found.group(1).split("=", 1)[0].strip())
+            line = found.group(1)
+        lines.append(line)
+    assert uncommented, "the example has no commented key left: drop this test or add one"
+    path = tmp_path / "efd.toml"
+    path.write_text("\n".join(lines) + "\n")
+    settings = config.load(path)
+    for key in uncommented:
+        assert any(
+            key in type(getattr(settings, section)).model_fields
+            for section in ("server", "storage", "delivery", "logging")
+        ), key
+    assert settings.server.admin_token is not None
 
 
 def test_the_issue_config_loads(tmp_path: Path) -> None:
@@ -249,6 +274,74 @@ def test_full_http_urls_accepted(tmp_path: Path, url: str) -> None:
 def test_bad_urls_rejected(tmp_path: Path, url: str) -> None:
     problems = problems_of(tmp_path, destination(f'[[destinations.hooks]]\nurl = "{url}"\n'))
     assert keys_of(problems) == {"destinations[0].hooks[0].url"}
+
+
+# What aiohttp refuses to connect to ("is not a canonical IPv4 address"): hosts of digits and
+# dots other than a.b.c.d. tests/integration/test_hardening.py checks that the sender does.
+NUMERIC_HOSTS_REFUSED = [
+    "2130706433",  # 127.0.0.1 as one number
+    "017700000001",  # the same in octal
+    "127.1",
+    "127.0.1",
+    "0177.0.0.1",  # octal first part
+    "127.000.000.001",
+    "127.0.0.01",
+    "127.0.0.1.",  # a trailing dot
+    "1.2.3.4.5",
+    "256.1.1.1",
+    "0",
+]
+NUMERIC_HOSTS_ACCEPTED = [
+    "127.0.0.1",
+    "0.0.0.0",
+    "10.1.2.3",
+    "255.255.255.255",
+    "\uff11\uff12\uff17.0.0.1",  # fullwidth digits: read as 127.0.0.1
+    "0x7f.0.0.1",  # a name to aiohttp: resolved, then the address guard judges 127.0.0.1
+    "[::ffff:127.0.0.1]",
+    "1e100.example",
+]
+
+
+@pytest.mark.parametrize("host", NUMERIC_HOSTS_REFUSED)
+def test_numeric_hosts_the_sender_never_connects_to_are_refused(tmp_path: Path, host: str) -> None:
+    hooks = HOOK + f'[[destinations.hooks]]\nurl = "http://{host}:9000/hook"\n'
+    problems = problems_of(tmp_path, destination(hooks))
+    assert keys_of(problems) == {"destinations[0].hooks[1].url"}
+    [problem] = problems
+    assert f"the host {host} is a numeric IPv4 form other than a dotted quad" in problem
+    assert "a.b.c.d" in problem
+
+
+@pytest.mark.parametrize("host", NUMERIC_HOSTS_ACCEPTED)
+def test_dotted_quads_ipv6_and_names_are_accepted(tmp_path: Path, host: str) -> None:
+    url = f"http://{host}:9000/hook"
+    settings = config.load(write(tmp_path, destination(f'[[destinations.hooks]]\nurl = "{url}"\n')))
+    assert settings.destination("crm").hooks[0].url == url
+
+
+def test_check_config_names_the_numeric_host_of_each_hook(tmp_path: Path) -> None:
+    hooks = "".join(
+        f'[[destinations.hooks]]\nurl = "http://{host}/h"\n'
+        for host in ("2130706433", "hooks.example.com", "127.1")
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "efd",
+            "check-config",
+            "--config",
+            str(write(tmp_path, destination(hooks))),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "destinations[0].hooks[0].url: the host 2130706433" in done.stderr
+    assert "destinations[0].hooks[2].url: the host 127.1" in done.stderr
+    assert "hooks[1]" not in done.stderr
 
 
 def test_the_bad_url_of_the_third_hook_is_named(tmp_path: Path) -> None:

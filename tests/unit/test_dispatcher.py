@@ -430,3 +430,24 @@ async def test_hooks_are_stored_by_label_and_rows_naming_them_by_url_still_count
     assert rounds.sent == {SECRET_1: 1, SECRET_2: 2}
     assert sorted(a.hook_url for a in store.attempts) == [LABEL_1, LABEL_2, LABEL_2]
     assert metrics.circuit_open == {("c", LABEL_1): 1}
+
+
+async def test_a_destination_removed_by_a_reload_with_rounds_in_flight(running):
+    rounds = FakeRounds(held={HOOK_A})
+    store = MemoryDeliveries(rounds=rounds)
+    store.add("a", 20)
+    d = running(store, rounds, max_per_hook=2)
+    await rounds.started.wait()
+    while rounds.in_flight[HOOK_A] < 2:  # two rounds at the receiver, held there
+        await asyncio.sleep(0.001)
+    remaining = config.load(None, destinations=[{"name": "b", "hooks": [{"url": HOOK_B}]}])
+    await d.reload(remaining)
+    rounds.gate.set()  # the rounds in flight finish after the destination is gone
+    await store.wait(lambda: store.status("a") == {"delivered": 2, "pending": 18})
+    # The loop goes on: another destination's work is still delivered.
+    store.add("b", 5)
+    d.notify()
+    await store.wait(lambda: store.status("b") == {"delivered": 5})
+    assert not any(r.leased for r in store.rows.values())  # nothing of "a" held back
+    assert d._loop_task is not None
+    assert not d._loop_task.done()

@@ -48,6 +48,9 @@ def test_the_list_takes_its_filters_limit_and_cursor() -> None:
     assert query.since == NOW - 3600
     assert (limit, cursor) == (10, 99)
     assert operators.list_query({}, NOW)[1:] == (operators.DEFAULT_LIMIT, None)
+    # A window that ends before it starts is empty, not an error: the schema cannot say so.
+    query, _, _ = operators.list_query({"since": "1h", "until": "2h"}, NOW)
+    assert (query.since, query.until) == (NOW - 3600, NOW - 7200)
 
 
 @pytest.mark.parametrize(
@@ -58,7 +61,7 @@ def test_the_list_takes_its_filters_limit_and_cursor() -> None:
         ({"limit": "ten"}, "limit"),
         ({"cursor": "-1"}, "cursor"),
         ({"status": "gone"}, "status"),
-        ({"since": "1h", "until": "2h"}, "until"),
+        ({"since": "", "until": "2h"}, "since"),
         ({"user_id": ""}, "user_id"),
         ({"user_id": "x" * 1001}, "user_id"),
         ({"message_id": "a\x00b"}, "message_id"),
@@ -101,6 +104,42 @@ def test_bad_redrives_are_refused(payload: object, code: str) -> None:
     with pytest.raises(Invalid) as caught:
         operators.redrive_query(payload, NOW, {"a"})
     assert caught.value.code == code
+
+
+def test_a_discard_covers_the_pending_deliveries_of_one_unconfigured_destination() -> None:
+    query, dry_run = operators.discard_query({"destination": "old"}, NOW, {"a", "b"})
+    assert (query.destinations, query.statuses) == (("old",), (DeliveryStatus.PENDING,))
+    assert (query.since, query.until, dry_run) == (None, None, False)
+    query, dry_run = operators.discard_query(
+        {"destination": "old", "since": "2h", "until": "1h", "dry_run": True}, NOW, {"a"}
+    )
+    assert (query.since, query.until, dry_run) == (NOW - 7200, NOW - 3600, True)
+
+
+@pytest.mark.parametrize(
+    ("payload", "field", "code"),
+    [
+        ([], "body", "invalid_body"),
+        ({}, "destination", "missing_field"),
+        ({"destination": None}, "destination", "missing_field"),
+        ({"destination": ""}, "destination", "invalid_field"),
+        ({"destination": "a"}, "destination", "destination_configured"),
+        ({"destination": "old", "status": "pending"}, "status", "invalid_field"),
+        ({"destination": "old", "dry_run": "yes"}, "dry_run", "invalid_field"),
+        ({"destination": "old", "since": ""}, "since", "invalid_field"),
+        ({"destination": "old", "until": "2 h"}, "until", "invalid_field"),
+    ],
+)
+def test_bad_discards_are_refused_naming_the_field(payload: object, field: str, code: str) -> None:
+    with pytest.raises(Invalid) as caught:
+        operators.discard_query(payload, NOW, {"a"})
+    assert (caught.value.field, caught.value.code) == (field, code)
+
+
+def test_unconfigured_destinations_are_those_with_pending_deliveries_left() -> None:
+    backlog = {"crm": 4, "old": 3, "gone": 0, "older": 1}
+    assert operators.unconfigured(backlog, {"crm", "mail"}) == {"old": 3, "older": 1}
+    assert operators.unconfigured(backlog, {"crm", "old", "older"}) == {}
 
 
 def test_a_replay_goes_where_the_message_went_and_is_configured() -> None:
