@@ -355,6 +355,8 @@ class DaemonProcess:
                     return self
             except OSError:
                 time.sleep(0.05)
+        self.proc.kill()  # never left running behind a failed start
+        self.proc.wait(10)
         raise AssertionError(f"daemon did not start:\n{self.log()}")
 
     def log(self) -> str:

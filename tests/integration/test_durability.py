@@ -168,6 +168,6 @@ async def test_a_second_daemon_on_the_same_sqlite_file_is_refused(receiver_facto
     try:
         second = _process(tmp_path, settings_dict(db_url), name="second")
         with pytest.raises(AssertionError, match="another efd process"):
-            second.start(timeout=10)
+            second.start(timeout=30)
     finally:
         first.ensure_stopped()
