@@ -198,8 +198,10 @@ def free_port() -> int:
     below the kernel's ephemeral ports, so no other worker (nor any port 0 bind) can take
     it between this check and the process binding it."""
     worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    # EFD_TEST_PORT_BASE: runs of the suite side by side on one machine take apart ranges.
+    base = int(os.environ.get("EFD_TEST_PORT_BASE", "20000"))
     while True:
-        port = 20000 + worker * 1000 + next(_ports) % 1000
+        port = base + worker * 1000 + next(_ports) % 1000
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
