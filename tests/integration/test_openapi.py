@@ -74,9 +74,7 @@ def session() -> Iterator[requests.Session]:
 @schema.parametrize()
 # Derandomized: the same examples on every run, so a pass here is a pass in CI; the ingestion
 # routes get random inputs in tests/integration/test_fuzz.py.
-@settings(
-    max_examples=20, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
-)
+@settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 def test_every_operation_answers_as_described(
     case: schemathesis.Case, served: str, session: requests.Session
 ) -> None:
