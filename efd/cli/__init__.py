@@ -162,7 +162,15 @@ def cmd_listen(args: argparse.Namespace) -> int:
         except ValueError as error:
             print(f"efd listen: --standard-webhooks-secret {error}", file=sys.stderr)
             return 2
-    _run_loop(serve(args.host, args.port, args.secret, args.status, args.standard_webhooks_secret))
+    _run_loop(
+        serve(
+            args.host,
+            args.port,
+            args.secret or [],
+            args.status,
+            args.standard_webhooks_secret or [],
+        )
+    )
     return 0
 
 
@@ -490,11 +498,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     audiences.add_argument("--sample", type=int, default=10, help="profiles to show (preview)")
     audiences.set_defaults(func=cmd_audiences)
 
-    listen = sub.add_parser("listen", help="print the webhooks it receives (a test receiver)")
+    listen = sub.add_parser(
+        "listen",
+        help="print the webhooks it receives, refusing those that do not verify (a test receiver)",
+    )
     listen.add_argument("--host", default="127.0.0.1")
     listen.add_argument("--port", type=int, default=9000)
-    listen.add_argument("--secret", help="shared secret to verify X-Signature against")
-    listen.add_argument("--status", type=int, default=200, help="HTTP status to answer with")
+    listen.add_argument(
+        "--secret",
+        action="append",
+        help="shared secret to verify X-Signature against (repeat for several: a rotation)",
+    )
+    listen.add_argument(
+        "--status",
+        type=int,
+        default=200,
+        help="HTTP status to answer with (requests that do not verify get 401)",
+    )
     listen.add_argument(
         "--standard-webhooks-secret",
         action="append",
