@@ -102,7 +102,8 @@ async def test_without_a_certificate_the_receiver_refuses_the_connection(
     )
     outcome, status_code, error_class, error = rows[0]
     # The handshake ends in the receiver's alert, or its reset of the connection.
-    assert (outcome, status_code, error_class) == ("retry", None, "connect"), rows[0]
+    assert (outcome, status_code) == ("retry", None), rows[0]
+    assert error_class in ("connect", "reset"), rows[0]
     assert error
     assert receiver.received == []  # no request reached the receiver's application
 
