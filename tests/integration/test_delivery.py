@@ -203,8 +203,9 @@ async def test_window_closes_and_delivery_expires(db_url, receiver_factory, daem
     )
     assert rows[0][1] >= 3
     [(first, last)] = sql(db_url, "SELECT min(attempted_at), max(attempted_at) FROM attempts")
-    # Never scheduled past first attempt + window (one last try at the close).
-    assert last - first <= 1.5 + 0.3
+    # Never scheduled past first attempt + window (one last try at the close); the slack is
+    # for a loaded machine starting the last try late, well short of another backoff step.
+    assert last - first <= 1.5 + 0.8
     # Expired is final, and every attempt in the log reached the receiver.
     assert len(receiver.received) == sql(db_url, "SELECT count(*) FROM attempts")[0][0]
 
