@@ -36,8 +36,6 @@ log = logging.getLogger(__name__)
 _GUARD_TAG = "efd address guard"
 # Read at most this much of a response: enough to see it is complete, never a memory risk.
 _MAX_RESPONSE_BYTES = 1 << 20
-# Client certificate contexts kept: each reload that renews a certificate adds one.
-_MAX_CLIENT_CONTEXTS = 64
 
 
 class BlockedAddress(OSError):
@@ -146,8 +144,10 @@ class Sender:
         context = self._presenting.get(client)
         if context is None:
             context = tls.presenting(client, self._ca_file)
-            if len(self._presenting) >= _MAX_CLIENT_CONTEXTS:  # the oldest, long replaced
-                del self._presenting[next(iter(self._presenting))]
+            # A renewal replaces what the same files held before.
+            files = (client.cert, client.key)
+            for renewed in [c for c in self._presenting if (c.cert, c.key) == files]:
+                del self._presenting[renewed]
             self._presenting[client] = context
         return context
 
