@@ -25,9 +25,9 @@ from importlib import resources
 from typing import Any
 
 from aiohttp import web
-from sqlalchemy.exc import SQLAlchemyError
 
 from efd.config import Settings
+from efd.errors import StoreError
 from efd.http import server
 from efd.http.server import error_response, json_response
 from efd.observe.stream import Hub
@@ -115,7 +115,7 @@ class LiveApi:
                 for label, seconds in WINDOWS
             }
             errors = await self._db.read(self._health.last_errors, list(hooks), now - 86400)
-        except SQLAlchemyError as error:
+        except StoreError as error:
             log.error("admin API: the store is unavailable: %s", str(error).splitlines()[0][:200])
             return error_response("storage_unavailable", "the store is unavailable; retry", 503)
         result = []

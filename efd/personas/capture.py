@@ -15,10 +15,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection
-
 from efd.personas.profiles import ANONYMOUS, USER, ProfileState, event_of, merge_into, set_traits
 from efd.rows import NewMessage
+from efd.store.database import Transaction
 from efd.store.profiles import ProfilesStore
 from efd.store.statements import dumps
 
@@ -31,7 +30,7 @@ class Capture:
     def __init__(self, profiles: ProfilesStore) -> None:
         self._profiles = profiles
 
-    def __call__(self, conn: Connection, rows: Sequence[NewMessage]) -> None:
+    def __call__(self, conn: Transaction, rows: Sequence[NewMessage]) -> None:
         items = [(row, json.loads(row.body)) for row in rows if row.type in _CAPTURED]
         if items:
             _Batch(self._profiles, conn, items).run()
@@ -41,7 +40,7 @@ class _Batch:
     """One group commit's messages, applied to the profiles they touch."""
 
     def __init__(
-        self, profiles: ProfilesStore, conn: Connection, items: list[tuple[NewMessage, Any]]
+        self, profiles: ProfilesStore, conn: Transaction, items: list[tuple[NewMessage, Any]]
     ) -> None:
         self.profiles = profiles
         self.conn = conn
