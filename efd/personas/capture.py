@@ -1,5 +1,5 @@
 """Profile capture: one group commit's messages folded into profiles, identity links and
-kept events, inside the ingestion transaction (efd/store/queue.py calls it), in message
+kept events, inside the ingestion transaction (efd/store/ingestion.py calls it), in message
 order and with few statements (the SQL is efd/store/profiles.py).
 
 Identity rules: a message with a userId belongs to that user's profile; an anonymousId

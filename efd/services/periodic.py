@@ -2,7 +2,7 @@
 
 APScheduler runs them (memory job store), and each runs once per cluster per interval:
 a process runs a job only after advancing its row in the `jobs` table, which one process
-wins (efd/store/queue.py, claim_job).
+wins (efd/store/jobs.py, claim_job).
 """
 
 from __future__ import annotations
