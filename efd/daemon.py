@@ -56,7 +56,7 @@ from efd.store.engine import DatabaseInUse, SqliteLock, normalise_url, safe_url,
 from efd.store.health import HealthStore
 from efd.store.operations import OperationsStore
 from efd.store.profiles import ProfilesStore
-from efd.store.regulations import RegulationsStore
+from efd.store.regulations import Regulations, RegulationsStore
 from efd.store.runner import AsyncDeliveries, AsyncStore
 from efd.store.suppressions import Suppressions
 
@@ -290,7 +290,7 @@ class Daemon:
         return store
 
     @staticmethod
-    async def _resume(db: AsyncStore, regulations: RegulationsStore) -> None:
+    async def _resume(db: AsyncStore, regulations: Regulations) -> None:
         """SQLite: this is the only process, so what the last one held is due now."""
         # Before the first request, so that it does not wait for this (and it is logged).
         await db.write(db.store.ingestion.index_recent_messages, time.time())

@@ -35,7 +35,7 @@ from efd.http import openapi, server
 from efd.http.server import error_response, json_response
 from efd.rules import jsonjs, selection
 from efd.store import operations
-from efd.store.operations import OperationsStore
+from efd.store.operations import Operations
 from efd.store.runner import AsyncStore
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ class AdminApi:
         settings: Settings,
         *,
         db: AsyncStore,
-        operations: OperationsStore,
+        operations: Operations,
         on_due: Callable[[], None],
     ) -> None:
         self._settings = settings

@@ -34,7 +34,7 @@ from efd.observe.stream import Hub
 from efd.rules import webhooks
 from efd.rules.circuit import Circuits
 from efd.rules.selection import iso
-from efd.store.health import HealthStore, WindowStats
+from efd.store.health import Health, HealthStore, WindowStats
 from efd.store.runner import AsyncStore
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ class LiveApi:
     def __init__(self, settings: Settings, *, db: AsyncStore, hub: Hub, circuits: Circuits) -> None:
         self._settings = settings
         self._db = db
-        self._health = HealthStore(db.store)
+        self._health: Health = HealthStore(db.store)
         self._hub = hub
         self._circuits = circuits
         self._streams: set[asyncio.Transport] = set()  # connections of open streams

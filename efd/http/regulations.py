@@ -30,7 +30,7 @@ from efd.services.regulations import sources_in_scope
 from efd.store.regulations import (
     DELETE_TYPES,
     REGULATION_TYPES,
-    RegulationsStore,
+    Regulations,
 )
 from efd.store.runner import AsyncStore
 
@@ -132,7 +132,7 @@ class RegulationsApi:
         settings: Settings,
         *,
         db: AsyncStore,
-        regulations: RegulationsStore,
+        regulations: Regulations,
         on_created: Callable[[], None],
     ) -> None:
         self._settings = settings

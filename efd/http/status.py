@@ -27,7 +27,7 @@ from efd.http import server
 from efd.http.server import json_response
 from efd.observe.metrics import CONTENT_TYPE, Metrics
 from efd.rules.selection import unconfigured
-from efd.store.health import HealthStore
+from efd.store.health import Health, HealthStore
 from efd.store.runner import AsyncStore
 
 PROBE_EVERY = 1.0  # seconds a probe's outcome is the answer
@@ -41,7 +41,7 @@ class Status:
     ) -> None:
         self._settings = settings
         self._db = db
-        self._health = HealthStore(db.store)
+        self._health: Health = HealthStore(db.store)
         self._metrics = metrics
         self._owner = owner
         self._probe: asyncio.Future[None] | None = None

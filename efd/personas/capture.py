@@ -18,7 +18,7 @@ from typing import Any
 from efd.personas.profiles import ANONYMOUS, USER, ProfileState, event_of, merge_into, set_traits
 from efd.rows import NewMessage
 from efd.store.database import Transaction
-from efd.store.profiles import ProfilesStore
+from efd.store.profiles import Profiles
 from efd.store.statements import dumps
 
 _CAPTURED = frozenset({"identify", "track", "page", "screen", "alias"})
@@ -27,7 +27,7 @@ _CAPTURED = frozenset({"identify", "track", "page", "screen", "alias"})
 class Capture:
     """The store's capture step (`Store.capture`) while audiences or traits are configured."""
 
-    def __init__(self, profiles: ProfilesStore) -> None:
+    def __init__(self, profiles: Profiles) -> None:
         self._profiles = profiles
 
     def __call__(self, conn: Transaction, rows: Sequence[NewMessage]) -> None:
@@ -40,7 +40,7 @@ class _Batch:
     """One group commit's messages, applied to the profiles they touch."""
 
     def __init__(
-        self, profiles: ProfilesStore, conn: Transaction, items: list[tuple[NewMessage, Any]]
+        self, profiles: Profiles, conn: Transaction, items: list[tuple[NewMessage, Any]]
     ) -> None:
         self.profiles = profiles
         self.conn = conn

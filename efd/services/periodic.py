@@ -30,8 +30,8 @@ from efd.personas.sync import (
     longest_lookback,
     run_sync,
 )
-from efd.store.computations import ComputationsStore
-from efd.store.profiles import ProfilesStore
+from efd.store.computations import Computations
+from efd.store.profiles import Profiles
 from efd.store.runner import AsyncStore
 
 log = logging.getLogger(__name__)
@@ -62,8 +62,8 @@ class Periodic:
         settings: Settings,
         db: AsyncStore,
         computations: list[Computation],
-        computations_store: ComputationsStore,
-        profiles: ProfilesStore,
+        computations_store: Computations,
+        profiles: Profiles,
         metrics: Metrics,
         owner: str,
         on_sent: Callable[[], None],

@@ -22,7 +22,7 @@ from efd.observe.metrics import Metrics
 from efd.rows import NewMessage, RegulationStatus
 from efd.rules import webhooks
 from efd.rules.retry import Backoff
-from efd.store.regulations import DELETE_TYPES, RegulationClaim, RegulationsStore
+from efd.store.regulations import DELETE_TYPES, RegulationClaim, Regulations
 from efd.store.runner import AsyncStore
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ class RegulationRunner:
         self,
         *,
         db: AsyncStore,
-        regulations: RegulationsStore,
+        regulations: Regulations,
         settings: Settings,
         metrics: Metrics,
         owner: str,

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from efd.store.database import Database
 from efd.store.ingestion import Ingestion
-from efd.store.jobs import JobsStore
-from efd.store.listener import Listener
-from efd.store.queue import DeliveryQueue
+from efd.store.jobs import Jobs, JobsStore
+from efd.store.listener import Listener, Listens
+from efd.store.queue import DeliveryQueue, Queue
 
 
 class Store:
@@ -25,9 +25,9 @@ class Store:
         self.database = Database(url, synchronous=synchronous, pool_size=pool_size)
         self.backend = self.database.backend
         self.ingestion = Ingestion(self.database)
-        self.queue = DeliveryQueue(self.database)
-        self.jobs = JobsStore(self.database)
-        self.listener = Listener(self.database)
+        self.queue: Queue = DeliveryQueue(self.database)
+        self.jobs: Jobs = JobsStore(self.database)
+        self.listener: Listens = Listener(self.database)
 
     @property
     def single_process(self) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import delete, func, select, update
 
@@ -41,6 +41,39 @@ class ComputationRow:
     last_sent: int | None
     last_error: str | None
     values: int  # members (audience) or profiles with a value (computed trait)
+
+
+class Computations(Protocol):
+    """What the audience and computed trait syncs ask of the store."""
+
+    def load_sync_chunk(
+        self,
+        key: str,
+        *,
+        after: str | None,
+        limit: int,
+        event_names: Collection[str],
+        since: float | None,
+        with_traits: bool,
+    ) -> SyncChunk: ...
+
+    def apply_sync_chunk(
+        self,
+        key: str,
+        outgoing: Sequence[NewMessage],
+        values: Sequence[tuple[str, str | None]],
+        now: float,
+    ) -> None: ...
+
+    def start_sync(
+        self, key: str, kind: str, name: str, definition_hash: str, now: float
+    ) -> None: ...
+
+    def finish_sync(self, key: str, now: float, sent: int) -> None: ...
+
+    def fail_sync(self, key: str, error: str) -> None: ...
+
+    def computation_rows(self) -> dict[str, ComputationRow]: ...
 
 
 class ComputationsStore:

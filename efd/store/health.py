@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy import and_, case, func, select, text
 
@@ -47,6 +47,20 @@ def _percentile(sorted_values: Sequence[float], fraction: float) -> float | None
     low, high = math.floor(position), math.ceil(position)
     weight = position - low
     return sorted_values[low] * (1 - weight) + sorted_values[high] * weight
+
+
+class Health(Protocol):
+    """What the status endpoints, the live API and the daemon ask about health."""
+
+    def ping(self) -> None: ...
+
+    def autovacuum_off(self) -> bool: ...
+
+    def backlog(self) -> dict[str, tuple[int, float | None]]: ...
+
+    def window(self, hooks: Sequence[str], since: float) -> dict[str, WindowStats]: ...
+
+    def last_errors(self, hooks: Sequence[str], since: float) -> dict[str, LastError]: ...
 
 
 class HealthStore:

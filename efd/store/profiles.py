@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Connection, delete, insert, select, update
 
@@ -17,6 +17,30 @@ if TYPE_CHECKING:
     from efd.store import Store
 
 ProfileRow = tuple[str, str, str, str]  # (id, kind, traits JSON, trait_times JSON)
+
+
+class Profiles(Protocol):
+    """What profile capture and the periodic jobs ask of the profile tables."""
+
+    def links(self, conn: Connection, ids: Collection[str]) -> dict[str, str]: ...
+
+    def ensure(self, conn: Connection, kinds: dict[str, str], now: float) -> None: ...
+
+    def load(self, conn: Connection, ids: Collection[str]) -> list[ProfileRow]: ...
+
+    def merge(self, conn: Connection, source: str, target: str) -> None: ...
+
+    def save_links(self, conn: Connection, links: dict[str, str], now: float) -> None: ...
+
+    def save(self, conn: Connection, rows: Sequence[ProfileRow], now: float) -> None: ...
+
+    def add_events(self, conn: Connection, rows: Iterable[tuple[str, str, float, str]]) -> None: ...
+
+    def resolve(self, id_: str) -> str: ...
+
+    def profile(self, id_: str) -> tuple[str, str, dict[str, Any]] | None: ...
+
+    def purge_events(self, before: float, limit: int) -> int: ...
 
 
 class ProfilesStore:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Connection, and_, delete, func, insert, literal, or_, select, update
 
@@ -48,6 +48,60 @@ class RegulationClaim:
     created_at: float
     token: int
     progress: dict[str, Any] = field(default_factory=dict)
+
+
+class Regulations(Protocol):
+    """What the regulations API and the regulation runner ask of the store."""
+
+    def create_regulation(
+        self, reg_id: str, type_: str, scope: str | None, subject_ids: Sequence[str], now: float
+    ) -> None: ...
+
+    def release_regulation_leases(self) -> int: ...
+
+    def claim_regulation(
+        self, owner: str, now: float, lease_until: float
+    ) -> RegulationClaim | None: ...
+
+    def requested_subjects(self, claim: RegulationClaim) -> list[str]: ...
+
+    def record_notifications(
+        self,
+        claim: RegulationClaim,
+        source: str,
+        destinations: Sequence[str],
+        rows: Sequence[NewMessage],
+        *,
+        now: float,
+        lease_until: float,
+    ) -> int: ...
+
+    def link_subjects(self, claim: RegulationClaim, lease_until: float) -> int: ...
+
+    def max_message_pk(self) -> int: ...
+
+    def link_anonymous_ids(
+        self, claim: RegulationClaim, low: int, high: int, lease_until: float
+    ) -> None: ...
+
+    def purge_messages(
+        self, claim: RegulationClaim, low: int, high: int, lease_until: float
+    ) -> int: ...
+
+    def purge_profiles(self, claim: RegulationClaim, lease_until: float) -> dict[str, int]: ...
+
+    def finish_regulation(
+        self,
+        claim: RegulationClaim,
+        status: str,
+        progress: dict[str, Any],
+        now: float,
+        error: str | None = None,
+    ) -> None: ...
+
+    def release_regulation(self, claim: RegulationClaim) -> None: ...
+
+    def regulation(self, reg_id: str) -> dict[str, Any] | None: ...
 
 
 class RegulationsStore:
