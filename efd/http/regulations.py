@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 MAX_SUBJECTS = 5000
 MAX_SUBJECT_CHARS = 1000
 SUBJECT_TYPE = "USER_ID"
-_FIELDS = ("regulationType", "subjectType", "subjectIds")
+REQUEST_FIELDS = ("regulationType", "subjectType", "subjectIds")
 MAX_BODY_BYTES = 1024**2
 
 
@@ -50,9 +50,9 @@ def parse_request(payload: Any) -> tuple[str, list[str]]:
     if not isinstance(payload, dict):
         raise ClientError("invalid_body", "the request body must be a JSON object")
     for key in payload:
-        if key not in _FIELDS:
+        if key not in REQUEST_FIELDS:
             raise ClientError("invalid_field", f"unknown field {key!r}", field=str(key))
-    for key in _FIELDS:
+    for key in REQUEST_FIELDS:
         if key not in payload:
             raise ClientError("missing_field", f"{key} is required", field=key)
     type_ = payload["regulationType"]
