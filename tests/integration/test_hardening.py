@@ -458,66 +458,9 @@ async def test_start_warns_once_when_postgresql_runs_without_autovacuum(
         assert "\n" not in warnings[0]
 
 
-@pytest.mark.parametrize(
-    "token", ["", "   ", "short-token", " padded-token-0123456 ", "tab\tbed-token-01234"]
-)
-def test_weak_admin_tokens_are_refused(token):
-    with pytest.raises(config.ConfigError) as error:
-        config.load(None, server={"admin_token": token})
-    assert [p.split(":")[0] for p in error.value.problems] == ["server.admin_token"]
-
-
 async def test_an_empty_token_can_no_longer_open_the_regulations_api(db_url, daemon_factory):
     with pytest.raises(config.ConfigError):
         await daemon_factory(settings_dict(db_url, server={"admin_token": ""}))
-
-
-@pytest.mark.parametrize(
-    ("name", "value"),
-    [
-        ("Host", "evil.example"),
-        ("  content-length ", "0"),
-        ("TRANSFER-ENCODING", "chunked"),
-        ("Connection", "close"),
-        ("user-agent", "x"),
-        ("X-Signature", "forged"),
-        ("webhook-signature", "v1,forged"),
-        ("Bad Name", "v"),
-        ("X-Colon:", "v"),
-        ("X-Caf\u00e9", "v"),
-        ("X-Inject", "a\r\nHost: evil"),
-        ("X-Newline", "a\nb"),
-        ("X-Nul", "a\x00b"),
-        ("X-Bell", "a\x07b"),
-        ("X-Accent", "caf\u00e9"),
-    ],
-)
-def test_static_headers_that_could_inject_or_override_are_refused(name, value):
-    hooks = [{"url": "https://hooks.example.com/", "headers": {name: value}}]
-    with pytest.raises(config.ConfigError) as error:
-        config.load(None, destinations=[{"name": "d", "hooks": hooks}])
-    [problem] = error.value.problems
-    assert problem.startswith("destinations[0].hooks[0].headers:")
-    assert repr(name) in problem
-
-
-@pytest.mark.parametrize("agent", ["efd\r\nX-Evil: 1", "efd\n", "efd\x00", " efd", "efd/\u00e9"])
-def test_user_agent_follows_the_header_value_rules(agent):
-    with pytest.raises(config.ConfigError) as error:
-        config.load(None, delivery={"user_agent": agent})
-    assert [p.split(":")[0] for p in error.value.problems] == ["delivery.user_agent"]
-
-
-def test_every_bad_key_is_named_at_once():
-    with pytest.raises(config.ConfigError) as error:
-        config.load(
-            None,
-            server={"admin_token": "x"},
-            delivery={"user_agent": "a\nb"},
-            destinations=[{"name": "d", "hooks": [{"url": "http://h/", "headers": {"Host": "h"}}]}],
-        )
-    keys = sorted(p.split(":")[0] for p in error.value.problems)
-    assert keys == ["delivery.user_agent", "destinations[0].hooks[0].headers", "server.admin_token"]
 
 
 async def test_one_hook_that_cannot_be_built_leaves_the_others_delivered(receiver_factory):
