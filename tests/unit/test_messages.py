@@ -55,6 +55,32 @@ def rejected_request(
     return caught.value
 
 
+# Per type, the field a message without it is refused for (a batch's first message).
+MISSING_FIELDS: list[tuple[dict[str, Any], str]] = [
+    ({"type": "identify"}, "userId"),
+    ({"type": "track", "userId": "u"}, "event"),
+    ({"type": "page"}, "userId"),
+    ({"type": "screen"}, "userId"),
+    ({"type": "group", "userId": "u"}, "groupId"),
+    ({"type": "alias", "userId": "u"}, "previousId"),
+    ({"type": "alias", "previousId": "p"}, "userId"),
+    ({"userId": "u"}, "type"),
+]
+
+
+@pytest.mark.parametrize(("message", "field"), MISSING_FIELDS)
+def test_a_missing_required_field_is_named_with_its_index(
+    message: dict[str, Any], field: str
+) -> None:
+    rejection = rejected_request({"batch": [message]})
+    assert (rejection.status, rejection.code, rejection.field, rejection.index) == (
+        400,
+        "missing_field",
+        field,
+        0,
+    )
+
+
 def batch_of(*messages: dict[str, Any], **extra: Any) -> dict[str, Any]:
     return {"batch": list(messages), **extra}
 

@@ -8,6 +8,19 @@ import pytest
 
 from efd.rules.origins import AllowedOrigins, check_pattern
 
+# The allowed_origins tests/integration/test_cors.py gives its daemon, and what they admit.
+SHOP_PATTERNS = ["https://shop.example", "https://*.cdn.example"]
+SHOP_ACCEPTED = ["https://shop.example", "https://shop.example:443", "https://a.cdn.example"]
+SHOP_REFUSED = [
+    "https://evil.example",
+    "http://shop.example",  # another scheme
+    "https://shop.example:8443",  # another port
+    "https://sub.shop.example",  # only *.cdn.example allows subdomains
+    "https://cdn.example",  # *.cdn.example: subdomains only
+    "https://evilcdn.example",
+    "null",  # sandboxed frames, file: pages
+]
+
 
 def test_origin_rules() -> None:
     allowed = AllowedOrigins(
@@ -70,3 +83,11 @@ def test_bad_patterns_say_what_is_wrong(pattern: str, words: str) -> None:
     with pytest.raises(ValueError, match="must be an origin") as caught:
         check_pattern(pattern)
     assert words in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("origin", "admitted"),
+    [(o, True) for o in SHOP_ACCEPTED] + [(o, False) for o in SHOP_REFUSED],
+)
+def test_a_source_admits_its_listed_origins_only(origin: str, admitted: bool) -> None:
+    assert AllowedOrigins(SHOP_PATTERNS).allows(origin) is admitted
