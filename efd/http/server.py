@@ -394,8 +394,10 @@ class Listener:
                 )
             except _BodyTooLarge as error:
                 return _closing(
-                    error_response(
-                        "request_too_large", f"a request body may be at most {error} bytes", 400
+                    client_error(
+                        ClientError(
+                            "request_too_large", f"a request body may be at most {error} bytes"
+                        )
                     )
                 )
             except ConnectionResetError as error:
