@@ -24,7 +24,7 @@ from aiohttp import web
 from efd.config import Settings
 from efd.errors import StoreError
 from efd.http import server
-from efd.http.server import json_response
+from efd.http.responses import json_response
 from efd.observe.metrics import CONTENT_TYPE, Metrics
 from efd.rules.selection import unconfigured
 from efd.store.health import Health, HealthStore
@@ -108,9 +108,7 @@ class Status:
         # Open while no admin token is configured, unlike the admin endpoints: a scraper on
         # a private interface needs no secret.
         if self._settings.server.admin_token is not None:
-            refused = server.require_admin(self._settings, request)
-            if refused is not None:
-                return refused
+            server.require_admin(self._settings, request)
         with contextlib.suppress(StoreError, TimeoutError):
             async with asyncio.timeout(5):
                 backlog = await self._db.read(self._db.store.queue.backlog)
