@@ -450,5 +450,4 @@ async def test_a_destination_removed_by_a_reload_with_rounds_in_flight(running):
     d.notify()
     await store.wait(lambda: store.status("b") == {"delivered": 5})
     assert not any(r.leased for r in store.rows.values())  # nothing of "a" held back
-    assert d._loop_task is not None
-    assert not d._loop_task.done()
+    assert d.running
