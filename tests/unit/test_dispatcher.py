@@ -22,6 +22,7 @@ from efd.observe.metrics import Metrics
 from efd.rows import AttemptRow, Claimed, DeliveryStatus, Outcome
 from efd.rules.retry import AttemptResult, Verdict
 from efd.rules.webhooks import Route, webhook_id
+from tests.unit.clocks import FakeClock
 
 HOOK_A, HOOK_B = "https://a.example/hook", "https://b.example/hook"
 _STATUS = {Verdict.SUCCESS: 200, Verdict.RETRY: 503, Verdict.FAIL: 400}
@@ -241,7 +242,11 @@ async def running():  # type: ignore[no-untyped-def]
     started: list[Dispatcher] = []
 
     def start(
-        store: MemoryDeliveries, rounds: FakeRounds, metrics: Metrics | None = None, **delivery: Any
+        store: MemoryDeliveries,
+        rounds: FakeRounds,
+        metrics: Metrics | None = None,
+        clock: FakeClock | None = None,
+        **delivery: Any,
     ) -> Dispatcher:
         d = Dispatcher(
             deliveries=store,
@@ -249,6 +254,7 @@ async def running():  # type: ignore[no-untyped-def]
             settings=settings(**delivery),
             metrics=metrics or Metrics(),
             owner="test",
+            **({} if clock is None else {"clock": clock}),
         )
         d.start()
         started.append(d)
@@ -290,6 +296,19 @@ async def test_a_stuck_receiver_does_not_hold_up_another_destination(running):
     await store.wait(lambda: store.status("b") == {"delivered": 100})
     assert store.status("a") == {"pending": 100}  # held at the receiver, none lost
     assert rounds.in_flight[HOOK_A] == 4
+
+
+async def test_the_dispatcher_keeps_the_time_of_its_clock(running):
+    # A minute of its clock passes without a minute passing: the delivery due in a minute
+    # is sent when that clock says so.
+    clock = FakeClock(start=MemoryDeliveries().clock)
+    store, rounds = MemoryDeliveries(), FakeRounds()
+    [pk] = store.add("a", 1, due_in=60)
+    running(store, rounds, clock=clock)
+    await store.wait(lambda: store.status("a") == {"delivered": 1})
+    assert store.clock + 60 <= clock.time < store.clock + 60 + 2
+    assert store.rows[pk].attempts == 1
+    assert max(clock.waits) <= dispatcher._IDLE_POLL  # it looked again at least every poll
 
 
 async def test_new_work_wakes_an_idle_dispatcher_at_once(running, monkeypatch):
