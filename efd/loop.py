@@ -109,12 +109,15 @@ class Worker:
         """Run the next step now rather than when the current wait ends."""
         self._wake.set()
 
-    async def stop(self, grace: float = 0.0) -> None:
-        """Let the running step finish, then give side tasks `grace` seconds; cancel the rest."""
+    async def stop(self, grace: float = 0.0, *, interrupt: bool = False) -> None:
+        """Let the running step finish (or cancel it: `interrupt`, for a step that only
+        reports), then give side tasks `grace` seconds; cancel the rest."""
         self._stopping = True
         self._wake.set()
         if self._task is not None:
-            await self._task
+            if interrupt:
+                self._task.cancel()
+            await asyncio.wait([self._task])
         if self._side:
             _, pending = await asyncio.wait(set(self._side), timeout=grace)
             for task in pending:

@@ -15,6 +15,7 @@ import math
 import random
 from collections import Counter, deque
 from collections.abc import Callable, Coroutine, Sequence
+from contextlib import AsyncExitStack
 from typing import Any, Protocol
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -30,6 +31,7 @@ from efd.rules import retry, webhooks
 from efd.rules.circuit import Change, Circuits
 from efd.rules.retry import AttemptResult, Backoff, RetryPolicy, Verdict
 from efd.rules.webhooks import Route
+from efd.settings import Current
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +41,8 @@ _Recorded = tuple[Outcome, list[AttemptRow], str, str]
 _CLAIM_BATCH = 500
 _IDLE_POLL = 1.0  # seconds; the longest a due retry can wait unnoticed
 _COALESCE = 0.002  # seconds to let wake-ups pile up into one claim
+# Seconds a stop gives rounds in flight beyond their timeout.
+SHUTDOWN_MARGIN = 2.0
 
 
 class Rounds(Protocol):
@@ -97,14 +101,14 @@ class Dispatcher:
         *,
         deliveries: Deliveries,
         rounds: Rounds,
-        settings: Settings,
+        settings: Current[Settings],
         metrics: Metrics,
         owner: str,
         rng: random.Random | None = None,
         hub: Hub | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        delivery = settings.delivery
+        delivery = settings.value.delivery
         self._clock = clock
         self._deliveries = deliveries
         self._rounds = rounds
@@ -112,7 +116,7 @@ class Dispatcher:
         self._owner = owner
         self._hub = hub  # the live stream, told of each recorded attempt
         self._rng = rng or random.Random()
-        self._routes = {d.name: d.route(delivery.user_agent) for d in settings.destinations}
+        self._routes = {d.name: d.route(delivery.user_agent) for d in settings.value.destinations}
         self._lease = delivery.lease_seconds
         self._max_in_flight = delivery.max_in_flight
         self._max_per_hook = delivery.max_per_hook
@@ -146,15 +150,20 @@ class Dispatcher:
             retry_on=(StoreError, SQLAlchemyError),
             coalesce=_COALESCE,
         )
+        self._stopped = False
+        # Early: it knows a new destination before ingestion routes a message to it.
+        settings.subscribe(self._configure, early=True)
         self._recorder: GroupCommit[_Recorded, None] = GroupCommit(
             self._record, max_items=2000, name="efd-outcome-recorder"
         )
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def start(self) -> None:
+    async def start(self, stack: AsyncExitStack) -> None:
+        """Start claiming; at shutdown, stop with a grace of a round's timeout (and a margin)."""
         self._recorder.start()
         self._worker.start()
+        stack.push_async_callback(self.stop, self._timeout + SHUTDOWN_MARGIN)
 
     def notify(self) -> None:
         """New work may be due: claim now rather than at the next poll."""
@@ -165,7 +174,7 @@ class Dispatcher:
         """Whether the claiming loop is alive."""
         return self._worker.running
 
-    async def reload(self, settings: Settings) -> None:
+    async def _configure(self, settings: Settings) -> None:
         """Take the configuration's destinations (hooks, headers, secrets, user agent) for
         rounds that start from now on; rounds in flight finish with the Route they began
         with. Deliveries claimed for a destination no longer configured are given back
@@ -190,6 +199,9 @@ class Dispatcher:
 
     async def stop(self, grace: float) -> None:
         """Stop claiming, give in-flight rounds `grace` seconds, record, release the rest."""
+        if self._stopped:
+            return
+        self._stopped = True
         if self._worker.side_tasks:
             log.info(
                 "waiting up to %.1f s for %d deliveries in flight", grace, self._worker.side_tasks

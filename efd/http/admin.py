@@ -34,6 +34,7 @@ from efd.config import Settings
 from efd.http import openapi, server
 from efd.http.server import error_response, json_response
 from efd.rules import jsonjs, selection
+from efd.settings import Current
 from efd.store import operations
 from efd.store.operations import OperationsStore
 from efd.store.runner import AsyncStore
@@ -60,20 +61,21 @@ def _unavailable(error: SQLAlchemyError) -> web.Response:
 class AdminApi:
     def __init__(
         self,
-        settings: Settings,
+        settings: Current[Settings],
         *,
         db: AsyncStore,
         operations: OperationsStore,
         on_due: Callable[[], None],
     ) -> None:
-        self._settings = settings
+        self._current = settings
         self._db = db
         self._ops = operations
         self._on_due = on_due  # new work is due now: the dispatcher's notify
         self._openapi = json.dumps(openapi.document(__version__)).encode()
 
-    def reload(self, settings: Settings) -> None:
-        self._settings = settings
+    @property
+    def _settings(self) -> Settings:
+        return self._current.value
 
     def routes(self) -> list[web.RouteDef]:
         return [

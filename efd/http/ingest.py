@@ -27,6 +27,7 @@ from efd.rules.payload import (
     parse_request,
     too_large,
 )
+from efd.settings import Current
 
 log = logging.getLogger(__name__)
 
@@ -95,20 +96,21 @@ async def read_body(request: web.Request) -> bytes:
 class Ingest:
     def __init__(
         self,
-        settings: Settings,
+        settings: Current[Settings],
         *,
         writer: Writer,
         metrics: Metrics,
         on_stored: Callable[[], None],
         parsers: Parsers | None = None,
     ) -> None:
-        self.reload(settings)
+        self._configure(settings.value)
+        settings.subscribe(self._configure)
         self._parsers = parsers
         self._writer = writer
         self._metrics = metrics
         self._on_stored = on_stored
 
-    def reload(self, settings: Settings) -> None:
+    def _configure(self, settings: Settings) -> None:
         """Take the configuration's sources (write keys, names, allowed origins): requests
         that arrive after this see them."""
         self._keys: WriteKeys[SourceConfig] = WriteKeys(

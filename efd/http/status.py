@@ -27,6 +27,7 @@ from efd.http import server
 from efd.http.server import json_response
 from efd.observe.metrics import CONTENT_TYPE, Metrics
 from efd.rules.selection import unconfigured
+from efd.settings import Current
 from efd.store.runner import AsyncStore
 
 PROBE_EVERY = 1.0  # seconds a probe's outcome is the answer
@@ -36,17 +37,18 @@ PROBE_TIMEOUT = 2.0  # seconds a probe write may take
 
 class Status:
     def __init__(
-        self, settings: Settings, *, db: AsyncStore, metrics: Metrics, owner: str = ""
+        self, settings: Current[Settings], *, db: AsyncStore, metrics: Metrics, owner: str = ""
     ) -> None:
-        self._settings = settings
+        self._current = settings
         self._db = db
         self._metrics = metrics
         self._owner = owner
         self._probe: asyncio.Future[None] | None = None
         self._probed: tuple[float, str | None] | None = None  # (when, why unready or None)
 
-    def reload(self, settings: Settings) -> None:
-        self._settings = settings
+    @property
+    def _settings(self) -> Settings:
+        return self._current.value
 
     def routes(self) -> list[web.RouteDef]:
         return [

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -23,6 +24,7 @@ from efd.observe.metrics import Metrics
 from efd.rows import NewMessage, RegulationStatus
 from efd.rules import webhooks
 from efd.rules.retry import Backoff
+from efd.settings import Current
 from efd.store.regulations import (
     DELETE_TYPES,
     LeaseLost,
@@ -77,7 +79,7 @@ class RegulationRunner:
         *,
         db: AsyncStore,
         regulations: RegulationsStore,
-        settings: Settings,
+        settings: Current[Settings],
         metrics: Metrics,
         owner: str,
         on_notified: Callable[[], None],
@@ -86,22 +88,20 @@ class RegulationRunner:
         self._db = db
         self._clock = clock
         self._regulations = regulations
-        self._settings = settings
+        self._settings = settings  # sources added or removed: regulations not yet past a
+        # source see the change
         self._metrics = metrics
         self._owner = owner
         self._on_notified = on_notified
-        self._lease = settings.delivery.lease_seconds
+        self._lease = settings.value.delivery.lease_seconds
         self._worker = Worker(
             self._step, name="efd-regulations", clock=clock, retry_on=(StoreError, SQLAlchemyError)
         )
         self._current: RegulationClaim | None = None
 
-    def reload(self, settings: Settings) -> None:
-        """Sources added or removed: regulations not yet past a source see the change."""
-        self._settings = settings
-
-    def start(self) -> None:
+    async def start(self, stack: AsyncExitStack) -> None:
         self._worker.start()
+        stack.push_async_callback(self.stop)
 
     def notify(self) -> None:
         self._worker.notify()
@@ -168,7 +168,7 @@ class RegulationRunner:
         db, store = self._db, self._regulations
         if claim.type in DELETE_TYPES:
             done = claim.progress.get("sources", {})
-            for source in sources_in_scope(self._settings, claim.scope):
+            for source in sources_in_scope(self._settings.value, claim.scope):
                 if self._worker.stopping:
                     return
                 if source.name in done or not source.destinations:
