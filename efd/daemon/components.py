@@ -26,7 +26,8 @@ from aiohttp import web
 from efd.batching import GroupCommit
 from efd.config import Settings
 from efd.daemon.startup import StartupError, fit_open_files
-from efd.delivery.dispatcher import SHUTDOWN_MARGIN, Dispatcher, Rounds
+from efd.delivery.dispatcher import SHUTDOWN_MARGIN, Dispatcher
+from efd.delivery.ports import Rounds
 from efd.delivery.sender import SenderOptions, SenderPool
 from efd.http import cors
 from efd.http.admin import AdminApi

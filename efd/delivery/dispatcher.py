@@ -14,14 +14,15 @@ import logging
 import math
 import random
 from collections import Counter, deque
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from contextlib import AsyncExitStack
-from typing import Any, Protocol
+from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from efd.batching import GroupCommit
 from efd.config import Settings
+from efd.delivery.ports import Deliveries, Rounds
 from efd.errors import StoreError
 from efd.loop import SYSTEM_CLOCK, Clock, Worker
 from efd.observe.metrics import Metrics
@@ -45,57 +46,17 @@ _COALESCE = 0.002  # seconds to let wake-ups pile up into one claim
 SHUTDOWN_MARGIN = 2.0
 
 
-class Rounds(Protocol):
-    """Sends one round of a delivery: the in-process Sender, or the sender processes."""
-
-    async def send_round(
-        self, route: Route, urls: Sequence[str], body: str, webhook_id: str
-    ) -> list[AttemptResult]: ...
-
-
-class Deliveries(Protocol):
-    """The deliveries the dispatcher works on: the store (efd/store/runner.py), or the
-    tests' in-memory twin. Errors of the store are SQLAlchemyError."""
-
-    async def claim(
-        self,
-        destination: str,
-        limit: int,
-        *,
-        owner: str,
-        now: float,
-        lease_until: float,
-        due_by: float | None = None,
-    ) -> list[Claimed]:
-        """Lease up to `limit` deliveries of `destination` due by `due_by` (default `now`),
-        oldest first; a delivery under another claimer's live lease is never taken."""
-        ...
-
-    async def record(self, outcomes: Sequence[Outcome], attempts: Sequence[AttemptRow]) -> int:
-        """Write attempts and outcomes (fenced by token); return how many were stale."""
-        ...
-
-    async def release(self, leases: Sequence[tuple[int, int]], now: float) -> None:
-        """Give back claimed deliveries never sent: due again at `now`."""
-        ...
-
-    async def next_due(self, destination: str) -> float | None:
-        """The earliest next_attempt_at of the destination's pending deliveries."""
-        ...
-
-    async def wake(self, destination: str, hook: Sequence[str], now: float) -> int:
-        """Make due at `now` the destination's pending deliveries, not leased, whose
-        failed_hooks names none of `hook`'s forms (its label, and its URL as rows written
-        before labels hold it); return how many moved."""
-        ...
-
-    async def expire_waiting(self, destination: str, window: float, now: float) -> int:
-        """Expire the destination's pending deliveries, not leased, whose retry window
-        (from their first attempt, or their creation if never attempted) has closed."""
-        ...
-
-
 class Dispatcher:
+    """Claims due deliveries, sends each round through `Rounds`, and records outcomes.
+
+    Owns: its worker loop and the rounds in flight (the loop's side tasks), the leases it
+    holds until their outcome is recorded, the outcome recorder, the hooks' circuits, and
+    the routes it builds from the destinations (rebuilt on each reload). Knows the store
+    and the senders only by their Protocols (Deliveries, Rounds), and the time only through
+    its clock. May not ingest, touch a message's payload beyond sending it, or decide a
+    retry itself: efd/rules/retry.py decides.
+    """
+
     def __init__(
         self,
         *,

@@ -59,6 +59,13 @@ def _unavailable(error: SQLAlchemyError) -> web.Response:
 
 
 class AdminApi:
+    """The /admin/* operator endpoints (see the module's description) and /openapi.json.
+
+    Owns nothing but the rendered OpenAPI document: it reads and moves deliveries through
+    OperationsStore and wakes the dispatcher. May not send, and may not change a delivery
+    another process holds a lease on (the store's fences see to it).
+    """
+
     def __init__(
         self,
         settings: Current[Settings],

@@ -94,6 +94,16 @@ async def read_body(request: web.Request) -> bytes:
 
 
 class Ingest:
+    """The handlers of /v1/* (Segment's Tracking API): authenticate a write key, parse and
+    validate (in a parser process for large bodies), route to destinations, and store each
+    message with its pending deliveries through the group-commit writer, answering only
+    once it is committed.
+
+    Owns the write-key, source and allowed-origin maps derived from the configuration
+    (rebuilt on each reload). May not deliver, read the store, or open a transaction of
+    its own: it only submits rows to the writer and wakes the dispatcher.
+    """
+
     def __init__(
         self,
         settings: Current[Settings],

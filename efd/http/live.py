@@ -65,6 +65,13 @@ def _asset(name: str) -> bytes:
 
 
 class LiveApi:
+    """GET /admin/destinations, GET /admin/stream and the console.
+
+    Owns the open streams' connections, and ends them when a reload changes the admin
+    token. Reads the store's health queries and the dispatcher's circuits; may not change
+    either.
+    """
+
     def __init__(
         self, settings: Current[Settings], *, db: AsyncStore, hub: Hub, circuits: Circuits
     ) -> None:

@@ -128,6 +128,14 @@ def _iso(value: float | None) -> str | None:
 
 
 class RegulationsApi:
+    """POST /regulations and GET /regulations/{id}: records deletion and suppression
+    requests, and reports their progress.
+
+    Owns the set of source names it validates scopes against (rebuilt on each reload). May
+    not carry a regulation out: it records it and wakes the runner
+    (efd/services/regulations.py), which does.
+    """
+
     def __init__(
         self,
         settings: Current[Settings],

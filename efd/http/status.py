@@ -36,6 +36,11 @@ PROBE_TIMEOUT = 2.0  # seconds a probe write may take
 
 
 class Status:
+    """GET /healthz, GET /readyz and GET /metrics (see the module's description).
+
+    Owns the readiness probe and its last outcome. May write nothing but the probe row.
+    """
+
     def __init__(
         self, settings: Current[Settings], *, db: AsyncStore, metrics: Metrics, owner: str = ""
     ) -> None:

@@ -58,6 +58,13 @@ def computations(settings: Settings) -> list[Computation]:
 
 
 class Periodic:
+    """The coarse periodic jobs on APScheduler: retention and the audience and computed
+    trait syncs, each once per cluster per interval (the jobs table decides which process).
+
+    Owns the scheduler and the syncs running now; rebuilds the sync jobs on a reload. May
+    not send: what a sync stores is delivered by the dispatcher, which it wakes.
+    """
+
     def __init__(
         self,
         *,

@@ -72,7 +72,13 @@ def sources_in_scope(settings: Settings, scope: str | None) -> list[SourceConfig
 
 
 class RegulationRunner:
-    """Claims regulations and works through them; several processes may run one each."""
+    """Claims regulations and works through them; several processes may run one each.
+
+    Owns its worker loop and the regulation it holds the lease of (given back at a stop, so
+    the next start resumes it). Every step is a transaction fenced by that lease. May not
+    send: the delete notifications it stores are delivered by the dispatcher, like any
+    message, which it wakes.
+    """
 
     def __init__(
         self,
