@@ -27,6 +27,7 @@ from efd.rules.payload import (
     parse_request,
     too_large,
 )
+from efd.settings import Current
 
 log = logging.getLogger(__name__)
 
@@ -89,22 +90,33 @@ async def read_body(request: web.Request) -> bytes:
 
 
 class Ingest:
+    """The handlers of /v1/* (Segment's Tracking API): authenticate a write key, parse and
+    validate (in a parser process for large bodies), route to destinations, and store each
+    message with its pending deliveries through the group-commit writer, answering only
+    once it is committed.
+
+    Owns the write-key, source and allowed-origin maps derived from the configuration
+    (rebuilt on each reload). May not deliver, read the store, or open a transaction of
+    its own: it only submits rows to the writer and wakes the dispatcher.
+    """
+
     def __init__(
         self,
-        settings: Settings,
+        settings: Current[Settings],
         *,
         writer: Writer,
         metrics: Metrics,
         on_stored: Callable[[], None],
         parsers: Parsers | None = None,
     ) -> None:
-        self.reload(settings)
+        self._configure(settings.value)
+        settings.subscribe(self._configure)
         self._parsers = parsers
         self._writer = writer
         self._metrics = metrics
         self._on_stored = on_stored
 
-    def reload(self, settings: Settings) -> None:
+    def _configure(self, settings: Settings) -> None:
         """Take the configuration's sources (write keys, names, allowed origins): requests
         that arrive after this see them."""
         self._keys: WriteKeys[SourceConfig] = WriteKeys(
