@@ -20,6 +20,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from efdbench import readme
 from efdbench.loadgen import generator_main
 from efdbench.pgscale import run_postgresql
 from efdbench.pgserver import PgServer, admin_url
@@ -76,7 +77,16 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
     )
     parser.add_argument("--out", default=str(HERE / "results.json"), help="results file")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, dbs)")
+    parser.add_argument(
+        "--readme",
+        action="store_true",
+        help="run nothing: rewrite the README's performance tables from the results file",
+    )
     args = parser.parse_args(argv)
+    if args.readme:
+        done = readme.update(ROOT / "README.md", json.loads(Path(args.out).read_text()))
+        print(f"README.md: rewrote {', '.join(done) or 'nothing (no bench markers)'}")
+        return 0
     only = {p.strip() for p in args.only.split(",") if p.strip()}
     unknown = only - set(PHASES)
     if unknown:
@@ -147,12 +157,17 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
             shutil.rmtree(root, ignore_errors=True)
 
     results = bench.results
-    if results.get("deliver_events_per_s") and results.get("bare_post_per_s"):
+    if (
+        results.get("deliver_ratio") is None
+        and results.get("deliver_events_per_s")
+        and results.get("bare_post_per_s")
+    ):
         results["deliver_ratio"] = round(
             results["deliver_events_per_s"] / results["bare_post_per_s"], 3
         )
     context = {
         "quick": args.quick,
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "phases_run": sorted(only),
         "store": args.store,
         "daemons": counts if args.store == "postgresql" else [1],

@@ -217,7 +217,8 @@ class Profiler:
             [
                 self.exe, "record", "--pid", str(pid), "--rate", "100",
                 "--duration", str(max(1, int(seconds))), "--threads",
-                "--format", "raw", "-o", str(raw), *(["--gil"] if self.gil else []),
+                "--format", "raw", "-o", str(raw), "--subprocesses",
+                *(["--gil"] if self.gil else []),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
