@@ -364,7 +364,9 @@ class Dispatcher:
             return
         urls = closed
         self._in_flight += 1
-        self._in_flight_by_url.update(urls)
+        by_url = self._in_flight_by_url
+        for url in urls:  # Counter.update's generality costs more than the round's bookkeeping
+            by_url[url] += 1
         task = asyncio.create_task(self._deliver(route, item, urls, failed))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -430,7 +432,9 @@ class Dispatcher:
 
     def _release(self, route: Route, urls: list[str]) -> None:
         self._in_flight -= 1
-        self._in_flight_by_url.subtract(urls)
+        by_url = self._in_flight_by_url
+        for url in urls:
+            by_url[url] -= 1
         self._start_ready(route)
         if not self._ready.get(route.name) and self._due_hint <= time.time():
             self._wake.set()  # a slot is free and a retry this process scheduled is due
