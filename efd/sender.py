@@ -18,6 +18,7 @@ from typing import Any
 
 import aiohttp
 from aiohappyeyeballs import AddrInfoType
+from yarl import URL
 
 from efd import netguard, webhooks
 from efd.retry import AttemptResult, Verdict, classify_error, classify_status, parse_retry_after
@@ -68,6 +69,7 @@ class Sender:
         if ca_file:
             self._ssl.load_verify_locations(cafile=ca_file)
         self._session: aiohttp.ClientSession | None = None
+        self._urls: dict[str, URL] = {}  # each hook's URL parsed once, not per request
 
     def _guarded_socket(self, addr_info: AddrInfoType) -> socket.socket:
         family, type_, proto, _, address = addr_info
@@ -93,6 +95,9 @@ class Sender:
                 total=self.timeout, connect=None, sock_read=None, ceil_threshold=1e9
             ),
             trust_env=False,  # never route webhooks through an ambient proxy
+            # A webhook carries no session: cookies a receiver sets are neither kept nor
+            # sent back (and the jar's per-request filtering is not paid).
+            cookie_jar=aiohttp.DummyCookieJar(),
             auto_decompress=False,
             skip_auto_headers=("Accept-Encoding", "Accept"),
         )
@@ -136,8 +141,16 @@ class Sender:
         head: bytes | None = None
         retry_after_header: str | None = None
         try:
+            target = self._urls.get(url)
+            if target is None:
+                if len(self._urls) >= 4096:  # hooks come and go with reloads
+                    self._urls.clear()
+                try:
+                    target = self._urls[url] = URL(url)
+                except ValueError as error:  # as aiohttp reports a URL it cannot parse
+                    raise aiohttp.InvalidURL(url) from error
             async with self._session.post(
-                url, data=body, headers=headers, allow_redirects=False
+                target, data=body, headers=headers, allow_redirects=False
             ) as response:
                 status = response.status
                 retry_after_header = response.headers.get("Retry-After")
