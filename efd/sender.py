@@ -255,10 +255,13 @@ def _to_tuple(r: AttemptResult) -> ResultTuple:
     )
 
 
+_VERDICTS = {verdict.value: verdict for verdict in Verdict}  # a lookup, not Enum's __call__
+
+
 def _from_tuple(t: ResultTuple) -> AttemptResult:
     url, started_at, duration, verdict, status, error_class, error, head, retry_after = t
     return AttemptResult(
-        url, started_at, duration, Verdict(verdict), status, error_class, error, head, retry_after
+        url, started_at, duration, _VERDICTS[verdict], status, error_class, error, head, retry_after
     )
 
 
