@@ -38,12 +38,12 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from efd import netguard
-from efd.audiences import ParseError, parse_condition, parse_expression
-from efd.cors import check_pattern
-from efd.filters import Condition, Filter, FilterSet, FqlError, parse_field_path
 from efd.personas.keys import PERSONAS_SOURCE, snake_case
-from efd.webhooks import RESERVED_HEADERS, Route, standard_secret
+from efd.rules import netguard
+from efd.rules.audiences import ParseError, parse_condition, parse_expression
+from efd.rules.filters import Condition, Filter, FilterSet, FqlError, parse_field_path
+from efd.rules.origins import check_pattern
+from efd.rules.webhooks import RESERVED_HEADERS, Route, standard_secret
 
 MAX_HOOKS = 5
 MIN_ADMIN_TOKEN_CHARS = 16
@@ -382,7 +382,7 @@ class SourceConfig(_Strict):
     name: str = Field(min_length=1)
     write_key: SecretStr
     destinations: list[str] = Field(default_factory=list)
-    # Origins whose web pages may send with this key (efd.cors); None: any origin.
+    # Origins whose web pages may send with this key (efd.http.cors); None: any origin.
     allowed_origins: list[Annotated[str, AfterValidator(check_pattern)]] | None = None
 
     @field_validator("write_key")

@@ -71,7 +71,7 @@ class Claimed:
     failed_hooks: frozenset[str]
     message_id: str
     body: str | None  # None once a deletion request purged it
-    # The message's row: what its webhook-id is derived from (efd.webhooks.webhook_id).
+    # The message's row: what its webhook-id is derived from (efd.rules.webhooks.webhook_id).
     message_pk: int
     source: str
     received_at: float

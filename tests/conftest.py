@@ -31,7 +31,7 @@ from aiohttp import web
 from sqlalchemy import create_engine, text
 
 from efd import config
-from efd.app import Daemon
+from efd.daemon import Daemon
 from efd.store import migrate
 
 PG_ADMIN_URL = os.environ.get("EFD_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")

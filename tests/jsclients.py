@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from efd import webhooks
+from efd.rules import webhooks
 from tests.conftest import ROOT, SECRET, Receiver, eventually, sql
 
 JS = ROOT / "tests" / "js"

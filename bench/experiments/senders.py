@@ -13,8 +13,8 @@ import subprocess
 import sys
 import time
 
-from efd.sender import SenderOptions, SenderPool
-from efd.webhooks import Route
+from efd.delivery.sender import SenderOptions, SenderPool
+from efd.rules.webhooks import Route
 
 RECEIVER = r"""
 import asyncio, sys, uvloop

@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from efd import jsonjs, routing, webhooks
-from efd.audiences import (
+from efd.personas.keys import PERSONAS_SOURCE, computation_id, snake_case
+from efd.rows import NewMessage
+from efd.rules import jsonjs, routing, webhooks
+from efd.rules.audiences import (
     Profile,
     Requirements,
     compile_condition,
@@ -26,9 +28,7 @@ from efd.audiences import (
     parse_condition,
     parse_expression,
 )
-from efd.messages import Message
-from efd.personas.keys import PERSONAS_SOURCE, computation_id, snake_case
-from efd.rows import NewMessage
+from efd.rules.messages import Message
 from efd.store.computations import ComputationsStore, SyncChunk
 from efd.store.runner import AsyncStore
 from efd.store.statements import loads

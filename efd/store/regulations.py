@@ -1,6 +1,6 @@
 """SQL for deletion requests ("regulations") and suppressions.
 
-A regulation is worked through in steps (efd/regulations.py), each its own short
+A regulation is worked through in steps (efd/services/regulations.py), each its own short
 transaction fenced by the regulation's lease token, so a process that lost its lease can
 never write over the one that took the regulation over, and a resumed regulation never
 repeats a finished step. Suppressions are checked inside the ingestion transaction.

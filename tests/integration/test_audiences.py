@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from efd import webhooks
-from efd.audiences import Event
 from efd.personas.keys import snake_case
 from efd.personas.sync import AUDIENCE, TRAIT, Computation, diff, identify_message
+from efd.rules import webhooks
+from efd.rules.audiences import Event
 from efd.store.computations import SyncChunk
 from tests.conftest import SECRET, eventually, post, settings_dict, sql
 

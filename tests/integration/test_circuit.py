@@ -9,7 +9,7 @@ from collections import Counter
 
 from aiohttp import web
 
-from efd.metrics import Metrics
+from efd.observe.metrics import Metrics
 from tests.conftest import eventually, post, settings_dict, sql
 
 MESSAGES = 2000

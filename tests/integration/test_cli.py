@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from efd import webhooks
 from efd.rows import NewMessage
+from efd.rules import webhooks
 from efd.store import Store, migrate
 from tests.conftest import (
     ROOT,

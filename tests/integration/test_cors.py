@@ -9,9 +9,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from efd.cors import MAX_AGE_SECONDS, AllowedOrigins, check_pattern
-from efd.ingest import SINGLE_TYPES
-from efd.messages import MAX_REQUEST_BYTES
+from efd.http.cors import MAX_AGE_SECONDS
+from efd.http.ingest import SINGLE_TYPES
+from efd.rules.messages import MAX_REQUEST_BYTES
+from efd.rules.origins import AllowedOrigins, check_pattern
 from tests.conftest import WRITE_KEY, basic, metric, settings_dict, sql
 
 PAGE = "http://localhost:5173"
@@ -204,7 +205,7 @@ async def test_requests_without_an_origin_and_open_sources_are_unaffected(db_url
 
 async def test_preflights_are_answered_for_any_origin(sqlite_url, daemon_factory):
     """A preflight carries no write key, so it cannot know the source: it is answered, and
-    the POST that follows is the one refused (see efd.cors)."""
+    the POST that follows is the one refused (see efd.http.cors)."""
     daemon = await daemon_factory(restricted(sqlite_url))
     status, headers, _ = await request(
         "OPTIONS",

@@ -12,7 +12,7 @@ import pytest
 import trustme
 from aiohttp import web
 
-from efd import webhooks
+from efd.rules import webhooks
 from tests.conftest import SECRET, Receiver, eventually, free_port, post, settings_dict, sql
 
 TRACK = {"userId": "u-1", "event": "Order Completed", "properties": {"revenue": 39.95}}

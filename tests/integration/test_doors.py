@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from efd.server import MAX_PIPELINED
+from efd.http.server import MAX_PIPELINED
 from tests.conftest import (
     DaemonProcess,
     eventually,

@@ -13,9 +13,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from efd import config, webhooks
-from efd.app import Daemon
-from efd.stream import MAX_SUBSCRIBERS, Hub
+from efd import config
+from efd.daemon import Daemon
+from efd.observe.stream import MAX_SUBSCRIBERS, Hub
+from efd.rules import webhooks
 from tests.conftest import eventually, post, settings_dict
 from tests.integration.test_regulations import api
 

@@ -24,7 +24,7 @@ from tests.conftest import (
 
 pytestmark = pytest.mark.slow
 
-FORGED_LINE = "2026-01-01 00:00:00,000 CRITICAL efd.dispatcher: forged"
+FORGED_LINE = "2026-01-01 00:00:00,000 CRITICAL efd.delivery.dispatcher: forged"
 HOSTILE = f"\r\n{FORGED_LINE}\x1b[31m red\x1b[0m\x85\u2028"
 RECORD_START = re.compile(
     r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+: "
@@ -95,7 +95,7 @@ async def test_hostile_ids_and_answers_stay_inside_one_record(tmp_path: Path, fm
         assert RECORD_START.match(line) or line.startswith("    "), line
         assert not line.startswith(FORGED_LINE)
     escaped = "\\r\\n" + FORGED_LINE + "\\x1b[31m red\\x1b[0m\\x85\\u2028"
-    attempts = [line for line in lines if " WARNING efd.dispatcher: " in line]
+    attempts = [line for line in lines if " WARNING efd.delivery.dispatcher: " in line]
     assert attempts
     assert all(f"busy{escaped}" in line for line in attempts), attempts
     assert any("message m-2 to hooks" in line for line in attempts)

@@ -21,7 +21,8 @@ import schemathesis
 from aiohttp import web
 from hypothesis import HealthCheck, settings
 
-from efd import __version__, openapi
+from efd import __version__
+from efd.http import openapi
 from tests.conftest import DaemonProcess, basic, free_port, post, settings_dict, write_toml
 from tests.jsclients import JS, NODE_MODULES, need, node
 

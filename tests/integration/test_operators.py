@@ -14,7 +14,9 @@ from typing import Any
 
 from aiohttp import web
 
-from efd import cli, dispatcher, webhooks
+from efd import cli
+from efd.delivery import dispatcher
+from efd.rules import webhooks
 from efd.store import operations
 from tests.conftest import ROOT, SECRET, eventually, post, settings_dict, sql, write_toml
 from tests.integration.test_regulations import api

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from efd.config import SourceConfig
-from efd.messages import normalise
-from efd.parse import message_row
 from efd.personas.capture import Capture
 from efd.rows import NewMessage
+from efd.rules.messages import normalise
+from efd.rules.payload import message_row
 from efd.store import Store, migrate
 from efd.store.profiles import ProfilesStore
 from efd.store.regulations import RegulationsStore, Suppressions

@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import psycopg
 
-from efd.status import FAILURE_MEMORY, PROBE_EVERY
+from efd.http.status import FAILURE_MEMORY, PROBE_EVERY
 from tests.conftest import PG_ADMIN_URL, basic, settings_dict, sql
 from tests.integration.test_doors import serve
 

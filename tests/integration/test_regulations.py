@@ -14,8 +14,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from efd import webhooks
-from efd.regulations import delete_notifications
+from efd.rules import webhooks
+from efd.services.regulations import delete_notifications
 from efd.store import Store, migrate
 from efd.store.regulations import RegulationsStore, Suppressions
 from tests.conftest import (

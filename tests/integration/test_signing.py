@@ -14,8 +14,8 @@ import pytest
 from aiohttp import web
 from standardwebhooks.webhooks import Webhook
 
-from efd import webhooks
-from efd.listen import describe
+from efd.cli.listen import describe
+from efd.rules import webhooks
 from tests.conftest import SECRET, basic, eventually, post, settings_dict, sql
 from tests.jsclients import JS, node
 

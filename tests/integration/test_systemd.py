@@ -292,7 +292,7 @@ async def test_a_reload_that_cannot_load_the_file_is_refused_in_one_line(
         # One line: every line since the signal is a record of its own (a timestamp first).
         lines = log[logged_before:].splitlines()
         assert all(re.match(r"\d{4}-\d\d-\d\d \d\d:", line) for line in lines), lines
-        [refused] = [line for line in lines if "efd.app: reload" in line]
+        [refused] = [line for line in lines if "efd.daemon: reload" in line]
         assert "reload refused, the running configuration stays: " + why in refused, refused
         for secret in (_WRITE_KEY, _TOKEN):
             assert secret not in log

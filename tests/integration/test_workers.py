@@ -12,8 +12,8 @@ from collections import Counter
 import pytest
 from aiohttp import web
 
-from efd import webhooks
-from efd.app import StartupError
+from efd.daemon import StartupError
+from efd.rules import webhooks
 from tests.conftest import (
     SECRET,
     DaemonProcess,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from efd.audiences import (
+from efd.rules.audiences import (
     Event,
     ParseError,
     Profile,
@@ -20,7 +20,7 @@ from efd.audiences import (
     parse_condition,
     parse_expression,
 )
-from efd.audiences.lang import (
+from efd.rules.audiences.lang import (
     Aggregate,
     And,
     Compare,

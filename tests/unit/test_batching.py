@@ -1,4 +1,4 @@
-"""Group commit (efd/batching.py): coalescing, results in order, failures, and the pipelined
+"""Group commit (efd/batching.py): coalescing, results in order, failures, the pipelined
 writer that takes its group in the writer thread."""
 
 from __future__ import annotations

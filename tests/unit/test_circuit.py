@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from efd.circuit import Change, Circuits
-from efd.retry import AttemptResult, Verdict
+from efd.rules.circuit import Change, Circuits
+from efd.rules.retry import AttemptResult, Verdict
 
 URL = "https://hooks.example/x"
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from efd import config
-from efd.filters import Filtered
+from efd.rules.filters import Filtered
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,12 +15,13 @@ from typing import Any
 
 import pytest
 
-from efd import config, dispatcher
-from efd.dispatcher import Dispatcher
-from efd.metrics import Metrics
-from efd.retry import AttemptResult, Verdict
+from efd import config
+from efd.delivery import dispatcher
+from efd.delivery.dispatcher import Dispatcher
+from efd.observe.metrics import Metrics
 from efd.rows import AttemptRow, Claimed, DeliveryStatus, Outcome
-from efd.webhooks import Route, webhook_id
+from efd.rules.retry import AttemptResult, Verdict
+from efd.rules.webhooks import Route, webhook_id
 
 HOOK_A, HOOK_B = "https://a.example/hook", "https://b.example/hook"
 _STATUS = {Verdict.SUCCESS: 200, Verdict.RETRY: 503, Verdict.FAIL: 400}

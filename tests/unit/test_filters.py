@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from efd.filters import (
+from efd.rules.filters import (
     Condition,
     Filter,
     Filtered,
@@ -25,7 +25,7 @@ from efd.filters import (
     sample_point,
     to_fql,
 )
-from efd.filters.fql import (
+from efd.rules.filters.fql import (
     FUNCTIONS,
     And,
     Call,

@@ -8,8 +8,8 @@ import time
 
 from standardwebhooks.webhooks import Webhook
 
-from efd import webhooks
-from efd.listen import verify_standard
+from efd.cli.listen import verify_standard
+from efd.rules import webhooks
 
 SECRET = "whsec_" + base64.b64encode(b"k" * 32).decode()
 KEYS = [webhooks.standard_secret(SECRET)]

@@ -1,4 +1,4 @@
-"""efd.logs: every record is one line a client cannot break or colour, in text and JSON."""
+"""efd.observe.logs: every record is one line a client cannot break or colour, in text and JSON."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from efd import logs
+from efd.observe import logs
 
 FORGED = "m-1\r\n2026-01-01 00:00:00,000 CRITICAL efd: forged\x1b[31m red\x1b[0m"
 

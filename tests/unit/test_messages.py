@@ -1,4 +1,4 @@
-"""efd.messages: validation and normalisation of incoming Segment messages (pure, fast)."""
+"""efd.rules.messages: validation and normalisation of incoming Segment messages (pure, fast)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from efd import jsonjs
-from efd.messages import (
+from efd.rules import jsonjs
+from efd.rules.messages import (
     MAX_BATCH_MESSAGES,
     MAX_MESSAGE_BYTES,
     MAX_MESSAGE_ID_CHARS,

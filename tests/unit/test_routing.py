@@ -1,4 +1,4 @@
-"""efd.routing: spec 4.3, which destinations a message reaches (pure, fast)."""
+"""efd.rules.routing: spec 4.3, which destinations a message reaches (pure, fast)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from efd.routing import WEBHOOKS_KEY, is_enabled, route
+from efd.rules.routing import WEBHOOKS_KEY, is_enabled, route
 
 OPTIONS = {"apiKey": "x", "sendAll": True}  # an options object, as Segment clients send
 

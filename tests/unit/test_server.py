@@ -1,4 +1,4 @@
-"""efd.server's rules that need no socket: whom a connection counts against, and the
+"""efd.http.server's rules that need no socket: whom a connection counts against, and the
 [server] keys that bound connections."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from efd import config
-from efd.app import fit_open_files, reserved_files
-from efd.server import address_key
+from efd.daemon import fit_open_files, reserved_files
+from efd.http.server import address_key
 
 
 @pytest.mark.parametrize(

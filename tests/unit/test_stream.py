@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from efd.stream import Hub
+from efd.observe.stream import Hub
 
 
 class Clock:

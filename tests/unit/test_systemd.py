@@ -1,4 +1,4 @@
-"""efd/systemd.py: reading systemd's environment, and the datagrams it sends."""
+"""efd/observe/systemd.py: reading systemd's environment, and the datagrams it sends."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from efd.app import _reload
-from efd.systemd import Notifier
+from efd.daemon import _reload
+from efd.observe.systemd import Notifier
 
 
 def test_without_notify_socket_nothing_is_sent_and_nothing_fails() -> None:
@@ -47,7 +47,7 @@ def test_an_abstract_socket_name_starts_with_a_nul() -> None:
 
 
 class _FailingDaemon:
-    """A daemon whose reload breaks part-way (what efd.app._reload does then is under test)."""
+    """A daemon whose reload breaks part-way (what efd.daemon._reload does then is under test)."""
 
     computations: list[object] = []
 

@@ -1,0 +1,1 @@
+"""Delivery: the dispatcher that claims and records, and the sender that POSTs."""

@@ -1,0 +1,384 @@
+"""The HTTP client that POSTs webhooks: exact timeouts, verified TLS, the address guard.
+
+`Sender` sends in this process; `SenderPool` has sender processes (efd/processes/pool.py) run
+`SenderChild`, each its own Sender, so the sending runs on the machine's other cores. Both
+are the dispatcher's `Rounds`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import ssl
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from aiohappyeyeballs import AddrInfoType
+from yarl import URL
+
+from efd.processes.pool import LOST, Pool
+from efd.rules import netguard, webhooks
+from efd.rules.retry import (
+    AttemptResult,
+    Verdict,
+    classify_error,
+    classify_status,
+    parse_retry_after,
+)
+from efd.rules.webhooks import Route
+
+log = logging.getLogger(__name__)
+
+_GUARD_TAG = "efd address guard"
+# Read at most this much of a response: enough to see it is complete, never a memory risk.
+_MAX_RESPONSE_BYTES = 1 << 20
+
+
+class BlockedAddress(OSError):
+    """Raised inside the connector when the resolved peer address is not allowed."""
+
+
+def _blocked_reason(error: BaseException) -> str | None:
+    """The address guard's message, if the guard is why this connection failed."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        text = str(current)
+        if isinstance(current, BlockedAddress) or _GUARD_TAG in text:
+            return text[text.find(_GUARD_TAG) :] if _GUARD_TAG in text else text
+        current = getattr(current, "os_error", None) or current.__cause__
+    return None
+
+
+class Sender:
+    """One aiohttp session for all hooks. Concurrency is gated by the dispatcher before a
+    request starts, so the pool never makes a request wait and the timeout is the
+    receiver's time alone."""
+
+    def __init__(
+        self,
+        *,
+        timeout: float,
+        allowed_networks: Sequence[str],
+        ca_file: str | None = None,
+        response_head_bytes: int = 512,
+    ) -> None:
+        self.timeout = timeout
+        self._allowed = netguard.parse_networks(allowed_networks)
+        self._head_bytes = response_head_bytes
+        self._ssl = ssl.create_default_context()
+        if ca_file:
+            self._ssl.load_verify_locations(cafile=ca_file)
+        self._session: aiohttp.ClientSession | None = None
+        self._urls: dict[str, URL] = {}  # each hook's URL parsed once, not per request
+
+    def _guarded_socket(self, addr_info: AddrInfoType) -> socket.socket:
+        family, type_, proto, _, address = addr_info
+        reason = netguard.check(str(address[0]), self._allowed)
+        if reason is not None:
+            raise BlockedAddress(f"{_GUARD_TAG}: {reason} is not allowed")
+        return socket.socket(family=family, type=type_, proto=proto)
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(
+            limit=0,
+            ssl=self._ssl,
+            socket_factory=self._guarded_socket,
+            ttl_dns_cache=30,
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            # One deadline for connect, send and the whole answer. aiohttp rounds timeouts
+            # of ceil_threshold seconds or more up to the next second; a huge threshold
+            # keeps 5 s exact. Concurrency is gated before a request, so no part of the
+            # deadline is spent waiting for a pooled connection.
+            timeout=aiohttp.ClientTimeout(
+                total=self.timeout, connect=None, sock_read=None, ceil_threshold=1e9
+            ),
+            trust_env=False,  # never route webhooks through an ambient proxy
+            # A webhook carries no session: cookies a receiver sets are neither kept nor
+            # sent back (and the jar's per-request filtering is not paid).
+            cookie_jar=aiohttp.DummyCookieJar(),
+            auto_decompress=False,
+            skip_auto_headers=("Accept-Encoding", "Accept"),
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def send_round(
+        self, route: Route, urls: Sequence[str], body: str, webhook_id: str
+    ) -> list[AttemptResult]:
+        """One round: the same signed body POSTed at once to each of `urls` (a subset of
+        the route's hooks). Standard Webhooks' timestamp is this attempt's."""
+        data = body.encode("utf-8")
+        headers = webhooks.request_headers(
+            user_agent=route.user_agent,
+            secret=route.secret,
+            body=data,
+            static={},
+            webhook_id=webhook_id,
+            timestamp=int(time.time()),
+            standard_secrets=route.standard_secrets,
+        )
+        hooks = [(url, static) for url, static in route.hooks if url in urls]
+        if len(hooks) == 1:  # the common case, without gather's task per request
+            url, static = hooks[0]
+            return [await self.post(url, data, {**static, **headers})]
+        return list(
+            await asyncio.gather(
+                *(self.post(url, data, {**static, **headers}) for url, static in hooks)
+            )
+        )
+
+    async def post(self, url: str, body: bytes, headers: dict[str, str]) -> AttemptResult:
+        """POST once; never raises for anything the receiver or network does."""
+        assert self._session is not None, "Sender.start() was not awaited"
+        started_at = time.time()
+        clock = time.monotonic()
+        status: int | None = None
+        head: bytes | None = None
+        retry_after_header: str | None = None
+        try:
+            target = self._urls.get(url)
+            if target is None:
+                if len(self._urls) >= 4096:  # hooks come and go with reloads
+                    self._urls.clear()
+                try:
+                    target = self._urls[url] = URL(url)
+                except ValueError as error:  # as aiohttp reports a URL it cannot parse
+                    raise aiohttp.InvalidURL(url) from error
+            async with self._session.post(
+                target, data=body, headers=headers, allow_redirects=False
+            ) as response:
+                status = response.status
+                retry_after_header = response.headers.get("Retry-After")
+                head = await response.content.read(self._head_bytes)
+                # A complete answer means the whole body arrived within the timeout.
+                remaining = _MAX_RESPONSE_BYTES
+                while (
+                    remaining > 0
+                    and not response.content.at_eof()
+                    and (chunk := await response.content.read(65536))
+                ):
+                    remaining -= len(chunk)
+        except TimeoutError:
+            return self._error(
+                url, started_at, clock, "timeout", f"no complete answer in {self.timeout:g} s"
+            )
+        except aiohttp.ClientConnectorCertificateError as error:
+            return self._error(
+                url, started_at, clock, "tls", f"certificate rejected: {error.certificate_error}"
+            )
+        except aiohttp.ClientConnectorDNSError as error:
+            return self._error(url, started_at, clock, "dns", str(error.os_error))
+        except aiohttp.ClientConnectorError as error:
+            if blocked := _blocked_reason(error):
+                return self._error(url, started_at, clock, "blocked", blocked)
+            if isinstance(error, aiohttp.ClientSSLError):
+                return self._error(
+                    url, started_at, clock, "connect", f"TLS handshake failed: {error}"
+                )
+            return self._error(url, started_at, clock, "connect", str(error.os_error or error))
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientConnectionResetError) as error:
+            return self._error(url, started_at, clock, "reset", str(error) or type(error).__name__)
+        except aiohttp.InvalidURL as error:
+            return self._error(url, started_at, clock, "invalid_url", str(error))
+        except (aiohttp.ClientPayloadError, aiohttp.ClientResponseError) as error:
+            return self._error(url, started_at, clock, "protocol", str(error))
+        except aiohttp.ClientError as error:
+            return self._error(
+                url, started_at, clock, "connect", str(error) or type(error).__name__
+            )
+        except OSError as error:
+            if blocked := _blocked_reason(error):
+                return self._error(url, started_at, clock, "blocked", blocked)
+            return self._error(url, started_at, clock, "connect", str(error))
+        except (ValueError, TypeError, UnicodeError) as error:
+            # The request could not be built (a header aiohttp refuses, say): final for
+            # this hook, and only for it; the round's other hooks keep their answers.
+            return self._error(url, started_at, clock, "invalid_request", str(error))
+        except Exception as error:
+            log.exception("sending to %s failed inside efd", webhooks.redact_url(url))
+            return self._error(url, started_at, clock, "internal", repr(error))
+        duration = time.monotonic() - clock
+        verdict = classify_status(status)
+        retry_after = None
+        if verdict is Verdict.RETRY:
+            retry_after = parse_retry_after(retry_after_header, time.time())
+        return AttemptResult(
+            hook_url=url,
+            started_at=started_at,
+            duration=duration,
+            verdict=verdict,
+            status_code=status,
+            # A receiver may echo the URL it was called at: its credentials stay hidden.
+            response_head=webhooks.scrub((head or b"").decode("utf-8", "replace"), url),
+            retry_after=retry_after,
+        )
+
+    def _error(
+        self, url: str, started_at: float, clock: float, error_class: str, message: str
+    ) -> AttemptResult:
+        return AttemptResult(
+            hook_url=url,
+            started_at=started_at,
+            duration=time.monotonic() - clock,
+            verdict=classify_error(error_class),
+            error_class=error_class,
+            # aiohttp names the URL in some errors (an answer it cannot parse, say).
+            error=webhooks.scrub(message, url)[:500],
+        )
+
+
+# -- sender processes ------------------------------------------------------------------------
+
+_INTERRUPTED = "the sender process exited before the answer; the outcome is unknown"
+
+ResultTuple = tuple[
+    str, float, float, str, int | None, str | None, str | None, str | None, float | None
+]
+
+
+def _to_tuple(r: AttemptResult) -> ResultTuple:
+    return (
+        r.hook_url,
+        r.started_at,
+        r.duration,
+        r.verdict.value,
+        r.status_code,
+        r.error_class,
+        r.error,
+        r.response_head,
+        r.retry_after,
+    )
+
+
+_VERDICTS = {verdict.value: verdict for verdict in Verdict}  # a lookup, not Enum's __call__
+
+
+def _from_tuple(t: ResultTuple) -> AttemptResult:
+    url, started_at, duration, verdict, status, error_class, error, head, retry_after = t
+    return AttemptResult(
+        url, started_at, duration, _VERDICTS[verdict], status, error_class, error, head, retry_after
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SenderOptions:
+    timeout: float
+    allowed_networks: tuple[str, ...]
+    ca_file: str | None
+    response_head_bytes: int
+
+    def sender(self) -> Sender:
+        return Sender(
+            timeout=self.timeout,
+            allowed_networks=self.allowed_networks,
+            ca_file=self.ca_file,
+            response_head_bytes=self.response_head_bytes,
+        )
+
+
+class SenderChild:
+    """A sender process's handler (efd/processes/pool.py): rounds by destination name, answered
+    as plain tuples."""
+
+    def __init__(self, setup: dict[str, Any]) -> None:
+        self._routes: dict[str, Route] = {route.name: route for route in setup["routes"]}
+        self._sender = setup["options"].sender()
+
+    async def start(self) -> None:
+        await self._sender.start()
+
+    def configure(self, update: dict[str, Any]) -> None:
+        if "routes" in update:  # rounds in flight keep the Route they started with
+            self._routes = {route.name: route for route in update["routes"]}
+
+    async def __call__(
+        self, destination: str, urls: tuple[str, ...], body: str, webhook_id: str
+    ) -> Any:
+        try:
+            results = await self._sender.send_round(
+                self._routes[destination], urls, body, webhook_id
+            )
+        except Exception as error:  # a bug, not the network: report it, keep serving
+            log.exception("sending a round to %s failed", destination)
+            now = time.time()
+            results = [
+                AttemptResult(
+                    url,
+                    now,
+                    0.0,
+                    Verdict.RETRY,
+                    error_class="internal",
+                    error=webhooks.scrub(repr(error), url),
+                )
+                for url in urls
+            ]
+        return [_to_tuple(r) for r in results]
+
+    async def close(self) -> None:
+        await self._sender.close()
+
+
+class SenderPool:
+    """The dispatcher's `Rounds` when rounds are sent by sender processes."""
+
+    def __init__(
+        self,
+        *,
+        processes: int,
+        options: SenderOptions,
+        routes: Sequence[Route],
+        log_level: str,
+        log_format: str,
+    ) -> None:
+        self._pool = Pool(
+            "sender",
+            processes,
+            "efd.delivery.sender:SenderChild",
+            {"options": options, "routes": list(routes)},
+            log_level=log_level,
+            log_format=log_format,
+        )
+
+    @property
+    def pids(self) -> list[int]:
+        return self._pool.pids
+
+    async def start(self) -> None:
+        await self._pool.start()
+
+    async def close(self, timeout: float) -> None:
+        await self._pool.close(timeout)
+
+    async def reload(self, routes: Sequence[Route], log_level: str) -> None:
+        await self._pool.configure({"routes": list(routes), "log_level": log_level})
+
+    async def send_round(
+        self, route: Route, urls: Sequence[str], body: str, webhook_id: str
+    ) -> list[AttemptResult]:
+        sent_at = time.time()
+        results = await self._pool.call(route.name, tuple(urls), body, webhook_id)
+        if results is LOST:  # the process died mid-round: nobody knows what the receivers saw
+            duration = time.time() - sent_at
+            return [
+                AttemptResult(
+                    url,
+                    sent_at,
+                    duration,
+                    Verdict.RETRY,
+                    error_class="interrupted",
+                    error=_INTERRUPTED,
+                )
+                for url in urls
+            ]
+        return [_from_tuple(r) for r in results]

@@ -1,0 +1,1 @@
+"""The HTTP side: the server, its routes and what guards them."""

@@ -1,0 +1,231 @@
+"""The admin API: what happened to a message, which deliveries match, send them again.
+
+    GET  /admin/messages/{source}/{messageId}   the message, its deliveries and attempts
+    GET  /admin/deliveries?…                    filtered, newest first, by cursor
+    POST /admin/redrive                         failed/expired -> pending, fresh window
+    POST /admin/replay                          a message again, as new deliveries
+    POST /admin/discard                         pending -> discarded, for a destination
+                                                no longer configured
+    GET  /openapi.json                          the API's description (no token needed)
+
+Bearer [server] admin_token (server.require_admin). The rules and the JSON shapes are
+efd/rules/selection.py's, shared with the CLI; the SQL is efd/store/operations.py's. A redrive or
+a replay wakes this process's dispatcher at once (PostgreSQL's NOTIFY wakes the others).
+
+A redrive reads the ids it moves, then moves them REDRIVE_CHUNK at a time, each chunk its
+own job for the writer thread: ingestion's commits run between them, so a redrive of
+millions never stalls it. The answer counts every delivery moved; should the store fail
+part-way, the 503 says how many were moved before it did.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+from sqlalchemy.exc import SQLAlchemyError
+
+from efd import __version__
+from efd.config import Settings
+from efd.http import openapi, server
+from efd.http.server import error_response, json_response
+from efd.rules import jsonjs, selection
+from efd.store import operations
+from efd.store.operations import OperationsStore
+from efd.store.runner import AsyncStore
+
+log = logging.getLogger(__name__)
+
+# The bodies are a handful of fields of at most selection.MAX_TEXT characters each, which
+# JSON may escape to twelve bytes a character.
+MAX_BODY_BYTES = 64 * 1024
+
+
+def _invalid(error: selection.Invalid) -> web.Response:
+    return json_response(
+        {"success": False, "code": error.code, "message": error.message, "field": error.field},
+        error.status,
+    )
+
+
+def _unavailable(error: SQLAlchemyError) -> web.Response:
+    log.error("admin API: the store is unavailable: %s", str(error).splitlines()[0][:200])
+    return error_response("storage_unavailable", "the store is unavailable; retry", 503)
+
+
+class AdminApi:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        db: AsyncStore,
+        operations: OperationsStore,
+        on_due: Callable[[], None],
+    ) -> None:
+        self._settings = settings
+        self._db = db
+        self._ops = operations
+        self._on_due = on_due  # new work is due now: the dispatcher's notify
+        self._openapi = json.dumps(openapi.document(__version__)).encode()
+
+    def reload(self, settings: Settings) -> None:
+        self._settings = settings
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/admin/messages/{source}/{message_id}", self._admin(self._message)),
+            web.get("/admin/deliveries", self._admin(self._deliveries)),
+            web.post("/admin/redrive", self._admin(self._redrive)),
+            web.post("/admin/replay", self._admin(self._replay)),
+            web.post("/admin/discard", self._admin(self._discard)),
+            web.get("/openapi.json", self._openapi_json),
+        ]
+
+    async def _openapi_json(self, _request: web.Request) -> web.Response:
+        return web.Response(body=self._openapi, content_type="application/json")
+
+    def _admin(
+        self, handler: Callable[[web.Request], Awaitable[web.Response]]
+    ) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def checked(request: web.Request) -> web.Response:
+            refused = server.require_admin(self._settings, request)
+            if refused is not None:
+                return refused
+            try:
+                return await handler(request)
+            except selection.Invalid as error:
+                return _invalid(error)
+            except SQLAlchemyError as error:
+                return _unavailable(error)
+
+        return checked
+
+    @property
+    def _window(self) -> float:
+        return self._settings.delivery.retry_window_seconds
+
+    @property
+    def _configured(self) -> set[str]:
+        return {d.name for d in self._settings.destinations}
+
+    async def _body(self, request: web.Request) -> Any:
+        raw = await server.read_body(request, MAX_BODY_BYTES)
+        if not raw.strip():
+            return {}
+        try:
+            return jsonjs.loads(raw)
+        except jsonjs.TooDeep:
+            raise selection.Invalid("body", "the body is nested too deeply", "too_deep") from None
+        except (ValueError, UnicodeDecodeError) as error:
+            raise selection.Invalid(
+                "body", f"the body is not valid JSON: {error}", "invalid_json"
+            ) from None
+
+    async def _message(self, request: web.Request) -> web.Response:
+        source = selection.text(request.match_info["source"], "source")
+        message_id = selection.text(request.match_info["message_id"], "messageId")
+        found = await self._db.read(self._ops.message, source, message_id)
+        if found is None:
+            return error_response(
+                "not_found", f"no message {message_id!r} from source {source!r} is stored", 404
+            )
+        return json_response(selection.message_json(found, self._window))
+
+    async def _deliveries(self, request: web.Request) -> web.Response:
+        params: dict[str, str] = {}
+        for key, value in request.query.items():
+            if key in params:
+                raise selection.Invalid(key, f"{key} is given more than once")
+            params[key] = value
+        query, limit, cursor = selection.list_query(params, time.time())
+        found = await self._db.read(self._ops.deliveries, query, limit=limit + 1, before=cursor)
+        return json_response(selection.page_json(found, limit, self._window))
+
+    async def _redrive(self, request: web.Request) -> web.Response:
+        query, dry_run = selection.redrive_query(
+            await self._body(request), time.time(), self._configured
+        )
+        if dry_run:
+            return json_response({"count": await self._db.read(self._ops.count_redrivable, query)})
+        ids = await self._db.read(self._ops.redrivable_ids, query)
+        size, now, count = operations.REDRIVE_CHUNK, time.time(), 0
+        try:
+            for start in range(0, len(ids), size):
+                moved = await self._db.write(
+                    self._ops.redrive_ids, query, ids[start : start + size], now
+                )
+                count += moved
+                if moved:
+                    self._on_due()  # the first chunks go out while the rest are moved
+        except SQLAlchemyError as error:
+            log.error(
+                "redrive stopped after %d deliveries: the store is unavailable: %s",
+                count,
+                str(error).splitlines()[0][:200],
+            )
+            return json_response(
+                {
+                    "success": False,
+                    "code": "storage_unavailable",
+                    "message": f"the store is unavailable; {count} deliveries were redriven "
+                    "before it failed: redrive again to move the rest",
+                    "count": count,
+                },
+                503,
+            )
+        if count:
+            log.info("redrive: %d deliveries are due again", count)
+        return json_response({"count": count})
+
+    async def _discard(self, request: web.Request) -> web.Response:
+        query, dry_run = selection.discard_query(
+            await self._body(request), time.time(), self._configured
+        )
+        if dry_run:
+            return json_response({"count": await self._db.read(self._ops.count_discardable, query)})
+        count = 0
+        now = time.time()
+        while marked := await self._db.write(
+            self._ops.discard, query, now, selection.DISCARD_CHUNK
+        ):
+            count += marked
+            if marked < selection.DISCARD_CHUNK:
+                break
+        if count:
+            log.info(
+                "discard: %d pending deliveries to %s, which is not configured, are discarded",
+                count,
+                query.destinations[0],
+            )
+        return json_response({"count": count})
+
+    async def _replay(self, request: web.Request) -> web.Response:
+        source, message_id, destination = selection.replay_request(await self._body(request))
+        found = await self._db.read(self._ops.replay_sources, source, message_id)
+        if found is None:
+            return error_response(
+                "not_found", f"no message {message_id!r} from source {source!r} is stored", 404
+            )
+        pk, kept, originals = found
+        if not kept:
+            return error_response(
+                "message_purged",
+                "a deletion request purged this message's payload; it cannot be sent again",
+                409,
+            )
+        targets = selection.replay_targets(originals, destination, self._configured)
+        created = await self._db.write(self._ops.replay, pk, targets, time.time())
+        log.info(
+            "replay of message %s from %s to %s",
+            message_id,
+            source,
+            ", ".join(name for _, name in created),
+        )
+        self._on_due()
+        return json_response(
+            {"deliveries": [{"id": i, "destination": name} for i, name in created]}, 201
+        )

@@ -1,0 +1,255 @@
+"""What is happening now: endpoint health, the live stream, and the web console.
+
+    GET /admin/destinations   per destination: backlog; per hook: circuit, last error,
+                              attempts, success rate and p50/p99 over 1 h and 24 h; then
+                              each destination not configured that has pending deliveries
+    GET /admin/stream         server-sent events: `message`, `attempt`, `sampled`
+    GET /console              the web console (static files in efd/http/console/)
+
+Bearer [server] admin_token (server.require_admin) for the two APIs. The console's page
+holds no data, but it is off like them (403 with the reason) while no token is set.
+
+A stream was authorised by the token of its start: a reload that changes or removes the
+token ends every open stream (a stream stalled on a client that does not read is cut off),
+so that the subscriber has to show the new token. At most stream.MAX_SUBSCRIBERS streams are
+open at once; one more is answered 503 `too_many_streams`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from importlib import resources
+from typing import Any
+
+from aiohttp import web
+from sqlalchemy.exc import SQLAlchemyError
+
+from efd.config import Settings
+from efd.http import server
+from efd.http.server import error_response, json_response
+from efd.observe.stream import Hub
+from efd.rules import webhooks
+from efd.rules.circuit import Circuits
+from efd.rules.selection import iso
+from efd.store.health import HealthStore, WindowStats
+from efd.store.runner import AsyncStore
+
+log = logging.getLogger(__name__)
+
+WINDOWS = (("1h", 3600.0), ("24h", 86400.0))
+KEEPALIVE = 15.0  # seconds between comments on a quiet stream, so proxies keep it open
+_CHECK = 1.0  # seconds between looks at whether a quiet stream's client is still there
+_ASSETS = {
+    "console.js": "text/javascript",
+    "console.css": "text/css",
+}
+
+
+def _window_json(stats: WindowStats | None) -> dict[str, Any]:
+    if stats is None or stats.attempts == 0:
+        return {"attempts": 0, "successRate": None, "p50Ms": None, "p99Ms": None}
+    return {
+        "attempts": stats.attempts,
+        "successRate": round(stats.successes / stats.attempts, 4),
+        "p50Ms": None if stats.p50_ms is None else round(stats.p50_ms, 3),
+        "p99Ms": None if stats.p99_ms is None else round(stats.p99_ms, 3),
+    }
+
+
+def _asset(name: str) -> bytes:
+    return resources.files("efd").joinpath("console", name).read_bytes()
+
+
+class LiveApi:
+    def __init__(self, settings: Settings, *, db: AsyncStore, hub: Hub, circuits: Circuits) -> None:
+        self._settings = settings
+        self._db = db
+        self._health = HealthStore(db.store)
+        self._hub = hub
+        self._circuits = circuits
+        self._streams: set[asyncio.Transport] = set()  # connections of open streams
+
+    def reload(self, settings: Settings) -> None:
+        changed = settings.server.admin_token != self._settings.server.admin_token
+        self._settings = settings
+        if changed and self._streams:
+            log.info(
+                "admin token changed: ending %d open streams of GET /admin/stream",
+                len(self._streams),
+            )
+            self._hub.close()
+            for transport in list(self._streams):
+                # Blocked writing to a client that does not read: it would not see the end.
+                if transport.get_write_buffer_size():
+                    transport.abort()
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/admin/destinations", self._destinations),
+            web.get("/admin/stream", self._stream),
+            web.get("/console", self._console),
+            web.get("/console/{asset}", self._console_asset),
+        ]
+
+    # -- health --------------------------------------------------------------------------
+
+    async def _destinations(self, request: web.Request) -> web.Response:
+        refused = server.require_admin(self._settings, request)
+        if refused is not None:
+            return refused
+        now = time.time()
+        # Each hook as the attempts table names it (its label: credentials and query values
+        # hidden), for the circuit lookups its configured URL.
+        labels = {
+            d.name: webhooks.hook_labels(hook.url for hook in d.hooks)
+            for d in self._settings.destinations
+        }
+        hooks = {label for named in labels.values() for label in named.values()}
+        try:
+            backlog = await self._db.read(self._health.backlog)
+            windows = {
+                label: await self._db.read(self._health.window, list(hooks), now - seconds)
+                for label, seconds in WINDOWS
+            }
+            errors = await self._db.read(self._health.last_errors, list(hooks), now - 86400)
+        except SQLAlchemyError as error:
+            log.error("admin API: the store is unavailable: %s", str(error).splitlines()[0][:200])
+            return error_response("storage_unavailable", "the store is unavailable; retry", 503)
+        result = []
+        for destination in self._settings.destinations:
+            pending, oldest = backlog.get(destination.name, (0, None))
+            hook_list = []
+            for hook in destination.hooks:
+                url = labels[destination.name][hook.url]
+                last = errors.get(url)
+                hook_list.append(
+                    {
+                        "url": url,
+                        "circuit": "open" if self._circuits.is_open(hook.url) else "closed",
+                        # Redacted again: attempts written before errors were scrubbed.
+                        "lastError": None if last is None else webhooks.redact_urls(last.error),
+                        "lastErrorAt": None if last is None else iso(last.at),
+                        "window": {
+                            label: _window_json(windows[label].get(url)) for label, _ in WINDOWS
+                        },
+                    }
+                )
+            result.append(
+                {
+                    "name": destination.name,
+                    "configured": True,
+                    "backlog": pending,
+                    "oldestPendingAt": iso(oldest),
+                    "hooks": hook_list,
+                }
+            )
+        # Removed from the configuration with deliveries still pending: never sent, until
+        # it is configured again or an operator discards them.
+        configured = {d.name for d in self._settings.destinations}
+        for name in sorted(backlog):
+            pending, oldest = backlog[name]
+            if name not in configured and pending:
+                result.append(
+                    {
+                        "name": name,
+                        "configured": False,
+                        "backlog": pending,
+                        "oldestPendingAt": iso(oldest),
+                        "hooks": [],
+                    }
+                )
+        return json_response({"destinations": result})
+
+    # -- stream --------------------------------------------------------------------------
+
+    async def _stream(self, request: web.Request) -> web.StreamResponse:
+        refused = server.require_admin(self._settings, request)
+        if refused is not None:
+            return refused
+        transport = request.transport
+
+        def drop() -> None:
+            log.info("admin stream: a subscriber fell behind and was dropped")
+            if transport is not None:
+                transport.abort()
+
+        subscriber = self._hub.subscribe(drop)
+        if subscriber is None:
+            return error_response(
+                "too_many_streams",
+                f"the live stream has as many subscribers as it takes "
+                f"({self._hub.max_subscribers}); close one, or retry later",
+                503,
+            )
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-store",
+                "X-Accel-Buffering": "no",  # nginx: pass each event on at once
+            }
+        )
+        response.force_close()  # the connection ends with the stream
+        if transport is not None:
+            self._streams.add(transport)
+        try:
+            await response.prepare(request)
+            await response.write(b": efd live stream\n\n")
+            quiet_since = time.monotonic()
+            while (items := await subscriber.next(_CHECK)) is not None:
+                if not items:
+                    # aiohttp does not cancel a handler whose client left: look for it.
+                    if transport is None or transport.is_closing():
+                        break
+                    if time.monotonic() - quiet_since >= KEEPALIVE:
+                        await response.write(b": keepalive\n\n")
+                        quiet_since = time.monotonic()
+                    continue
+                quiet_since = time.monotonic()
+                chunk = "".join(f"event: {kind}\ndata: {data}\n\n" for kind, data in items)
+                await response.write(chunk.encode())
+        except ConnectionError:
+            return response  # the subscriber went away, or was dropped
+        finally:
+            self._hub.unsubscribe(subscriber)
+            if transport is not None:
+                self._streams.discard(transport)
+        with contextlib.suppress(ConnectionError):
+            await response.write_eof()  # closed by the daemon's shutdown
+        return response
+
+    # -- console -------------------------------------------------------------------------
+
+    async def _console(self, _request: web.Request) -> web.Response:
+        if self._settings.server.admin_token is None:
+            return error_response(
+                "admin_api_disabled",
+                "the console is off: set [server] admin_token to turn it on",
+                403,
+            )
+        response = web.Response(body=_asset("console.html"), content_type="text/html")
+        response.headers["Cache-Control"] = "no-store"
+        response.headers["Content-Security-Policy"] = (
+            "default-src 'self'; script-src 'self'; style-src 'self'; "
+            "connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'"
+        )
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        return response
+
+    async def _console_asset(self, request: web.Request) -> web.Response:
+        name = request.match_info["asset"]
+        if self._settings.server.admin_token is None:
+            return error_response(
+                "admin_api_disabled",
+                "the console is off: set [server] admin_token to turn it on",
+                403,
+            )
+        content_type = _ASSETS.get(name)
+        if content_type is None:
+            return error_response("not_found", f"no console file {name!r}", 404)
+        response = web.Response(body=_asset(name), content_type=content_type)
+        response.headers["Cache-Control"] = "no-store"
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        return response

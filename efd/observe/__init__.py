@@ -1,0 +1,1 @@
+"""What operators see: logs, metrics, the live stream, systemd notifications."""

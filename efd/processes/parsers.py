@@ -1,0 +1,74 @@
+"""Parser processes: large ingestion bodies turned into rows on the machine's other cores.
+
+`ParserPool` is ingestion's `Parsers` (efd/http/ingest.py): JSON, validation, routing and the
+exact webhook body run in child processes (efd/processes/pool.py) for bodies over 8 KiB; the
+daemon checks the write key, stores the rows and answers. Parsing is pure, so a request
+whose process died is simply parsed again in the daemon.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from efd.processes.pool import LOST, Pool
+from efd.rows import NewMessage
+from efd.rules.payload import ChildParser, from_child
+
+# (write key, name, destinations) of each source: what a parser process knows of them.
+SourceList = Sequence[tuple[str, str, tuple[str, ...]]]
+
+
+class ParserChild:
+    """A parser process's handler: ChildParser, called as the pool calls."""
+
+    def __init__(self, setup: dict[str, Any]) -> None:
+        self._parse = ChildParser(setup["sources"])
+
+    async def start(self) -> None:
+        pass
+
+    def configure(self, update: dict[str, Any]) -> None:
+        if "sources" in update:
+            self._parse = ChildParser(update["sources"])
+
+    async def __call__(
+        self, data: bytes, source: str | None, type_: str | None, received_at: float
+    ) -> tuple[Any, ...]:
+        return self._parse(data, source, type_, received_at)
+
+    async def close(self) -> None:
+        pass
+
+
+class ParserPool:
+    def __init__(
+        self, *, processes: int, sources: SourceList, log_level: str, log_format: str
+    ) -> None:
+        self._pool = Pool(
+            "parser",
+            processes,
+            "efd.processes.parsers:ParserChild",
+            {"sources": list(sources)},
+            log_level=log_level,
+            log_format=log_format,
+        )
+
+    @property
+    def pids(self) -> list[int]:
+        return self._pool.pids
+
+    async def start(self) -> None:
+        await self._pool.start()
+
+    async def close(self, timeout: float) -> None:
+        await self._pool.close(timeout)
+
+    async def reload(self, sources: SourceList, log_level: str) -> None:
+        await self._pool.configure({"sources": list(sources), "log_level": log_level})
+
+    async def parse(
+        self, data: bytes, source: str | None, type_: str | None, received_at: float
+    ) -> tuple[str, list[NewMessage]] | None:
+        result = await self._pool.call(data, source, type_, received_at)
+        return None if result is LOST else from_child(result)

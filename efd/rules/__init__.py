@@ -1,0 +1,1 @@
+"""Pure rules: validation, routing, body shaping, signing, retry, filters (no I/O)."""

@@ -1,0 +1,41 @@
+"""Destination filters: Segment's Filter Query Language (FQL) and the actions it guards.
+
+`fql` parses text into a tree, `evaluate` compiles a tree into closures over a message,
+`actions` applies a destination's filters (sample, drop, drop_fields, allow_fields) to one
+message. All of it is pure. The reference is docs/filters.md.
+"""
+
+from efd.rules.filters.actions import (
+    ACTIONS,
+    FIELD_OBJECTS,
+    Action,
+    Condition,
+    Filter,
+    Filtered,
+    FilterSet,
+    apply_filters,
+    parse_field_path,
+    sample_point,
+)
+from efd.rules.filters.evaluate import compile_condition, compile_node, evaluate
+from efd.rules.filters.fql import FqlError, Node, parse, to_fql
+
+__all__ = [
+    "ACTIONS",
+    "FIELD_OBJECTS",
+    "Action",
+    "Condition",
+    "Filter",
+    "FilterSet",
+    "Filtered",
+    "FqlError",
+    "Node",
+    "apply_filters",
+    "compile_condition",
+    "compile_node",
+    "evaluate",
+    "parse",
+    "parse_field_path",
+    "sample_point",
+    "to_fql",
+]

@@ -1,0 +1,1 @@
+"""Background services: periodic jobs and the deletion-request runner."""

@@ -1,0 +1,212 @@
+"""The coarse periodic jobs: retention, and the audience and computed trait syncs.
+
+APScheduler runs them (memory job store), and each runs once per cluster per interval:
+a process runs a job only after advancing its row in the `jobs` table, which one process
+wins (efd/store/queue.py, claim_job).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from apscheduler.jobstores.base import JobLookupError
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from sqlalchemy.exc import SQLAlchemyError
+
+from efd.config import Settings
+from efd.observe.metrics import Metrics
+from efd.personas.sync import (
+    AUDIENCE,
+    TRAIT,
+    Computation,
+    SyncResult,
+    longest_lookback,
+    run_sync,
+)
+from efd.store.computations import ComputationsStore
+from efd.store.profiles import ProfilesStore
+from efd.store.runner import AsyncStore
+
+log = logging.getLogger(__name__)
+
+RETENTION_EVERY = 600.0  # seconds
+_RETENTION_BATCH = 1000
+_FIRST_SYNC_DELAY = 1.0  # seconds after start-up
+_EVENT_MARGIN = 3600.0  # events are kept this much longer than the longest lookback
+
+
+def computations(settings: Settings) -> list[Computation]:
+    """The audiences and computed traits of a configuration."""
+    found = [
+        Computation(AUDIENCE, a.name, a.condition, tuple(a.destinations), a.sync_interval_seconds)
+        for a in settings.audiences
+    ]
+    found += [
+        Computation(TRAIT, t.name, t.expression, tuple(t.destinations), t.sync_interval_seconds)
+        for t in settings.computed_traits
+    ]
+    return found
+
+
+class Periodic:
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        db: AsyncStore,
+        computations: list[Computation],
+        computations_store: ComputationsStore,
+        profiles: ProfilesStore,
+        metrics: Metrics,
+        owner: str,
+        on_sent: Callable[[], None],
+    ) -> None:
+        self._settings = settings
+        self._db = db
+        self.computations = computations
+        self._computations = computations_store
+        self._profiles = profiles
+        self._metrics = metrics
+        self._owner = owner
+        self._on_sent = on_sent
+        self._sync_locks: dict[str, asyncio.Lock] = {}
+        self._sync_tasks: set[asyncio.Task[Any]] = set()
+        self._scheduler: AsyncIOScheduler | None = None
+
+    def start(self) -> None:
+        scheduler = self._scheduler = AsyncIOScheduler()
+        scheduler.add_job(
+            self.retention,
+            "interval",
+            seconds=RETENTION_EVERY,
+            id="retention",
+            misfire_grace_time=60,
+        )
+        self._schedule_syncs()
+        scheduler.start()
+
+    def _schedule_syncs(self) -> None:
+        assert self._scheduler is not None
+        first = datetime.now(UTC) + timedelta(seconds=_FIRST_SYNC_DELAY)
+        for computation in self.computations:
+            self._scheduler.add_job(
+                self._sync_job,
+                "interval",
+                seconds=computation.interval,
+                args=[computation],
+                id=f"sync:{computation.store_key}",
+                next_run_time=first,
+                misfire_grace_time=max(60, math.ceil(computation.interval)),
+                coalesce=True,
+                replace_existing=True,
+            )
+
+    def reload(self, settings: Settings, found: list[Computation]) -> None:
+        """Take the configuration's audiences and computed traits: each is synced on its
+        own interval from now on (first about a second from now; the jobs table still
+        keeps it to once per cluster per interval). A sync running now finishes."""
+        assert self._scheduler is not None
+        self._settings = settings
+        for computation in self.computations:
+            with contextlib.suppress(JobLookupError):
+                self._scheduler.remove_job(f"sync:{computation.store_key}")
+        self.computations = found
+        self._schedule_syncs()
+
+    async def stop(self) -> None:
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=False)
+        for task in list(self._sync_tasks):
+            task.cancel()  # each committed chunk is consistent; the next sync carries on
+        if self._sync_tasks:
+            await asyncio.wait(list(self._sync_tasks))
+
+    # -- retention ------------------------------------------------------------------------
+
+    async def retention(self) -> None:
+        store = self._db.store
+        now = time.time()
+        if not await self._db.write(
+            store.claim_job, "retention", interval=RETENTION_EVERY, owner=self._owner, now=now
+        ):
+            return  # another process of the cluster has this turn
+        days = self._settings.storage.retention_days
+        # Small batches, each its own transaction, so ingestion never waits long.
+        total = await self._in_batches(store.purge_finished, now - days * 86400)
+        if total:
+            log.info("retention: purged %d messages older than %s days", total, days)
+        # Events: kept as long as the longest lookback needs; forever when one has none.
+        lookback = longest_lookback(self.computations)
+        if lookback is None:
+            return
+        total = await self._in_batches(self._profiles.purge_events, now - lookback - _EVENT_MARGIN)
+        if total:
+            log.info("retention: purged %d events beyond the longest lookback", total)
+
+    async def _in_batches(self, purge: Callable[[float, int], int], before: float) -> int:
+        total = 0
+        while purged := await self._db.write(purge, before, _RETENTION_BATCH):
+            total += purged
+            await asyncio.sleep(0.05)
+        return total
+
+    # -- audiences and computed traits ------------------------------------------------------
+
+    def computation(self, name: str) -> Computation:
+        for computation in self.computations:
+            if name in (computation.name, computation.key, computation.store_key):
+                return computation
+        raise KeyError(name)
+
+    async def sync(self, computation: Computation, now: float | None = None) -> SyncResult:
+        """Run one sync of `computation` now (never two of the same at once here)."""
+        lock = self._sync_locks.setdefault(computation.store_key, asyncio.Lock())
+        task = asyncio.current_task()
+        if task is not None:
+            self._sync_tasks.add(task)
+        try:
+            async with lock:
+                result = await run_sync(
+                    self._db, self._computations, computation, now, on_sent=self._on_sent
+                )
+        finally:
+            if task is not None:
+                self._sync_tasks.discard(task)
+        self._metrics.personas_sent[computation.store_key] += result.sent
+        log.info(
+            "sync %s: %d profiles, %d identify messages, %d rows read, %.2f s",
+            computation.store_key,
+            result.evaluated,
+            result.sent,
+            result.rows_read,
+            result.seconds,
+        )
+        return result
+
+    async def _sync_job(self, computation: Computation) -> None:
+        """The periodic sync: once per cluster per interval."""
+        try:
+            if not await self._db.write(
+                self._db.store.claim_job,
+                f"sync:{computation.store_key}",
+                interval=computation.interval,
+                owner=self._owner,
+                now=time.time(),
+            ):
+                return  # another process of the cluster has this turn
+            await self.sync(computation)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            log.exception("sync %s failed", computation.store_key)
+            with contextlib.suppress(SQLAlchemyError):
+                await self._db.write(
+                    self._computations.fail_sync, computation.store_key, f"{error}"[:1000]
+                )

@@ -1,0 +1,242 @@
+"""The deletion-request runner: carries out the regulations the API recorded.
+
+It works through each in steps, each its own transaction fenced by the regulation's lease:
+one delete notification per user to every affected source's destinations (one transaction
+per source, which also marks the source done), then for DELETE_ONLY and SUPPRESS_WITH_DELETE
+the purge of the users' stored data. A regulation whose process died is taken over when its
+lease lapses (at once on SQLite, at start-up), and resumes after the last finished step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from efd.config import Settings, SourceConfig
+from efd.observe.metrics import Metrics
+from efd.rows import NewMessage, RegulationStatus
+from efd.rules import webhooks
+from efd.rules.retry import Backoff
+from efd.store.regulations import (
+    DELETE_TYPES,
+    LeaseLost,
+    RegulationClaim,
+    RegulationsStore,
+)
+from efd.store.runner import AsyncStore
+
+log = logging.getLogger(__name__)
+
+_POLL = 5.0  # seconds: how often other processes' regulations and lapsed leases are looked for
+_PURGE_STEP = 20_000  # message pks per purge transaction
+
+
+def delete_notifications(
+    claim: RegulationClaim,
+    source: str,
+    destinations: Sequence[str],
+    users: Sequence[str],
+    now: float,
+) -> list[NewMessage]:
+    """One delete message per user to the source's destinations (spec 6): exactly type,
+    userId and timestamp, the time of the request, so a resumed regulation sends the same
+    bodies under the same messageIds."""
+    when = datetime.fromtimestamp(claim.created_at, UTC)
+    return [
+        NewMessage(
+            source=source,
+            message_id=f"delete:{claim.id}:{n}",
+            type="delete",
+            user_id=user,
+            anonymous_id=None,
+            event=None,
+            timestamp=claim.created_at,
+            received_at=now,
+            body=webhooks.encode(webhooks.delete_body(user, when)).decode("utf-8"),
+            destinations=tuple(destinations),
+        )
+        for n, user in enumerate(users)
+    ]
+
+
+def sources_in_scope(settings: Settings, scope: str | None) -> list[SourceConfig]:
+    return [s for s in settings.sources if scope is None or s.name == scope]
+
+
+class RegulationRunner:
+    """Claims regulations and works through them; several processes may run one each."""
+
+    def __init__(
+        self,
+        *,
+        db: AsyncStore,
+        regulations: RegulationsStore,
+        settings: Settings,
+        metrics: Metrics,
+        owner: str,
+        on_notified: Callable[[], None],
+    ) -> None:
+        self._db = db
+        self._regulations = regulations
+        self._settings = settings
+        self._metrics = metrics
+        self._owner = owner
+        self._on_notified = on_notified
+        self._lease = settings.delivery.lease_seconds
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._task: asyncio.Task[None] | None = None
+        self._current: RegulationClaim | None = None
+
+    def reload(self, settings: Settings) -> None:
+        """Sources added or removed: regulations not yet past a source see the change."""
+        self._settings = settings
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="efd-regulations")
+
+    def notify(self) -> None:
+        self._wake.set()
+
+    async def stop(self) -> None:
+        """Finish the current step, then give the regulation back for a quick resume."""
+        self._stopping = True
+        self._wake.set()
+        if self._task is not None:
+            await self._task
+        if self._current is not None:
+            with contextlib.suppress(SQLAlchemyError):
+                await self._db.write(self._regulations.release_regulation, self._current)
+
+    async def _run(self) -> None:
+        backoff = Backoff()
+        while not self._stopping:
+            self._wake.clear()
+            try:
+                now = time.time()
+                claim = await self._db.write(
+                    self._regulations.claim_regulation, self._owner, now, now + self._lease
+                )
+                backoff.reset()
+            except SQLAlchemyError as error:
+                log.error("regulations: cannot reach the store: %s; retrying", error)
+                await self._sleep(backoff.next())
+                continue
+            if claim is not None:
+                await self._work(claim)
+                continue
+            await self._sleep(_POLL)
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._wake.wait()
+
+    def _until(self) -> float:
+        return time.time() + self._lease
+
+    async def _work(self, claim: RegulationClaim) -> None:
+        self._current = claim
+        backoff = Backoff()
+        try:
+            while not self._stopping:
+                try:
+                    await self._process(claim)
+                    return
+                except LeaseLost:
+                    log.warning("regulation %s was taken over by another process", claim.id)
+                    return
+                except SQLAlchemyError as error:
+                    delay = backoff.next()
+                    log.error(
+                        "regulation %s: store error (%s); retrying in %.1f s",
+                        claim.id,
+                        error,
+                        delay,
+                    )
+                    await self._sleep(delay)
+                except Exception as error:
+                    log.exception("regulation %s failed", claim.id)
+                    with contextlib.suppress(SQLAlchemyError, LeaseLost):
+                        await self._db.write(
+                            self._regulations.finish_regulation,
+                            claim,
+                            RegulationStatus.FAILED,
+                            claim.progress,
+                            time.time(),
+                            f"{type(error).__name__}: {error}"[:1000],
+                        )
+                        self._metrics.regulations_finished[RegulationStatus.FAILED] += 1
+                    return
+        finally:
+            if not self._stopping:
+                self._current = None
+
+    async def _process(self, claim: RegulationClaim) -> None:
+        db, store = self._db, self._regulations
+        if claim.type in DELETE_TYPES:
+            done = claim.progress.get("sources", {})
+            for source in sources_in_scope(self._settings, claim.scope):
+                if self._stopping:
+                    return
+                if source.name in done or not source.destinations:
+                    continue
+                users = await db.read(store.requested_subjects, claim)
+                now = time.time()
+                rows = delete_notifications(claim, source.name, source.destinations, users, now)
+                count = await db.write(
+                    store.record_notifications,
+                    claim,
+                    source.name,
+                    source.destinations,
+                    rows,
+                    now=now,
+                    lease_until=self._until(),
+                )
+                log.info(
+                    "regulation %s: %d delete notifications queued for source %s",
+                    claim.id,
+                    count,
+                    source.name,
+                )
+                self._on_notified()
+            if not claim.progress.get("purge", {}).get("done"):
+                await self._purge(claim)
+        if self._stopping:
+            return
+        await db.write(
+            store.finish_regulation, claim, RegulationStatus.FINISHED, claim.progress, time.time()
+        )
+        self._metrics.regulations_finished[RegulationStatus.FINISHED] += 1
+        log.info("regulation %s (%s) finished", claim.id, claim.type)
+
+    async def _purge(self, claim: RegulationClaim) -> None:
+        """Idempotent, so a resumed purge simply runs again; counts add up."""
+        db, store = self._db, self._regulations
+        await db.write(store.link_subjects, claim, self._until())
+        top = await db.read(store.max_message_pk)
+        for low in range(0, top, _PURGE_STEP):
+            if self._stopping:
+                return
+            high = min(low + _PURGE_STEP, top)
+            await db.write(store.link_anonymous_ids, claim, low, high, self._until())
+        purged = 0
+        for low in range(0, top, _PURGE_STEP):
+            if self._stopping:
+                return
+            high = min(low + _PURGE_STEP, top)
+            purged += await db.write(store.purge_messages, claim, low, high, self._until())
+        counts = await db.write(store.purge_profiles, claim, self._until())
+        log.info(
+            "regulation %s: purged %d message payloads, %d profiles, %d events",
+            claim.id,
+            purged,
+            counts["profiles"],
+            counts["events"],
+        )
