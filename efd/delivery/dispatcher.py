@@ -61,9 +61,17 @@ class Deliveries(Protocol):
         now: float,
         lease_until: float,
         due_by: float | None = None,
+        lapsed_before: float | None = None,
     ) -> list[Claimed]:
         """Lease up to `limit` deliveries of `destination` due by `due_by` (default `now`),
-        oldest first; a delivery under another claimer's live lease is never taken."""
+        oldest first; a delivery under another claimer's live lease is never taken, nor
+        one whose lease ended at or after `lapsed_before` (default `now`)."""
+        ...
+
+    async def renew(self, leases: Sequence[tuple[int, int]], until: float) -> list[int]:
+        """Extend to `until` the leases (delivery id, token) still held, lapsed or not, as
+        long as no other claim took the delivery; return the ids that were taken (or are
+        no longer pending)."""
         ...
 
     async def record(self, outcomes: Sequence[Outcome], attempts: Sequence[AttemptRow]) -> int:
@@ -111,6 +119,16 @@ class Dispatcher:
         self._rng = rng or random.Random()
         self._routes = {d.name: d.route(delivery.user_agent) for d in settings.destinations}
         self._lease = delivery.lease_seconds
+        # Leases held (claimed, in flight, or waiting for their outcome to be written) are
+        # renewed every quarter lease, so a slow outcome write never lets one lapse while
+        # the process is alive and reaches the database. After a database error, leases
+        # that lapsed since are left alone for half a lease once it answers again: time
+        # for their holder, whose renewals retry at once, to take them back.
+        self._renew_every = self._lease / 4
+        self._renew_retry = min(0.5, self._renew_every / 2)
+        self._renewed_until = 0.0  # every lease held at the last renewal runs until then
+        self._trouble_since: float | None = None  # the first database error of an outage
+        self._recovered_at: float | None = None  # its first success after
         self._max_in_flight = delivery.max_in_flight
         self._max_per_hook = delivery.max_per_hook
         self._policy = RetryPolicy(
@@ -140,6 +158,7 @@ class Dispatcher:
         self._wake = asyncio.Event()
         self._stopping = False
         self._loop_task: asyncio.Task[None] | None = None
+        self._renew_task: asyncio.Task[None] | None = None
         self._recorder: GroupCommit[_Recorded, None] = GroupCommit(
             self._record, max_items=2000, name="efd-outcome-recorder"
         )
@@ -149,6 +168,7 @@ class Dispatcher:
     def start(self) -> None:
         self._recorder.start()
         self._loop_task = asyncio.create_task(self._run(), name="efd-dispatcher")
+        self._renew_task = asyncio.create_task(self._renew_leases(), name="efd-lease-renewal")
 
     def notify(self) -> None:
         """New work may be due: claim now rather than at the next poll."""
@@ -191,6 +211,10 @@ class Dispatcher:
             if pending:
                 await asyncio.wait(pending)
         await self._recorder.close()
+        if self._renew_task is not None:
+            self._renew_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._renew_task
         if self._leases:
             # Cut short before their outcome was known: due again at the next start.
             log.warning(
@@ -213,7 +237,9 @@ class Dispatcher:
                 busy = await self._claim_round()
                 wait = 0.0 if busy else await self._idle_wait()
                 backoff.reset()
+                self._database_answered()
             except SQLAlchemyError as error:
+                self._database_failed()
                 wait = backoff.next()
                 log.error(
                     "dispatcher cannot reach the database: %s; retrying in %.1f s", error, wait
@@ -281,6 +307,7 @@ class Dispatcher:
                 now=now,
                 lease_until=now + self._lease,
                 due_by=due_by,
+                lapsed_before=self._lapsed_before(now),
             )
             if self._ready.get(route.name) is not ready:
                 # A reload removed the destination during the claim: give them back.
@@ -304,9 +331,11 @@ class Dispatcher:
             return  # removed by a reload: what it had claimed was given back
         while ready and not self._stopping and self._capacity(route) > 0:
             item, lease_until = ready.popleft()
-            if time.time() + self._timeout + 2 > lease_until:
-                # Waited so long its lease could lapse mid-round: leave it to lapse (due
-                # again in moments) rather than risk another process sending it too.
+            if self._leases.get(item.delivery_id) != item.lease_token:
+                continue  # a renewal found it taken by another claim: never send it
+            if time.time() + self._timeout + 2 > max(lease_until, self._renewed_until):
+                # Its lease could lapse mid-round (renewals are failing): leave it to lapse
+                # rather than risk another process sending it too.
                 self._leases.pop(item.delivery_id, None)
                 continue
             self._start(route, item)
@@ -439,6 +468,55 @@ class Dispatcher:
         if not self._ready.get(route.name) and self._due_hint <= time.time():
             self._wake.set()  # a slot is free and a retry this process scheduled is due
 
+    # -- leases ----------------------------------------------------------------------------
+
+    def _database_failed(self) -> None:
+        if self._trouble_since is None or self._recovered_at is not None:
+            self._trouble_since = time.time()
+            self._recovered_at = None
+
+    def _database_answered(self) -> None:
+        if self._trouble_since is not None and self._recovered_at is None:
+            self._recovered_at = time.time()
+
+    def _lapsed_before(self, now: float) -> float:
+        """Claims take a lapsed lease only if it ended before this: now, or, until half a
+        lease after the database answered again, when the outage began."""
+        if self._trouble_since is None:
+            return now
+        if self._recovered_at is not None and now - self._recovered_at >= self._lease / 2:
+            self._trouble_since = self._recovered_at = None
+            return now
+        return self._trouble_since
+
+    async def _renew_leases(self) -> None:
+        while True:
+            await asyncio.sleep(self._renew_every)
+            while self._leases:
+                held = list(self._leases.items())
+                now = time.time()
+                try:
+                    taken = set(await self._deliveries.renew(held, now + self._lease))
+                except SQLAlchemyError as error:
+                    self._database_failed()
+                    log.error("cannot renew %d leases: %s; retrying", len(held), error)
+                    await asyncio.sleep(self._renew_retry)
+                    continue
+                self._database_answered()
+                self._renewed_until = now + self._lease
+                lost = 0
+                for delivery_id, token in held:
+                    if delivery_id in taken and self._leases.get(delivery_id) == token:
+                        del self._leases[delivery_id]  # its outcome, if any, is stale
+                        lost += 1
+                if lost:
+                    log.warning(
+                        "%d claimed deliveries were taken by another claim before their "
+                        "lease was renewed",
+                        lost,
+                    )
+                break
+
     # -- one round -------------------------------------------------------------------------
 
     async def _deliver(
@@ -569,8 +647,10 @@ class Dispatcher:
         while True:
             try:
                 stale = await self._deliveries.record(outcomes, rows)
+                self._database_answered()
                 break
             except SQLAlchemyError as error:
+                self._database_failed()
                 # Keep the outcomes: losing them would resend delivered messages. At shutdown,
                 # give up after a few tries: the leases lapse and the rounds are sent again.
                 tries += 1

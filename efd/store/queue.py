@@ -10,6 +10,7 @@ engines.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -106,10 +107,11 @@ _CLAIM = (
                 deliveries.c.status == PENDING,
                 deliveries.c.next_attempt_at <= bindparam("c_due_by"),
                 # A row another process holds under a live lease is never taken, even by a
-                # claim that reaches past `now` (a circuit's probe).
+                # claim that reaches past `now` (a circuit's probe); nor, after a database
+                # outage, one whose lease lapsed during it (its holder renews it first).
                 or_(
                     deliveries.c.lease_owner.is_(None),
-                    deliveries.c.next_attempt_at <= bindparam("c_now"),
+                    deliveries.c.next_attempt_at < bindparam("c_lapsed"),
                 ),
             )
             .order_by(deliveries.c.next_attempt_at)
@@ -376,9 +378,11 @@ class Store:
         now: float,
         lease_until: float,
         due_by: float | None = None,
+        lapsed_before: float | None = None,
     ) -> list[Claimed]:
         """Lease up to `limit` deliveries of one destination due by `due_by` (default
-        `now`), oldest first, never one under another claimer's live lease.
+        `now`), oldest first, never one under another claimer's live lease, nor one whose
+        lease ended at or after `lapsed_before` (default: just after `now`).
 
         The lease moves next_attempt_at to `lease_until` and bumps the fencing token;
         FOR UPDATE SKIP LOCKED (PostgreSQL) keeps concurrent claimers off each other's rows.
@@ -388,6 +392,7 @@ class Store:
             "c_now": now,
             "c_due_by": now if due_by is None else due_by,
             "c_limit": limit,
+            "c_lapsed": math.nextafter(now, math.inf) if lapsed_before is None else lapsed_before,
             "c_owner": owner,
             "c_until": lease_until,
         }
@@ -502,6 +507,34 @@ class Store:
         with fastpath.driver_cursor(conn) as cursor:
             cursor.executemany(sql, [fastpath.positional(p, order, fixed) for p in params])
             return int(cursor.rowcount)
+
+    def renew(self, leases: Sequence[tuple[int, int]], until: float) -> list[int]:
+        """Extend the leases (delivery id, token) to `until`, lapsed or not, where the token
+        still matches and the delivery is pending; return the ids of the others (another
+        claim took them, or they are finished)."""
+        if not leases:
+            return []
+        with self._bookkeeping() as conn:
+            conn.execute(
+                update(deliveries)
+                .where(
+                    deliveries.c.id == bindparam("r_id"),
+                    deliveries.c.lease_token == bindparam("r_token"),
+                    deliveries.c.status == PENDING,
+                )
+                .values(next_attempt_at=bindparam("r_until")),
+                [{"r_id": d, "r_token": t, "r_until": until} for d, t in leases],
+            )
+            held = dict(leases)
+            kept: set[int] = set()
+            for chunk in _chunks(sorted(held)):
+                rows = conn.execute(
+                    select(deliveries.c.id, deliveries.c.lease_token).where(
+                        deliveries.c.id.in_(chunk), deliveries.c.status == PENDING
+                    )
+                )
+                kept.update(pk for pk, token in rows if held[pk] == token)
+        return [pk for pk in held if pk not in kept]
 
     def release(self, leases: Sequence[tuple[int, int]], now: float) -> None:
         """Give back claimed deliveries that were never sent (shutdown): due again now."""

@@ -119,6 +119,7 @@ class AsyncDeliveries:
         now: float,
         lease_until: float,
         due_by: float | None = None,
+        lapsed_before: float | None = None,
     ) -> list[Claimed]:
         return await self._db.write(
             self._db.store.claim,
@@ -128,7 +129,11 @@ class AsyncDeliveries:
             now=now,
             lease_until=lease_until,
             due_by=due_by,
+            lapsed_before=lapsed_before,
         )
+
+    async def renew(self, leases: Sequence[tuple[int, int]], until: float) -> list[int]:
+        return await self._db.write(self._db.store.renew, leases, until)
 
     async def record(self, outcomes: Sequence[Outcome], attempts: Sequence[AttemptRow]) -> int:
         return await self._db.write(self._db.store.record, outcomes, attempts)

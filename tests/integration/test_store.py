@@ -19,7 +19,7 @@ from alembic.migration import MigrationContext
 from psycopg import sql as psql
 from sqlalchemy import create_engine, event, inspect
 
-from efd.rows import AttemptRow, DeliveryQuery, DeliveryStatus, NewMessage, Outcome
+from efd.rows import AttemptRow, Claimed, DeliveryQuery, DeliveryStatus, NewMessage, Outcome
 from efd.store import Store, dedupe, migrate
 from efd.store.dedupe import message_key
 from efd.store.engine import make_engine, normalise_url
@@ -99,6 +99,51 @@ def test_a_claim_past_now_never_takes_a_row_under_a_live_lease(store):
     # Once A's lease lapses, the row is anyone's again.
     again = store.claim("d", 10, owner="C", now=now + 61, lease_until=now + 121, due_by=math.inf)
     assert [c.message_id for c in again] == ["held"]
+
+
+def test_a_renewal_keeps_held_leases_and_names_those_another_claim_took(store):
+    now = time.time()
+    store.insert_messages([message(f"m{i}") for i in range(3)], now)
+    taken, lapsed, held = store.claim("d", 3, owner="A", now=now, lease_until=now + 10)
+    # All three lapse; B takes the oldest. A renews the others later still: it keeps them,
+    # as no claim took them meanwhile, and learns it lost the first.
+    [again] = store.claim("d", 1, owner="B", now=now + 15, lease_until=now + 75)
+    assert again.delivery_id == taken.delivery_id
+    leases = [(c.delivery_id, c.lease_token) for c in (taken, lapsed, held)]
+    assert store.renew(leases, now + 80) == [taken.delivery_id]
+    assert store.claim("d", 10, owner="C", now=now + 70, lease_until=now + 130) == []
+    # An outcome under the renewed lease still applies.
+    assert store.record([_delivered(held, now)], []) == 0
+
+
+def test_a_claim_leaves_alone_leases_that_lapsed_after_lapsed_before(store):
+    # After a database outage a daemon claims only leases that lapsed before it began:
+    # those that lapsed during it belong to a holder that renews them once it can.
+    now = time.time()
+    store.insert_messages([message("early"), message("late")], now)
+    _, late = store.claim("d", 2, owner="A", now=now, lease_until=now + 10)
+    store.renew([(late.delivery_id, late.lease_token)], now + 30)  # renewed before the outage
+    outage_began = now + 20
+    after = store.claim(
+        "d", 10, owner="B", now=now + 40, lease_until=now + 100, lapsed_before=outage_began
+    )
+    assert [c.message_id for c in after] == ["early"]
+    later = store.claim("d", 10, owner="B", now=now + 40, lease_until=now + 100)
+    assert [c.message_id for c in later] == ["late"]
+
+
+def _delivered(claim: Claimed, now: float) -> Outcome:
+    return Outcome(
+        delivery_id=claim.delivery_id,
+        lease_token=claim.lease_token,
+        status=DeliveryStatus.DELIVERED,
+        attempts=1,
+        first_attempt_at=now,
+        next_attempt_at=None,
+        finished_at=now,
+        failed_hooks=frozenset(),
+        last_error=None,
+    )
 
 
 def test_fencing_token_rejects_a_stale_outcome(store, db_url):
