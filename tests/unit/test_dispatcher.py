@@ -7,6 +7,7 @@ tests/integration/test_delivery.py's."""
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from sqlalchemy.exc import OperationalError
 
 from efd import config
 from efd.delivery import dispatcher
@@ -58,6 +60,12 @@ class MemoryDeliveries:
     recorded_count: int = 0
     rounds: FakeRounds | None = None
     clock: float = 1_000_000.0
+    down: bool = False  # every call fails, as with a database that stopped
+    slow_outcomes: asyncio.Event | None = None  # outcome writes wait for it; the rest not
+
+    def _reach(self) -> None:
+        if self.down:
+            raise OperationalError("SELECT 1", {}, ConnectionRefusedError("the database stopped"))
 
     def add(self, destination: str, count: int, *, due_in: float = 0.0) -> list[int]:
         ids = []
@@ -83,9 +91,12 @@ class MemoryDeliveries:
         now: float,
         lease_until: float,
         due_by: float | None = None,
+        lapsed_before: float | None = None,
     ) -> list[Claimed]:
+        self._reach()
         self.calls["claim"] += 1
         bound = now if due_by is None else due_by
+        lapsed = math.nextafter(now, math.inf) if lapsed_before is None else lapsed_before
         due = sorted(
             (
                 r
@@ -93,7 +104,7 @@ class MemoryDeliveries:
                 if r.destination == destination
                 and r.status is DeliveryStatus.PENDING
                 and r.next_attempt_at <= bound
-                and (not r.leased or r.next_attempt_at <= now)
+                and (not r.leased or r.next_attempt_at < lapsed)
             ),
             key=lambda r: r.next_attempt_at,
         )[:limit]
@@ -122,7 +133,21 @@ class MemoryDeliveries:
             for r in due
         ]
 
+    async def renew(self, leases: Sequence[tuple[int, int]], until: float) -> list[int]:
+        self._reach()
+        taken = []
+        for pk, token in leases:
+            r = self.rows[pk]
+            if r.token == token and r.status is DeliveryStatus.PENDING:
+                r.next_attempt_at = until
+            else:
+                taken.append(pk)
+        return taken
+
     async def record(self, outcomes: Sequence[Outcome], attempts: Sequence[AttemptRow]) -> int:
+        self._reach()
+        if self.slow_outcomes is not None:
+            await self.slow_outcomes.wait()
         self.attempts.extend(attempts)
         self.recorded_count += len(outcomes)
         stale = 0
@@ -139,6 +164,7 @@ class MemoryDeliveries:
         return stale
 
     async def release(self, leases: Sequence[tuple[int, int]], now: float) -> None:
+        self._reach()
         self.released.extend(leases)
         for pk, token in leases:
             r = self.rows[pk]
@@ -146,6 +172,7 @@ class MemoryDeliveries:
                 r.next_attempt_at, r.leased = now, False
 
     async def next_due(self, destination: str) -> float | None:
+        self._reach()
         self.calls["next_due"] += 1
         self.asked_due.set()
         due = [
@@ -452,3 +479,78 @@ async def test_a_destination_removed_by_a_reload_with_rounds_in_flight(running):
     assert not any(r.leased for r in store.rows.values())  # nothing of "a" held back
     assert d._loop_task is not None
     assert not d._loop_task.done()
+
+
+def short_lease(**delivery: Any) -> config.Settings:
+    """Leases of 2.2 s: below what the configuration allows (timeout + 5 s), so that a
+    test of their lapse takes seconds; above the timeout + 2 s a round needs left on its
+    lease to start."""
+    base = settings(timeout_seconds=0.05, **delivery)
+    return base.model_copy(
+        update={"delivery": base.delivery.model_copy(update={"lease_seconds": 2.2})}
+    )
+
+
+@pytest.fixture
+async def two_processes():  # type: ignore[no-untyped-def]
+    """Two dispatchers (two daemons) on one store and one set of receivers."""
+    started: list[Dispatcher] = []
+
+    def start(store: MemoryDeliveries, rounds: FakeRounds) -> list[Dispatcher]:
+        for owner in ("one", "two"):
+            d = Dispatcher(
+                deliveries=store,
+                rounds=rounds,
+                settings=short_lease(),
+                metrics=Metrics(),
+                owner=owner,
+            )
+            d.start()
+            started.append(d)
+        return started
+
+    yield start
+    for d in started:
+        await d.stop(grace=0.1)
+
+
+async def test_outcomes_written_later_than_the_lease_are_not_sent_again(two_processes):
+    """Outcome writes stall for twice the lease while the database answers everything
+    else: the leases are renewed meanwhile, so neither process claims those deliveries
+    again and no receiver gets a message twice."""
+    stalled = asyncio.Event()
+    store, rounds = MemoryDeliveries(slow_outcomes=stalled), FakeRounds()
+    store.add("a", 20)
+    two_processes(store, rounds)
+    try:
+        async with asyncio.timeout(30):
+            while rounds.completed < 20:  # answered; their outcomes wait
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(2 * 2.2)
+    finally:
+        stalled.set()
+    await store.wait(lambda: store.status("a") == {"delivered": 20})
+    assert rounds.sent[HOOK_A] == 20
+    assert set(Counter(rounds.webhook_ids).values()) == {1}
+
+
+async def test_outcomes_held_up_by_a_database_outage_are_not_sent_again(two_processes):
+    """The database stops after the rounds were sent and stays down until their leases
+    lapsed. When it is back, new work wakes the other process at once: it leaves the
+    lapsed leases to their holder, which renews them first, so no receiver gets a
+    message twice."""
+    store, rounds = MemoryDeliveries(), FakeRounds(held={HOOK_A})
+    store.add("a", 20)
+    processes = two_processes(store, rounds)
+    await rounds.started.wait()
+    await asyncio.sleep(0.05)  # the first claim took all 20; the rounds wait
+    store.down = True
+    rounds.gate.set()  # answered, but their outcomes cannot be written
+    await asyncio.sleep(2.2 + 0.3)  # every lease lapses
+    store.down = False
+    for d in processes:
+        d.notify()
+    await store.wait(lambda: store.status("a") == {"delivered": 20})
+    await asyncio.sleep(0.5)  # a second sending would have started by now
+    assert rounds.sent[HOOK_A] == 20
+    assert set(Counter(rounds.webhook_ids).values()) == {1}
