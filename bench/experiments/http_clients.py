@@ -6,7 +6,7 @@ is aiohttp's client the wall of delivery's CPU per event?
 Variants (each in the same process, one after the other, A B C … then again in reverse):
   aiohttp        session.post as efd's Sender does it (ClientTimeout, str URL, dict headers)
   aiohttp_tuned  the same session with a dummy cookie jar, a parsed URL, CIMultiDict headers
-  efd_sender     efd.sender.Sender.send_round (signing, header building, result objects)
+  efd_sender     efd.delivery.sender.Sender.send_round (signing, header building, result objects)
   raw            a minimal keep-alive HTTP/1.1 client on asyncio.Protocol (no TLS, no
                  redirects, Content-Length answers only): a floor, not a candidate
 """
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from senders import BODY, RECEIVER  # noqa: E402
+from senders import BODY, RECEIVER
 
 CONCURRENCY = 64
 SECRET = b"secret"
@@ -73,8 +73,8 @@ async def run_aiohttp(url: str, rounds: int, tuned: bool) -> None:
 
 
 async def run_efd_sender(url: str, rounds: int) -> None:
-    from efd.sender import SenderOptions
-    from efd.webhooks import Route
+    from efd.delivery.sender import SenderOptions
+    from efd.rules.webhooks import Route
 
     route = Route("d", ((url, {}),), SECRET.decode(), "efd-bench")
     sender = SenderOptions(5, ("127.0.0.0/8",), None, 512).sender()
@@ -167,10 +167,14 @@ def main() -> None:
             uvloop.run(VARIANTS[name](url, rounds))
             cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
             results[name].append(cpu / rounds * 1e6)
-            print(f"{name:14} {rounds / wall:8,.0f} POST/s  {cpu / rounds * 1e6:6.1f} µs CPU a POST")
+            print(
+                f"{name:14} {rounds / wall:8,.0f} POST/s  {cpu / rounds * 1e6:6.1f} µs CPU a POST"
+            )
     finally:
         receiver.kill()
-    print("mean µs CPU a POST: " + ", ".join(f"{k} {sum(v) / len(v):.1f}" for k, v in results.items()))
+    print(
+        "mean µs CPU a POST: " + ", ".join(f"{k} {sum(v) / len(v):.1f}" for k, v in results.items())
+    )
 
 
 if __name__ == "__main__":
