@@ -25,7 +25,7 @@ from efdbench.loadgen import generator_main
 from efdbench.pgscale import run_postgresql
 from efdbench.pgserver import PgServer, admin_url
 from efdbench.plan import FULL, PHASES, QUICK
-from efdbench.processes import Profiler, Worker
+from efdbench.processes import SIGNING, Daemon, Profiler, Worker
 from efdbench.receiver import receiver_main
 from efdbench.report import KEYS, fmt, pg_table, table
 from efdbench.scenarios import Bench
@@ -78,6 +78,13 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
     parser.add_argument("--out", default=str(HERE / "results.json"), help="results file")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, dbs)")
     parser.add_argument(
+        "--signing",
+        choices=sorted(SIGNING),
+        default="x-signature",
+        help="how the destination signs: none, x-signature (default), or both "
+        "(X-Signature and Standard Webhooks with two secrets)",
+    )
+    parser.add_argument(
         "--readme",
         action="store_true",
         help="run nothing: rewrite the README's performance tables from the results file",
@@ -100,6 +107,7 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
         parser.error("--daemons must be at least 1")
 
     plan = QUICK if args.quick else FULL
+    Daemon.signing = args.signing
     started = time.monotonic()
     root = Path(tempfile.mkdtemp(prefix="efd-bench-"))
     efd_source = "working tree"
@@ -170,6 +178,7 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "phases_run": sorted(only),
         "store": args.store,
+        "signing": args.signing,
         "daemons": counts if args.store == "postgresql" else [1],
         "profile": bool(args.profile),
         "cores": os.cpu_count(),
