@@ -7,6 +7,8 @@ Variants (each in the same process, one after the other, A B C … then again in
   aiohttp        session.post as efd's Sender does it (ClientTimeout, str URL, dict headers)
   aiohttp_tuned  the same session with a dummy cookie jar, a parsed URL, CIMultiDict headers
   efd_sender     efd.delivery.sender.Sender.send_round (signing, header building, result objects)
+  efd_sender_unsigned, efd_sender_both   the same without signing, and with X-Signature and
+                 Standard Webhooks with two secrets
   raw            a minimal keep-alive HTTP/1.1 client on asyncio.Protocol (no TLS, no
                  redirects, Content-Length answers only): a floor, not a candidate
 """
@@ -72,11 +74,18 @@ async def run_aiohttp(url: str, rounds: int, tuned: bool) -> None:
     await session.close()
 
 
-async def run_efd_sender(url: str, rounds: int) -> None:
+async def run_efd_sender(url: str, rounds: int, signing: str = "x-signature") -> None:
     from efd.delivery.sender import SenderOptions
     from efd.rules.webhooks import Route
 
-    route = Route("d", ((url, {}),), SECRET.decode(), "efd-bench")
+    keys = (bytes(range(24)), bytes(range(1, 33)))  # two Standard Webhooks secrets
+    route = Route(
+        "d",
+        ((url, {}),),
+        None if signing == "none" else SECRET.decode(),
+        "efd-bench",
+        standard_secrets=keys if signing == "both" else (),
+    )
     sender = SenderOptions(5, ("127.0.0.0/8",), None, 512).sender()
     await sender.start()
     left = rounds
@@ -144,6 +153,8 @@ VARIANTS = {
     "aiohttp": lambda url, n: run_aiohttp(url, n, tuned=False),
     "aiohttp_tuned": lambda url, n: run_aiohttp(url, n, tuned=True),
     "efd_sender": run_efd_sender,
+    "efd_sender_unsigned": lambda url, n: run_efd_sender(url, n, "none"),
+    "efd_sender_both": lambda url, n: run_efd_sender(url, n, "both"),
     "raw": run_raw,
 }
 

@@ -104,9 +104,22 @@ def encode(body: dict[str, Any], *, plain: bool = False) -> bytes:
     return jsonjs.dumps(body, plain=plain, replace_surrogates=True)
 
 
+@functools.lru_cache(maxsize=256)
+def _keyed(key: bytes, digest: str) -> hmac.HMAC:
+    """An HMAC with its key already absorbed: a copy of it signs at about half the cost
+    of keying a new one, and every round is signed with the same few keys."""
+    return hmac.new(key, digestmod=digest)
+
+
+def _mac(key: bytes, data: bytes, digest: str) -> bytes:
+    mac = _keyed(key, digest).copy()
+    mac.update(data)
+    return mac.digest()
+
+
 def sign(secret: str, body: bytes) -> str:
     """Hex HMAC-SHA1 of the exact body bytes, keyed by the shared secret."""
-    return hmac.new(secret.encode("utf-8"), body, hashlib.sha1).hexdigest()
+    return _mac(secret.encode("utf-8"), body, "sha1").hex()
 
 
 def verify(secret: str, body: bytes, signature: str) -> bool:
@@ -159,10 +172,7 @@ def standard_signature(keys: Sequence[bytes], webhook_id: str, timestamp: int, b
     """webhook-signature: `v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">` for each key,
     space-separated, so receivers holding any one of them verify (key rotation)."""
     signed = b"%s.%d.%s" % (webhook_id.encode(), timestamp, body)
-    return " ".join(
-        "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
-        for key in keys
-    )
+    return " ".join("v1," + base64.b64encode(_mac(key, signed, "sha256")).decode() for key in keys)
 
 
 def request_headers(
