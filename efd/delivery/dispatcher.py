@@ -498,8 +498,10 @@ class Dispatcher:
                 try:
                     taken = set(await self._deliveries.renew(held, now + self._lease))
                 except SQLAlchemyError as error:
+                    if self._trouble_since is None or self._recovered_at is not None:
+                        # Once an outage: the renewal retries every half second.
+                        log.error("cannot renew %d leases: %s; retrying", len(held), error)
                     self._database_failed()
-                    log.error("cannot renew %d leases: %s; retrying", len(held), error)
                     await asyncio.sleep(self._renew_retry)
                     continue
                 self._database_answered()
