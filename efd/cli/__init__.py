@@ -88,7 +88,7 @@ def cmd_audiences(args: argparse.Namespace) -> int:
     from efd.services.periodic import computations
     from efd.store import Store, migrate
     from efd.store.computations import ComputationsStore
-    from efd.store.regulations import Suppressions
+    from efd.store.suppressions import Suppressions
 
     settings = _load(args.config)
     url = settings.storage.url
@@ -262,8 +262,7 @@ def _operator_command(run: Any) -> Any:
     unreachable store 1."""
 
     def command(args: argparse.Namespace) -> int:
-        from sqlalchemy.exc import SQLAlchemyError
-
+        from efd.errors import StoreError
         from efd.rules.selection import Invalid
 
         settings, store, operations = _operations(args)
@@ -273,7 +272,7 @@ def _operator_command(run: Any) -> Any:
         except Invalid as error:
             print(f"efd {args.command}: {error.message}", file=sys.stderr)
             return 2
-        except SQLAlchemyError as error:
+        except StoreError as error:
             print(f"efd {args.command}: the store is unavailable: {error}", file=sys.stderr)
             return 1
         finally:

@@ -27,15 +27,15 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
-from sqlalchemy.exc import SQLAlchemyError
 
 from efd import __version__
 from efd.config import Settings
+from efd.errors import StoreError
 from efd.http import openapi, server
 from efd.http.server import error_response, json_response
 from efd.rules import jsonjs, selection
 from efd.store import operations
-from efd.store.operations import OperationsStore
+from efd.store.operations import Operations
 from efd.store.runner import AsyncStore
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ def _invalid(error: selection.Invalid) -> web.Response:
     )
 
 
-def _unavailable(error: SQLAlchemyError) -> web.Response:
+def _unavailable(error: StoreError) -> web.Response:
     log.error("admin API: the store is unavailable: %s", str(error).splitlines()[0][:200])
     return error_response("storage_unavailable", "the store is unavailable; retry", 503)
 
@@ -63,7 +63,7 @@ class AdminApi:
         settings: Settings,
         *,
         db: AsyncStore,
-        operations: OperationsStore,
+        operations: Operations,
         on_due: Callable[[], None],
     ) -> None:
         self._settings = settings
@@ -99,7 +99,7 @@ class AdminApi:
                 return await handler(request)
             except selection.Invalid as error:
                 return _invalid(error)
-            except SQLAlchemyError as error:
+            except StoreError as error:
                 return _unavailable(error)
 
         return checked
@@ -161,7 +161,7 @@ class AdminApi:
                 count += moved
                 if moved:
                     self._on_due()  # the first chunks go out while the rest are moved
-        except SQLAlchemyError as error:
+        except StoreError as error:
             log.error(
                 "redrive stopped after %d deliveries: the store is unavailable: %s",
                 count,

@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from aiohttp import web
-from sqlalchemy.exc import SQLAlchemyError
 
 from efd.batching import GroupCommit
 from efd.config import Settings, SourceConfig
+from efd.errors import StoreError
 from efd.http import server
 from efd.http.server import json_response
 from efd.observe.metrics import Metrics
@@ -187,7 +187,7 @@ class Ingest:
 
         try:
             status = await self._writer.submit(rows)
-        except SQLAlchemyError as error:
+        except StoreError as error:
             log.error("cannot store %d messages: %s", len(rows), error)
             return json_response(
                 {

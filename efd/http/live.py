@@ -25,16 +25,16 @@ from importlib import resources
 from typing import Any
 
 from aiohttp import web
-from sqlalchemy.exc import SQLAlchemyError
 
 from efd.config import Settings
+from efd.errors import StoreError
 from efd.http import server
 from efd.http.server import error_response, json_response
 from efd.observe.stream import Hub
 from efd.rules import webhooks
 from efd.rules.circuit import Circuits
 from efd.rules.selection import iso
-from efd.store.health import HealthStore, WindowStats
+from efd.store.health import Health, HealthStore, WindowStats
 from efd.store.runner import AsyncStore
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ class LiveApi:
     def __init__(self, settings: Settings, *, db: AsyncStore, hub: Hub, circuits: Circuits) -> None:
         self._settings = settings
         self._db = db
-        self._health = HealthStore(db.store)
+        self._health: Health = HealthStore(db.store)
         self._hub = hub
         self._circuits = circuits
         self._streams: set[asyncio.Transport] = set()  # connections of open streams
@@ -115,7 +115,7 @@ class LiveApi:
                 for label, seconds in WINDOWS
             }
             errors = await self._db.read(self._health.last_errors, list(hooks), now - 86400)
-        except SQLAlchemyError as error:
+        except StoreError as error:
             log.error("admin API: the store is unavailable: %s", str(error).splitlines()[0][:200])
             return error_response("storage_unavailable", "the store is unavailable; retry", 503)
         result = []

@@ -18,9 +18,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
-from sqlalchemy.exc import SQLAlchemyError
 
 from efd.config import Settings
+from efd.errors import StoreError
 from efd.http import server
 from efd.http.server import json_response
 from efd.rows import RegulationStatus
@@ -30,7 +30,7 @@ from efd.services.regulations import sources_in_scope
 from efd.store.regulations import (
     DELETE_TYPES,
     REGULATION_TYPES,
-    RegulationsStore,
+    Regulations,
 )
 from efd.store.runner import AsyncStore
 
@@ -132,7 +132,7 @@ class RegulationsApi:
         settings: Settings,
         *,
         db: AsyncStore,
-        regulations: RegulationsStore,
+        regulations: Regulations,
         on_created: Callable[[], None],
     ) -> None:
         self._settings = settings
@@ -184,7 +184,7 @@ class RegulationsApi:
             await self._db.write(
                 self._regulations.create_regulation, reg_id, type_, scope, ids, time.time()
             )
-        except SQLAlchemyError as error:
+        except StoreError as error:
             log.error("cannot record a regulation: %s", error)
             return BadRequest(
                 "storage_unavailable",
@@ -209,7 +209,7 @@ class RegulationsApi:
         reg_id = request.match_info["id"]
         try:
             row = await self._db.read(self._regulations.regulation, reg_id)
-        except SQLAlchemyError as error:
+        except StoreError as error:
             return BadRequest("storage_unavailable", str(error)[:200], status=503).response()
         if row is None:
             return BadRequest(

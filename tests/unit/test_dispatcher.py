@@ -7,7 +7,6 @@ tests/integration/test_delivery.py's."""
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -15,195 +14,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from sqlalchemy.exc import OperationalError
 
 from efd import config
 from efd.delivery import dispatcher
 from efd.delivery.dispatcher import Dispatcher
 from efd.observe.metrics import Metrics
-from efd.rows import AttemptRow, Claimed, DeliveryStatus, Outcome
+from efd.rows import DeliveryStatus
 from efd.rules.retry import AttemptResult, Verdict
 from efd.rules.webhooks import Route, webhook_id
+from tests.support.memory import MemoryDeliveries
 
 HOOK_A, HOOK_B = "https://a.example/hook", "https://b.example/hook"
 _STATUS = {Verdict.SUCCESS: 200, Verdict.RETRY: 503, Verdict.FAIL: 400}
-
-
-@dataclass
-class Row:
-    id: int
-    destination: str
-    next_attempt_at: float
-    status: DeliveryStatus = DeliveryStatus.PENDING
-    token: int = 0
-    attempts: int = 0
-    first_attempt_at: float | None = None
-    failed_hooks: frozenset[str] = frozenset()
-    leased: bool = False
-
-
-@dataclass
-class MemoryDeliveries:
-    """The dispatcher's `Deliveries`, in memory, with the store's semantics: claims lease
-    due rows oldest first, outcomes are fenced by the lease token."""
-
-    rows: dict[int, Row] = field(default_factory=dict)
-    attempts: list[AttemptRow] = field(default_factory=list)
-    released: list[tuple[int, int]] = field(default_factory=list)
-    recorded: asyncio.Event = field(default_factory=asyncio.Event)
-    asked_due: asyncio.Event = field(default_factory=asyncio.Event)  # the dispatcher went idle
-    calls: Counter[str] = field(default_factory=Counter)
-    most_leased: Counter[str] = field(default_factory=Counter)  # per destination, at a claim
-    # Of those, the most whose round had not finished (a finished round's outcome may wait
-    # a moment for the batched recorder; only the rest is what the dispatcher holds).
-    most_held: Counter[str] = field(default_factory=Counter)
-    recorded_count: int = 0
-    rounds: FakeRounds | None = None
-    clock: float = 1_000_000.0
-    down: bool = False  # every call fails, as with a database that stopped
-    slow_outcomes: asyncio.Event | None = None  # outcome writes wait for it; the rest not
-
-    def _reach(self) -> None:
-        if self.down:
-            raise OperationalError("SELECT 1", {}, ConnectionRefusedError("the database stopped"))
-
-    def add(self, destination: str, count: int, *, due_in: float = 0.0) -> list[int]:
-        ids = []
-        for _ in range(count):
-            pk = len(self.rows) + 1
-            self.rows[pk] = Row(pk, destination, self.clock + due_in)
-            ids.append(pk)
-        return ids
-
-    def status(self, destination: str | None = None) -> Counter[str]:
-        return Counter(
-            r.status.value
-            for r in self.rows.values()
-            if destination is None or r.destination == destination
-        )
-
-    async def claim(
-        self,
-        destination: str,
-        limit: int,
-        *,
-        owner: str,
-        now: float,
-        lease_until: float,
-        due_by: float | None = None,
-        lapsed_before: float | None = None,
-    ) -> list[Claimed]:
-        self._reach()
-        self.calls["claim"] += 1
-        bound = now if due_by is None else due_by
-        lapsed = math.nextafter(now, math.inf) if lapsed_before is None else lapsed_before
-        due = sorted(
-            (
-                r
-                for r in self.rows.values()
-                if r.destination == destination
-                and r.status is DeliveryStatus.PENDING
-                and r.next_attempt_at <= bound
-                and (not r.leased or r.next_attempt_at < lapsed)
-            ),
-            key=lambda r: r.next_attempt_at,
-        )[:limit]
-        for r in due:
-            r.next_attempt_at, r.token, r.leased = lease_until, r.token + 1, True
-        leased = sum(1 for r in self.rows.values() if r.destination == destination and r.leased)
-        self.most_leased[destination] = max(self.most_leased[destination], leased)
-        if self.rounds is not None:
-            awaiting_record = self.rounds.completed - self.recorded_count
-            held = leased - awaiting_record
-            self.most_held[destination] = max(self.most_held[destination], held)
-        return [
-            Claimed(
-                r.id,
-                r.token,
-                destination,
-                r.attempts,
-                r.first_attempt_at,
-                r.failed_hooks,
-                f"m{r.id}",
-                '{"type":"track"}',
-                r.id,
-                "web",
-                1_700_000_000.0 + r.id,
-            )
-            for r in due
-        ]
-
-    async def renew(self, leases: Sequence[tuple[int, int]], until: float) -> list[int]:
-        self._reach()
-        taken = []
-        for pk, token in leases:
-            r = self.rows[pk]
-            if r.token == token and r.status is DeliveryStatus.PENDING:
-                r.next_attempt_at = until
-            else:
-                taken.append(pk)
-        return taken
-
-    async def record(self, outcomes: Sequence[Outcome], attempts: Sequence[AttemptRow]) -> int:
-        self._reach()
-        if self.slow_outcomes is not None:
-            await self.slow_outcomes.wait()
-        self.attempts.extend(attempts)
-        self.recorded_count += len(outcomes)
-        stale = 0
-        for o in outcomes:
-            r = self.rows[o.delivery_id]
-            if r.token != o.lease_token or r.status is not DeliveryStatus.PENDING:
-                stale += 1
-                continue
-            r.status, r.attempts, r.leased = o.status, o.attempts, False
-            r.first_attempt_at, r.failed_hooks = o.first_attempt_at, o.failed_hooks
-            if o.next_attempt_at is not None:
-                r.next_attempt_at = o.next_attempt_at
-        self.recorded.set()
-        return stale
-
-    async def release(self, leases: Sequence[tuple[int, int]], now: float) -> None:
-        self._reach()
-        self.released.extend(leases)
-        for pk, token in leases:
-            r = self.rows[pk]
-            if r.token == token:
-                r.next_attempt_at, r.leased = now, False
-
-    async def next_due(self, destination: str) -> float | None:
-        self._reach()
-        self.calls["next_due"] += 1
-        self.asked_due.set()
-        due = [
-            r.next_attempt_at
-            for r in self.rows.values()
-            if r.destination == destination and r.status is DeliveryStatus.PENDING
-        ]
-        return min(due, default=None)
-
-    async def wake(self, destination: str, hook: Sequence[str], now: float) -> int:
-        woken = 0
-        for r in self.rows.values():
-            if (
-                r.destination == destination
-                and r.status is DeliveryStatus.PENDING
-                and not r.leased
-                and r.next_attempt_at > now
-                and not r.failed_hooks.intersection(hook)
-            ):
-                r.next_attempt_at = now
-                woken += 1
-        return woken
-
-    async def expire_waiting(self, destination: str, window: float, now: float) -> int:
-        return 0
-
-    async def wait(self, check: Any) -> None:
-        """Until `check()` holds, woken by each recorded outcome (no polling)."""
-        while not check():
-            self.recorded.clear()
-            await asyncio.wait_for(self.recorded.wait(), timeout=30)
 
 
 @dataclass
