@@ -28,7 +28,6 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from efd import tls
-from efd.personas.keys import PERSONAS_SOURCE, snake_case
 from efd.personas.keys import snake_case
 from efd.rules import netguard
 from efd.rules.audiences import ParseError, parse_condition, parse_expression

@@ -17,7 +17,6 @@ import uuid
 from contextlib import AsyncExitStack
 from typing import Any
 
-
 from efd import config
 from efd.config import Settings
 from efd.daemon.components import (

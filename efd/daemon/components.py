@@ -50,12 +50,12 @@ from efd.store import Store
 from efd.store import migrate as migrations
 from efd.store.computations import ComputationsStore
 from efd.store.engine import DatabaseInUse, SqliteLock, normalise_url, safe_url, sqlite_path
+from efd.store.health import HealthStore
 from efd.store.operations import OperationsStore
 from efd.store.profiles import ProfilesStore
-from efd.store.health import HealthStore
 from efd.store.regulations import Regulations, RegulationsStore
-from efd.store.suppressions import Suppressions
 from efd.store.runner import AsyncDeliveries, AsyncStore
+from efd.store.suppressions import Suppressions
 
 log = logging.getLogger("efd.daemon")
 

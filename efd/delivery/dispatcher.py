@@ -77,6 +77,17 @@ class Dispatcher:
         self._rng = rng or random.Random()
         self._routes = {d.name: d.route(delivery.user_agent) for d in settings.value.destinations}
         self._lease = delivery.lease_seconds
+        # Leases held (claimed, in flight, or waiting for their outcome to be written) are
+        # renewed every quarter lease, so a slow outcome write never lets one lapse while
+        # the process is alive and reaches the database. After a database error, leases
+        # that lapsed since are left alone for half a lease once it answers again: time
+        # for their holder, whose renewals retry at once, to take them back.
+        self._renew_every = self._lease / 4
+        self._renew_retry = min(0.5, self._renew_every / 2)
+        self._renewed_until = 0.0  # every lease held at the last renewal runs until then
+        self._trouble_since: float | None = None  # the first database error of an outage
+        self._recovered_at: float | None = None  # its first success after
+        self._renew_task: asyncio.Task[None] | None = None
         self._max_in_flight = delivery.max_in_flight
         self._max_per_hook = delivery.max_per_hook
         self._policy = RetryPolicy(
@@ -122,6 +133,7 @@ class Dispatcher:
         """Start claiming; at shutdown, stop with a grace of a round's timeout (and a margin)."""
         self._recorder.start()
         self._worker.start()
+        self._renew_task = asyncio.create_task(self._renew_leases(), name="efd-lease-renewal")
         stack.push_async_callback(self.stop, self._timeout + SHUTDOWN_MARGIN)
 
     def notify(self) -> None:
@@ -167,6 +179,10 @@ class Dispatcher:
             )
         await self._worker.stop(grace)
         await self._recorder.close()
+        if self._renew_task is not None:
+            self._renew_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._renew_task
         if self._leases:
             # Cut short before their outcome was known: due again at the next start.
             log.warning(
@@ -183,8 +199,14 @@ class Dispatcher:
 
     async def _step(self) -> float:
         """One pass: claim and start what is due; how long the worker may then wait."""
-        busy = await self._claim_round()
-        return 0.0 if busy else await self._idle_wait()
+        try:
+            busy = await self._claim_round()
+            wait = 0.0 if busy else await self._idle_wait()
+        except StoreError:
+            self._database_failed()
+            raise  # the worker backs off and logs it
+        self._database_answered()
+        return wait
 
     def _capacity(self, route: Route) -> int:
         free = self._max_in_flight - self._in_flight
@@ -238,6 +260,7 @@ class Dispatcher:
                 owner=self._owner,
                 now=now,
                 lease_until=now + self._lease,
+                lapsed_before=self._lapsed_before(now),
                 due_by=due_by,
             )
             if self._ready.get(route.name) is not ready:
@@ -262,9 +285,11 @@ class Dispatcher:
             return  # removed by a reload: what it had claimed was given back
         while ready and not self._worker.stopping and self._capacity(route) > 0:
             item, lease_until = ready.popleft()
-            if self._clock.now() + self._timeout + 2 > lease_until:
-                # Waited so long its lease could lapse mid-round: leave it to lapse (due
-                # again in moments) rather than risk another process sending it too.
+            if self._leases.get(item.delivery_id) != item.lease_token:
+                continue  # a renewal found it taken by another claim: never send it
+            if self._clock.now() + self._timeout + 2 > max(lease_until, self._renewed_until):
+                # Its lease could lapse mid-round (renewals are failing): leave it to lapse
+                # rather than risk another process sending it too.
                 self._leases.pop(item.delivery_id, None)
                 continue
             self._start(route, item)
@@ -322,7 +347,9 @@ class Dispatcher:
             return
         urls = closed
         self._in_flight += 1
-        self._in_flight_by_url.update(urls)
+        by_url = self._in_flight_by_url
+        for url in urls:  # Counter.update's generality costs more than the round's bookkeeping
+            by_url[url] += 1
         self._worker.spawn(self._deliver(route, item, urls, failed))
 
     def _defer(self, leases: list[tuple[int, int]], at: float) -> None:
@@ -384,10 +411,63 @@ class Dispatcher:
 
     def _release(self, route: Route, urls: list[str]) -> None:
         self._in_flight -= 1
-        self._in_flight_by_url.subtract(urls)
+        by_url = self._in_flight_by_url
+        for url in urls:
+            by_url[url] -= 1
         self._start_ready(route)
         if not self._ready.get(route.name) and self._due_hint <= self._clock.now():
             self._worker.notify()  # a slot is free and a retry this process scheduled is due
+
+    # -- leases ----------------------------------------------------------------------------
+
+    def _database_failed(self) -> None:
+        if self._trouble_since is None or self._recovered_at is not None:
+            self._trouble_since = self._clock.now()
+            self._recovered_at = None
+
+    def _database_answered(self) -> None:
+        if self._trouble_since is not None and self._recovered_at is None:
+            self._recovered_at = self._clock.now()
+
+    def _lapsed_before(self, now: float) -> float:
+        """Claims take a lapsed lease only if it ended before this: now, or, until half a
+        lease after the database answered again, when the outage began."""
+        if self._trouble_since is None:
+            return now
+        if self._recovered_at is not None and now - self._recovered_at >= self._lease / 2:
+            self._trouble_since = self._recovered_at = None
+            return now
+        return self._trouble_since
+
+    async def _renew_leases(self) -> None:
+        while True:
+            await asyncio.sleep(self._renew_every)
+            while self._leases:
+                held = list(self._leases.items())
+                now = self._clock.now()
+                try:
+                    taken = set(await self._deliveries.renew(held, now + self._lease))
+                except StoreError as error:
+                    if self._trouble_since is None or self._recovered_at is not None:
+                        # Once an outage: the renewal retries every half second.
+                        log.error("cannot renew %d leases: %s; retrying", len(held), error)
+                    self._database_failed()
+                    await asyncio.sleep(self._renew_retry)
+                    continue
+                self._database_answered()
+                self._renewed_until = now + self._lease
+                lost = 0
+                for delivery_id, token in held:
+                    if delivery_id in taken and self._leases.get(delivery_id) == token:
+                        del self._leases[delivery_id]  # its outcome, if any, is stale
+                        lost += 1
+                if lost:
+                    log.warning(
+                        "%d claimed deliveries were taken by another claim before their "
+                        "lease was renewed",
+                        lost,
+                    )
+                break
 
     # -- one round -------------------------------------------------------------------------
 
@@ -519,8 +599,10 @@ class Dispatcher:
         while True:
             try:
                 stale = await self._deliveries.record(outcomes, rows)
+                self._database_answered()
                 break
             except StoreError as error:
+                self._database_failed()
                 # Keep the outcomes: losing them would resend delivered messages. At shutdown,
                 # give up after a few tries: the leases lapse and the rounds are sent again.
                 tries += 1

@@ -32,9 +32,17 @@ class Deliveries(Protocol):
         now: float,
         lease_until: float,
         due_by: float | None = None,
+        lapsed_before: float | None = None,
     ) -> list[Claimed]:
         """Lease up to `limit` deliveries of `destination` due by `due_by` (default `now`),
-        oldest first; a delivery under another claimer's live lease is never taken."""
+        oldest first; a delivery under another claimer's live lease is never taken, nor
+        one whose lease ended at or after `lapsed_before` (default `now`)."""
+        ...
+
+    async def renew(self, leases: Sequence[tuple[int, int]], until: float) -> list[int]:
+        """Extend to `until` the leases (delivery id, token) still held, lapsed or not, as
+        long as no other claim took the delivery; return the ids that were taken (or are
+        no longer pending)."""
         ...
 
     async def record(self, outcomes: Sequence[Outcome], attempts: Sequence[AttemptRow]) -> int:

@@ -27,8 +27,8 @@ from efd.http import server
 from efd.http.responses import json_response
 from efd.observe.metrics import CONTENT_TYPE, Metrics
 from efd.rules.selection import unconfigured
-from efd.store.health import Health, HealthStore
 from efd.settings import Current
+from efd.store.health import Health, HealthStore
 from efd.store.runner import AsyncStore
 
 PROBE_EVERY = 1.0  # seconds a probe's outcome is the answer

@@ -6,6 +6,7 @@ recorded, released, woken and expired. Synchronous; callers run it in threads
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -29,10 +30,11 @@ _CLAIM = (
                 deliveries.c.status == PENDING,
                 deliveries.c.next_attempt_at <= bindparam("c_due_by"),
                 # A row another process holds under a live lease is never taken, even by a
-                # claim that reaches past `now` (a circuit's probe).
+                # claim that reaches past `now` (a circuit's probe); nor, after a database
+                # outage, one whose lease lapsed during it (its holder renews it first).
                 or_(
                     deliveries.c.lease_owner.is_(None),
-                    deliveries.c.next_attempt_at <= bindparam("c_now"),
+                    deliveries.c.next_attempt_at < bindparam("c_lapsed"),
                 ),
             )
             .order_by(deliveries.c.next_attempt_at)
@@ -70,7 +72,10 @@ class Queue(Protocol):
         now: float,
         lease_until: float,
         due_by: float | None = None,
+        lapsed_before: float | None = None,
     ) -> list[Claimed]: ...
+
+    def renew(self, leases: Sequence[tuple[int, int]], until: float) -> list[int]: ...
 
     def record(self, outcomes: Sequence[Outcome], attempt_rows: Sequence[AttemptRow]) -> int: ...
 
@@ -105,9 +110,11 @@ class DeliveryQueue:
         now: float,
         lease_until: float,
         due_by: float | None = None,
+        lapsed_before: float | None = None,
     ) -> list[Claimed]:
         """Lease up to `limit` deliveries of one destination due by `due_by` (default
-        `now`), oldest first, never one under another claimer's live lease.
+        `now`), oldest first, never one under another claimer's live lease, nor one whose
+        lease ended at or after `lapsed_before` (default: just after `now`).
 
         The lease moves next_attempt_at to `lease_until` and bumps the fencing token;
         FOR UPDATE SKIP LOCKED (where rows lock) keeps concurrent claimers off each other's
@@ -118,6 +125,7 @@ class DeliveryQueue:
             "c_now": now,
             "c_due_by": now if due_by is None else due_by,
             "c_limit": limit,
+            "c_lapsed": math.nextafter(now, math.inf) if lapsed_before is None else lapsed_before,
             "c_owner": owner,
             "c_until": lease_until,
         }
@@ -175,6 +183,34 @@ class DeliveryQueue:
                 return 0
             applied = self._backend.record_outcomes(conn, outcomes)
         return len(outcomes) - applied
+
+    def renew(self, leases: Sequence[tuple[int, int]], until: float) -> list[int]:
+        """Extend the leases (delivery id, token) to `until`, lapsed or not, where the token
+        still matches and the delivery is pending; return the ids of the others (another
+        claim took them, or they are finished)."""
+        if not leases:
+            return []
+        with self._db.bookkeeping() as conn:
+            conn.execute(
+                update(deliveries)
+                .where(
+                    deliveries.c.id == bindparam("r_id"),
+                    deliveries.c.lease_token == bindparam("r_token"),
+                    deliveries.c.status == PENDING,
+                )
+                .values(next_attempt_at=bindparam("r_until")),
+                [{"r_id": d, "r_token": t, "r_until": until} for d, t in leases],
+            )
+            held = dict(leases)
+            kept: set[int] = set()
+            for chunk in chunked(sorted(held)):
+                rows = conn.execute(
+                    select(deliveries.c.id, deliveries.c.lease_token).where(
+                        deliveries.c.id.in_(chunk), deliveries.c.status == PENDING
+                    )
+                )
+                kept.update(pk for pk, token in rows if held[pk] == token)
+        return [pk for pk in held if pk not in kept]
 
     def release(self, leases: Sequence[tuple[int, int]], now: float) -> None:
         """Give back claimed deliveries that were never sent (shutdown): due again now."""

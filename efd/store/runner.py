@@ -131,6 +131,7 @@ class AsyncDeliveries:
         now: float,
         lease_until: float,
         due_by: float | None = None,
+        lapsed_before: float | None = None,
     ) -> list[Claimed]:
         return await self._db.write(
             self._db.store.queue.claim,
@@ -140,7 +141,11 @@ class AsyncDeliveries:
             now=now,
             lease_until=lease_until,
             due_by=due_by,
+            lapsed_before=lapsed_before,
         )
+
+    async def renew(self, leases: Sequence[tuple[int, int]], until: float) -> list[int]:
+        return await self._db.write(self._db.store.queue.renew, leases, until)
 
     async def record(self, outcomes: Sequence[Outcome], attempts: Sequence[AttemptRow]) -> int:
         return await self._db.write(self._db.store.queue.record, outcomes, attempts)

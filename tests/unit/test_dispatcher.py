@@ -324,3 +324,79 @@ async def test_a_destination_removed_by_a_reload_with_rounds_in_flight(running):
     await store.wait(lambda: store.status("b") == {"delivered": 5})
     assert not any(r.leased for r in store.rows.values())  # nothing of "a" held back
     assert d.running
+
+
+def short_lease(**delivery: Any) -> config.Settings:
+    """Leases of 2.2 s: below what the configuration allows (timeout + 5 s), so that a
+    test of their lapse takes seconds; above the timeout + 2 s a round needs left on its
+    lease to start."""
+    base = settings(timeout_seconds=0.05, **delivery)
+    return base.model_copy(
+        update={"delivery": base.delivery.model_copy(update={"lease_seconds": 2.2})}
+    )
+
+
+@pytest.fixture
+async def two_processes():  # type: ignore[no-untyped-def]
+    """Two dispatchers (two daemons) on one store and one set of receivers."""
+    started: list[Dispatcher] = []
+
+    async def start(store: MemoryDeliveries, rounds: FakeRounds) -> list[Dispatcher]:
+        for owner in ("one", "two"):
+            d = Dispatcher(
+                deliveries=store,
+                rounds=rounds,
+                settings=Current(short_lease()),
+                metrics=Metrics(),
+                owner=owner,
+            )
+            await d.start(stack)
+            started.append(d)
+        return started
+
+    async with AsyncExitStack() as stack:
+        yield start
+        for d in started:
+            await d.stop(grace=0.1)
+
+
+async def test_outcomes_written_later_than_the_lease_are_not_sent_again(two_processes):
+    """Outcome writes stall for twice the lease while the database answers everything
+    else: the leases are renewed meanwhile, so neither process claims those deliveries
+    again and no receiver gets a message twice."""
+    stalled = asyncio.Event()
+    store, rounds = MemoryDeliveries(slow_outcomes=stalled), FakeRounds()
+    store.add("a", 20)
+    await two_processes(store, rounds)
+    try:
+        async with asyncio.timeout(30):
+            while rounds.completed < 20:  # answered; their outcomes wait
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(2 * 2.2)
+    finally:
+        stalled.set()
+    await store.wait(lambda: store.status("a") == {"delivered": 20})
+    assert rounds.sent[HOOK_A] == 20
+    assert set(Counter(rounds.webhook_ids).values()) == {1}
+
+
+async def test_outcomes_held_up_by_a_database_outage_are_not_sent_again(two_processes):
+    """The database stops after the rounds were sent and stays down until their leases
+    lapsed. When it is back, new work wakes the other process at once: it leaves the
+    lapsed leases to their holder, which renews them first, so no receiver gets a
+    message twice."""
+    store, rounds = MemoryDeliveries(), FakeRounds(held={HOOK_A})
+    store.add("a", 20)
+    processes = await two_processes(store, rounds)
+    await rounds.started.wait()
+    await asyncio.sleep(0.05)  # the first claim took all 20; the rounds wait
+    store.down = True
+    rounds.gate.set()  # answered, but their outcomes cannot be written
+    await asyncio.sleep(2.2 + 0.3)  # every lease lapses
+    store.down = False
+    for d in processes:
+        d.notify()
+    await store.wait(lambda: store.status("a") == {"delivered": 20})
+    await asyncio.sleep(0.5)  # a second sending would have started by now
+    assert rounds.sent[HOOK_A] == 20
+    assert set(Counter(rounds.webhook_ids).values()) == {1}
