@@ -52,6 +52,8 @@ TYPES = {
     "attempts": "INTEGER",
     "created_at": "DOUBLE PRECISION",
     "next_attempt_at": "DOUBLE PRECISION",
+    "finished_at": "DOUBLE PRECISION",
+    "last_error": "TEXT",
     "lease_token": "INTEGER",
     "delivery_id": "BIGINT",
     "hook_url": "TEXT",

@@ -34,7 +34,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from efd.rows import AttemptRow, Claimed, DeliveryStatus, InsertStatus, NewMessage, Outcome
-from efd.store import dedupe, fastpath, pgpath
+from efd.store import dedupe, fastpath, pgpath, shaped
 from efd.store.dedupe import message_key
 from efd.store.engine import is_sqlite, make_engine, normalise_url
 from efd.store.schema import attempts, deliveries, jobs, messages
@@ -130,6 +130,7 @@ _CLAIM = (
         deliveries.c.attempts,
         deliveries.c.first_attempt_at,
         deliveries.c.failed_hooks,
+        deliveries.c.body,  # a body of its own (efd/store/shaped.py), else NULL
     )
 )
 _RECORD_OUTCOME = (
@@ -325,6 +326,10 @@ class Store:
                     fastpath.insert_many(cursor, deliveries, _DELIVERY_FIELDS, delivery_tuples)
         elif delivery_tuples:
             conn.execute(_PG_INSERT_DELIVERIES, pgpath.arrays(_DELIVERY_FIELDS, delivery_tuples))
+        if any(r.shaped for r in rows):
+            shaped_rows = shaped.rows(ids, rows, now)
+            shaped.insert(conn, self.sqlite, shaped_rows)
+            delivery_tuples += shaped_rows  # for the NOTIFY below
         if delivery_tuples and not self.sqlite:
             # Delivered at commit, to every process's LISTEN: none waits for a poll.
             conn.execute(text("SELECT pg_notify(:channel, '')"), {"channel": NOTIFY_CHANNEL})
@@ -424,12 +429,12 @@ class Store:
                 first_attempt_at=first,
                 failed_hooks=frozenset(json.loads(failed)) if failed else frozenset(),
                 message_id=bodies[pk][0],
-                body=bodies[pk][1],
+                body=bodies[pk][1] if own_body is None else own_body,
                 message_pk=pk,
                 source=bodies[pk][2],
                 received_at=bodies[pk][3],
             )
-            for delivery_id, token, pk, attempts_so_far, first, failed in claimed
+            for delivery_id, token, pk, attempts_so_far, first, failed, own_body in claimed
         ]
         result.sort(key=lambda c: c.delivery_id)
         return result

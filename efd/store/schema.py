@@ -73,6 +73,9 @@ deliveries = Table(
     Column("lease_owner", String(80)),  # the process holding the claim, NULL when none
     Column("lease_token", Integer, nullable=False, server_default=text("0")),  # fencing
     Column("replay_of", Id),  # a replay: the delivery it sends again (same message)
+    # The body a destination's field filters made; NULL: the message's body (and once a
+    # deletion request purged it).
+    Column("body", Text),
     Index(
         "ix_deliveries_due",
         "destination",
