@@ -472,6 +472,11 @@ class Settings(BaseSettings):
         # adds it, from what it read).
         return (init_settings, env_settings)
 
+    def filter_sets(self) -> dict[str, FilterSet]:
+        """Destination -> its filters, for the destinations that have some (routing.shape
+        costs nothing when this is empty)."""
+        return {d.name: d.filter_set() for d in self.destinations if d.filters}
+
     def destination(self, name: str) -> DestinationConfig:
         for destination in self.destinations:
             if destination.name == name:

@@ -132,6 +132,7 @@ class Daemon:
             self.parsers = ParserPool(
                 processes=settings.server.parse_processes,
                 sources=_parser_sources(settings),
+                filters=settings.filter_sets(),
                 log_level=settings.logging.level,
                 log_format=settings.logging.format,
             )
@@ -374,7 +375,7 @@ class Daemon:
                 await self.senders.reload(routes, level)
             await parts.dispatcher.reload(settings)
             if self.parsers is not None:
-                await self.parsers.reload(_parser_sources(settings), level)
+                await self.parsers.reload(_parser_sources(settings), settings.filter_sets(), level)
             parts.ingest.reload(settings)
             parts.regulations_api.reload(settings)
             parts.admin_api.reload(settings)

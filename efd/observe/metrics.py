@@ -59,6 +59,7 @@ class Metrics:
         self.retried: Counter[str] = Counter()
         self.failed: Counter[str] = Counter()
         self.expired: Counter[str] = Counter()
+        self.filtered: Counter[str] = Counter()  # by destination: stopped by its filters
         self.attempts: Counter[tuple[str, str]] = Counter()  # by (destination, outcome)
         self.stale_outcomes = 0
         self.connections_refused = 0  # over [server] max_connections
@@ -114,6 +115,12 @@ _COUNTERS = (
     ("efd_deliveries_retried", "Rounds that will be retried.", "destination", "retried"),
     ("efd_deliveries_failed", "Deliveries failed for good.", "destination", "failed"),
     ("efd_deliveries_expired", "Deliveries whose retry window closed.", "destination", "expired"),
+    (
+        "efd_deliveries_filtered",
+        "Deliveries a destination's filters stopped at routing (drop, sample): never sent.",
+        "destination",
+        "filtered",
+    ),
 )
 
 
