@@ -293,6 +293,7 @@ _DELIVERY = {
         "nextAttemptAt",
         "windowEndsAt",
         "replayOf",
+        "filteredBy",
         "attempts",
     ],
     "properties": {
@@ -303,6 +304,11 @@ _DELIVERY = {
         "nextAttemptAt": _NULLABLE_ISO,
         "windowEndsAt": _ISO,
         "replayOf": {"type": ["integer", "null"], "description": "the delivery it replays"},
+        "filteredBy": {
+            **_NULLABLE_STRING,
+            "description": "status filtered: the destination filter that stopped the message, "
+            "and why (never sent); null otherwise",
+        },
         "attempts": {"type": "array", "items": _ref("Attempt")},
     },
 }

@@ -247,6 +247,7 @@ class RegulationsApi:
                                             "failed",
                                             "expired",
                                             "discarded",
+                                            "filtered",
                                         )
                                     },
                                 }

@@ -265,6 +265,16 @@ async function messageDetail(source, messageId) {
         el("td", {}, delivery.replayOf ?? "—"),
       ),
     );
+    if (delivery.filteredBy) {
+      body.append(
+        el(
+          "tr",
+          { class: "filtered-by" },
+          el("td", { class: "muted" }, "↳ filtered"),
+          el("td", { class: "mono", colspan: "5" }, delivery.filteredBy),
+        ),
+      );
+    }
     for (const attempt of delivery.attempts) {
       body.append(
         el(
