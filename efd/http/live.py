@@ -60,7 +60,7 @@ def _window_json(stats: WindowStats | None) -> dict[str, Any]:
 
 
 def _asset(name: str) -> bytes:
-    return resources.files("efd").joinpath("console", name).read_bytes()
+    return resources.files("efd.http").joinpath("console", name).read_bytes()
 
 
 class LiveApi:
