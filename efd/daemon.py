@@ -221,7 +221,13 @@ class Daemon:
             admin_api=AdminApi(
                 settings, db=db, operations=OperationsStore(store), on_due=dispatcher.notify
             ),
-            live_api=LiveApi(settings, db=db, hub=self.hub, circuits=dispatcher.circuits),
+            live_api=LiveApi(
+                settings,
+                db=db,
+                hub=self.hub,
+                circuits=dispatcher.circuits,
+                metrics=self.metrics,
+            ),
             status=Status(settings, db=db, metrics=self.metrics, owner=self.owner),
             periodic=self._periodic,
             capture=capture,

@@ -25,7 +25,7 @@ from efd.config import Settings
 from efd.observe.metrics import Metrics
 from efd.observe.stream import Hub
 from efd.rows import AttemptRow, Claimed, DeliveryStatus, Outcome
-from efd.rules import retry, webhooks
+from efd.rules import ratelimit, retry, webhooks
 from efd.rules.circuit import Change, Circuits
 from efd.rules.retry import AttemptResult, Backoff, RetryPolicy, Verdict
 from efd.rules.webhooks import Route
@@ -89,6 +89,19 @@ class Deliveries(Protocol):
         (from their first attempt, or their creation if never attempted) has closed."""
         ...
 
+    async def take_tokens(
+        self, buckets: Sequence[tuple[str, float, float]], want: int, now: float
+    ) -> tuple[int, float]:
+        """Take up to `want` tokens from each (key, rate, burst) bucket of rate-limited hooks,
+        the same number from each: (how many, the fewest tokens any bucket kept)."""
+        ...
+
+    async def give_back_tokens(
+        self, buckets: Sequence[tuple[str, float, float]], count: int
+    ) -> None:
+        """Return `count` tokens to each bucket (taken for rounds never started)."""
+        ...
+
 
 class Dispatcher:
     def __init__(
@@ -110,6 +123,9 @@ class Dispatcher:
         self._hub = hub  # the live stream, told of each recorded attempt
         self._rng = rng or random.Random()
         self._routes = {d.name: d.route(delivery.user_agent) for d in settings.destinations}
+        self._buckets = _buckets(settings)
+        # A destination held back by its hooks' rate limits: when to claim for it again.
+        self._paced: dict[str, float] = {}
         self._lease = delivery.lease_seconds
         self._max_in_flight = delivery.max_in_flight
         self._max_per_hook = delivery.max_per_hook
@@ -172,6 +188,8 @@ class Dispatcher:
             self._ready.setdefault(name, deque())
             self._backlog.setdefault(name, True)  # look at once: it may have work waiting
         self._routes = routes
+        self._buckets = _buckets(settings)
+        self._paced = {name: at for name, at in self._paced.items() if name in self._buckets}
         if leases:
             with contextlib.suppress(SQLAlchemyError):  # else the leases simply lapse
                 await self._deliveries.release(leases, time.time())
@@ -241,10 +259,16 @@ class Dispatcher:
             ready = self._ready.get(route.name)
             if ready is None:
                 continue  # removed by a reload meanwhile
-            limit = min(self._capacity(route) + self._ahead - len(ready), _CLAIM_BATCH)
+            buckets = self._buckets.get(route.name)
+            now = time.time()
+            if buckets and now < self._paced.get(route.name, 0.0):
+                continue  # its tokens are spent: _idle_wait knows when to look again
+            # A rate-limited destination claims only what it starts at once: its tokens are
+            # taken at the claim, so rounds held ready would leave later in a bunch.
+            ahead = 0 if buckets else self._ahead
+            limit = min(self._capacity(route) + ahead - len(ready), _CLAIM_BATCH)
             if limit <= 0 or self._stopping:
                 continue
-            now = time.time()
             hooks = [url for url, _ in route.hooks]
             if self._circuits.blocked(hooks, now):
                 # Every hook is open and none may be probed yet: claim nothing.
@@ -274,6 +298,11 @@ class Dispatcher:
                 due_by = math.inf
             else:
                 due_by = now
+            held = False
+            if buckets:
+                limit, held = await self._take_tokens(route, buckets, limit, now)
+                if limit <= 0:
+                    continue
             claimed = await self._deliveries.claim(
                 route.name,
                 limit,
@@ -282,6 +311,8 @@ class Dispatcher:
                 lease_until=now + self._lease,
                 due_by=due_by,
             )
+            if buckets:
+                self._after_paced_claim(route, buckets, limit, len(claimed), held)
             if self._ready.get(route.name) is not ready:
                 # A reload removed the destination during the claim: give them back.
                 leases = [(item.delivery_id, item.lease_token) for item in claimed]
@@ -297,6 +328,45 @@ class Dispatcher:
             if len(claimed) == limit and self._capacity(route) > 0:
                 more = True
         return more
+
+    async def _take_tokens(
+        self, route: Route, buckets: tuple[ratelimit.Bucket, ...], want: int, now: float
+    ) -> tuple[int, bool]:
+        """Tokens for up to `want` rounds of a rate-limited destination: (how many, whether
+        its previous claim was held back). When they fall short, it is paced: not claimed
+        for again until a quantum's worth has accrued."""
+        held = route.name in self._paced
+        granted, left = await self._deliveries.take_tokens(
+            [(b.key, b.rate, b.burst) for b in buckets], want, now
+        )
+        if granted < want:
+            self._paced[route.name] = now + ratelimit.next_claim_in(buckets, left)
+        else:
+            self._paced.pop(route.name, None)
+        return granted, held
+
+    def _after_paced_claim(
+        self,
+        route: Route,
+        buckets: tuple[ratelimit.Bucket, ...],
+        granted: int,
+        claimed: int,
+        held: bool,
+    ) -> None:
+        if claimed < granted:
+            # Fewer were due than the tokens taken: the rest go back for the other daemons.
+            keys = [(b.key, b.rate, b.burst) for b in buckets]
+            self._background(self._give_back(keys, granted - claimed))
+            self._paced.pop(route.name, None)
+        if held and claimed:
+            # These were due while the limit held the destination back.
+            for bucket in buckets:
+                label = route.labels.get(bucket.url) or webhooks.redact_url(bucket.url)
+                self._metrics.held_back[(route.name, label)] += claimed
+
+    async def _give_back(self, keys: list[tuple[str, float, float]], count: int) -> None:
+        with contextlib.suppress(SQLAlchemyError):  # lost: the bucket refills with time
+            await self._deliveries.give_back_tokens(keys, count)
 
     def _start_ready(self, route: Route) -> None:
         ready = self._ready.get(route.name)
@@ -325,6 +395,10 @@ class Dispatcher:
         open_routes = []
         for route in self._routes.values():
             if self._capacity(route) <= 0:
+                continue
+            paced = self._paced.get(route.name)
+            if paced is not None and paced > now:
+                wait = min(wait, paced - now)  # held back by its rate limits until then
                 continue
             hooks = [url for url, _ in route.hooks]
             if self._circuits.blocked(hooks, now):
@@ -486,7 +560,10 @@ class Dispatcher:
                 outcome=r.verdict.value,
                 status_code=r.status_code,
                 error_class=r.error_class,
-                error=r.error,
+                # A receiver's Retry-After, honoured by the next round, is logged with it.
+                error=r.error
+                if r.retry_after is None
+                else f"Retry-After: {r.retry_after:g} s" + (f"; {r.error}" if r.error else ""),
                 response_head=r.response_head,
             )
             for r in results
@@ -601,3 +678,12 @@ class Dispatcher:
             self._metrics.stale_outcomes += stale
             log.warning("%d outcomes arrived after their lease moved on; not applied", stale)
         return [None] * len(items)
+
+
+def _buckets(settings: Settings) -> dict[str, tuple[ratelimit.Bucket, ...]]:
+    """The token buckets of each destination that has rate-limited hooks."""
+    found = {
+        d.name: ratelimit.buckets(d.name, [(hook.url, hook.limit()) for hook in d.hooks])
+        for d in settings.destinations
+    }
+    return {name: buckets for name, buckets in found.items() if buckets}

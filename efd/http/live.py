@@ -30,6 +30,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from efd.config import Settings
 from efd.http import server
 from efd.http.server import error_response, json_response
+from efd.observe.metrics import Metrics
 from efd.observe.stream import Hub
 from efd.rules import webhooks
 from efd.rules.circuit import Circuits
@@ -64,8 +65,17 @@ def _asset(name: str) -> bytes:
 
 
 class LiveApi:
-    def __init__(self, settings: Settings, *, db: AsyncStore, hub: Hub, circuits: Circuits) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        db: AsyncStore,
+        hub: Hub,
+        circuits: Circuits,
+        metrics: Metrics | None = None,
+    ) -> None:
         self._settings = settings
+        self._metrics = metrics or Metrics()
         self._db = db
         self._health = HealthStore(db.store)
         self._hub = hub
@@ -125,6 +135,7 @@ class LiveApi:
             for hook in destination.hooks:
                 url = labels[destination.name][hook.url]
                 last = errors.get(url)
+                limit = hook.limit()
                 hook_list.append(
                     {
                         "url": url,
@@ -135,6 +146,10 @@ class LiveApi:
                         "window": {
                             label: _window_json(windows[label].get(url)) for label, _ in WINDOWS
                         },
+                        # Its rate limit, and the rounds it held back (this process's count).
+                        "maxPerSecond": None if limit is None else limit[0],
+                        "burst": None if limit is None else limit[1],
+                        "heldBack": self._metrics.held_back.get((destination.name, url), 0),
                     }
                 )
             result.append(

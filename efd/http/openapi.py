@@ -453,7 +453,16 @@ _DESTINATION_HEALTH = {
             "type": "array",
             "items": {
                 "type": "object",
-                "required": ["url", "circuit", "lastError", "lastErrorAt", "window"],
+                "required": [
+                    "url",
+                    "circuit",
+                    "lastError",
+                    "lastErrorAt",
+                    "window",
+                    "maxPerSecond",
+                    "burst",
+                    "heldBack",
+                ],
                 "properties": {
                     "url": {"type": "string", "description": "credentials and query values hidden"},
                     "circuit": {"type": "string", "enum": ["closed", "open"]},
@@ -463,6 +472,19 @@ _DESTINATION_HEALTH = {
                         "type": "object",
                         "required": ["1h", "24h"],
                         "properties": {"1h": _WINDOW, "24h": _WINDOW},
+                    },
+                    "maxPerSecond": {
+                        "type": ["number", "null"],
+                        "description": "the hook's rate limit (max_per_second); null: none",
+                    },
+                    "burst": {
+                        "type": ["number", "null"],
+                        "description": "requests it may take at once after a quiet spell",
+                    },
+                    "heldBack": {
+                        **_COUNT_VALUE,
+                        "description": "requests this daemon sent later than due because of "
+                        "the limit, since it started",
                     },
                 },
             },

@@ -21,6 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from efd.rows import AttemptRow, Claimed, Outcome
 from efd.store.queue import Store
+from efd.store.ratelimit import Buckets, HookTokens
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -109,6 +110,13 @@ class AsyncDeliveries:
 
     def __init__(self, db: AsyncStore) -> None:
         self._db = db
+        self._tokens = HookTokens(db.store)
+
+    async def take_tokens(self, buckets: Buckets, want: int, now: float) -> tuple[int, float]:
+        return await self._db.write(self._tokens.take, buckets, want, now)
+
+    async def give_back_tokens(self, buckets: Buckets, count: int) -> None:
+        await self._db.write(self._tokens.give_back, buckets, count)
 
     async def claim(
         self,

@@ -114,6 +114,16 @@ jobs = Table(
     Column("owner", String(80)),
 )
 
+# One token bucket per rate-limited hook (efd/store/ratelimit.py), shared by every daemon on
+# the store. Keyed by a hash of destination and URL: no URL is written here.
+hook_tokens = Table(
+    "hook_tokens",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("tokens", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),  # when `tokens` was last refilled
+)
+
 # -- profiles, audiences and computed traits (maintained only when some are configured) ------
 
 # One row per identity graph, keyed by its canonical id: the userId, or the anonymousId of a

@@ -477,7 +477,7 @@ function destinationPanel(destination) {
       el(
         "tr",
         {},
-        ...["hook", "circuit", "last error", "1 h attempts", "success", "p50", "p99",
+        ...["hook", "circuit", "limit", "last error", "1 h attempts", "success", "p50", "p99",
           "24 h attempts", "success", "p50", "p99"].map((h) => el("th", {}, h)),
       ),
     ),
@@ -490,6 +490,13 @@ function destinationPanel(destination) {
         { class: "hook", data: { circuit: hook.circuit } },
         el("td", { class: "mono" }, hook.url),
         el("td", {}, el("span", { class: "badge " + hook.circuit }, hook.circuit)),
+        el(
+          "td",
+          { class: "limit" },
+          hook.maxPerSecond == null
+            ? "—"
+            : `${hook.maxPerSecond}/s, burst ${hook.burst}; held back ${hook.heldBack}`,
+        ),
         el(
           "td",
           { class: "last-error" },
