@@ -90,14 +90,15 @@ class Deliveries(Protocol):
         ...
 
     async def take_tokens(
-        self, buckets: Sequence[tuple[str, float, float]], want: int, now: float
+        self, buckets: Sequence[tuple[str, float, float, float]], want: int, now: float
     ) -> tuple[int, float]:
-        """Take up to `want` tokens from each (key, rate, burst) bucket of rate-limited hooks,
-        the same number from each: (how many, the fewest tokens any bucket kept)."""
+        """Take up to `want` tokens from each (key, rate, burst, reserve) bucket of
+        rate-limited hooks, the same number from each, never its reserve: (how many, the
+        fewest tokens any bucket kept beyond its reserve)."""
         ...
 
     async def give_back_tokens(
-        self, buckets: Sequence[tuple[str, float, float]], count: int
+        self, buckets: Sequence[tuple[str, float, float, float]], count: int
     ) -> None:
         """Return `count` tokens to each bucket (taken for rounds never started)."""
         ...
@@ -336,9 +337,7 @@ class Dispatcher:
         its previous claim was held back). When they fall short, it is paced: not claimed
         for again until a quantum's worth has accrued."""
         held = route.name in self._paced
-        granted, left = await self._deliveries.take_tokens(
-            [(b.key, b.rate, b.burst) for b in buckets], want, now
-        )
+        granted, left = await self._deliveries.take_tokens([b.row for b in buckets], want, now)
         if granted < want:
             self._paced[route.name] = now + ratelimit.next_claim_in(buckets, left)
         else:
@@ -355,7 +354,7 @@ class Dispatcher:
     ) -> None:
         if claimed < granted:
             # Fewer were due than the tokens taken: the rest go back for the other daemons.
-            keys = [(b.key, b.rate, b.burst) for b in buckets]
+            keys = [b.row for b in buckets]
             self._background(self._give_back(keys, granted - claimed))
             self._paced.pop(route.name, None)
         if held and claimed:
@@ -364,7 +363,7 @@ class Dispatcher:
                 label = route.labels.get(bucket.url) or webhooks.redact_url(bucket.url)
                 self._metrics.held_back[(route.name, label)] += claimed
 
-    async def _give_back(self, keys: list[tuple[str, float, float]], count: int) -> None:
+    async def _give_back(self, keys: list[tuple[str, float, float, float]], count: int) -> None:
         with contextlib.suppress(SQLAlchemyError):  # lost: the bucket refills with time
             await self._deliveries.give_back_tokens(keys, count)
 

@@ -16,6 +16,10 @@ from dataclasses import dataclass
 # How much of a second a held-back destination lets tokens accrue before claiming again: a
 # claim a token at high rates would be a transaction a token.
 QUANTUM = 0.05
+# The time a request may take from its token to the receiver, whose clock it meets: a bucket
+# keeps this much of its rate in reserve (within its burst), so that a receiver counting the
+# same limit by arrival still has the tokens for requests that the network delayed unevenly.
+JITTER = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +30,12 @@ class Bucket:
     rate: float  # tokens a second
     burst: float  # the most tokens it holds
     url: str  # the hook, as configured (never stored)
+    reserve: float = 0.0  # tokens never handed out (JITTER)
+
+    @property
+    def row(self) -> tuple[str, float, float, float]:
+        """What the store takes from: (key, rate, burst, reserve)."""
+        return self.key, self.rate, self.burst, self.reserve
 
 
 def bucket_key(destination: str, url: str) -> str:
@@ -40,18 +50,17 @@ def buckets(
 ) -> tuple[Bucket, ...]:
     """The buckets of a destination's limited hooks, from (url, (rate, burst) or None)."""
     return tuple(
-        Bucket(bucket_key(destination, url), limit[0], limit[1], url)
-        for url, limit in limits
-        if limit is not None
+        Bucket(bucket_key(destination, url), rate, burst, url, min(burst - 1.0, rate * JITTER))
+        for url, (rate, burst) in ((u, limit) for u, limit in limits if limit is not None)
     )
 
 
 def next_claim_in(found: Iterable[Bucket], left: float) -> float:
     """Seconds until a claim held back by its tokens is worth making again: until the
     slowest bucket has accrued a quantum's worth (at least one token, at most its burst),
-    `left` being the fewest tokens any of them kept."""
+    `left` being the fewest tokens any of them kept beyond its reserve."""
     wait = 0.0
     for bucket in found:
-        want = min(bucket.burst, max(1.0, bucket.rate * QUANTUM))
+        want = min(bucket.burst - bucket.reserve, max(1.0, bucket.rate * QUANTUM))
         wait = max(wait, (want - left) / bucket.rate)
     return max(0.0, wait)

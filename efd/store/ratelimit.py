@@ -1,7 +1,8 @@
 """Token buckets of rate-limited hooks, shared by every daemon on the store.
 
 Taking tokens refills each bucket for the time since it was last touched, up to its burst,
-then takes the same whole number from each, at most what the fewest-stocked one holds: one
+then takes the same whole number from each, at most what the fewest-stocked one holds beyond
+its reserve: one
 short write transaction, the rows locked in key order on PostgreSQL (so daemons taking from
 the same buckets queue rather than deadlock), the single writer on SQLite. PostgreSQL's clock
 times the refills, so daemons on hosts whose clocks differ still share one budget.
@@ -16,8 +17,8 @@ from sqlalchemy import Connection, text
 
 from efd.store.queue import Store
 
-# (key, tokens a second, burst) of each bucket a claim takes from.
-Buckets = Sequence[tuple[str, float, float]]
+# (key, tokens a second, burst, reserve) of each bucket a claim takes from.
+Buckets = Sequence[tuple[str, float, float, float]]
 
 _NOW = {True: ":now", False: "EXTRACT(EPOCH FROM clock_timestamp())"}
 
@@ -55,7 +56,8 @@ class HookTokens:
         self._store = store
 
     def take(self, buckets: Buckets, want: int, now: float) -> tuple[int, float]:
-        """Take up to `want` tokens from every bucket: (how many, the fewest any kept)."""
+        """Take up to `want` tokens from every bucket: (how many, the fewest any kept beyond
+        its reserve)."""
         sqlite = self._store.sqlite
         ordered = sorted(buckets)
         with self._store.writer.begin() as conn:
@@ -66,12 +68,13 @@ class HookTokens:
                         _REFILL[sqlite], {"key": key, "rate": rate, "burst": burst, "now": now}
                     ).scalar_one()
                 )
-                for key, rate, burst in ordered
+                - reserve
+                for key, rate, burst, reserve in ordered
             ]
             fewest = min(available, default=math.inf)
             granted = max(0, min(want, math.floor(fewest + 1e-9)))
             if granted:
-                conn.execute(_TAKE, [{"key": key, "n": granted} for key, _, _ in ordered])
+                conn.execute(_TAKE, [{"key": key, "n": granted} for key, _, _, _ in ordered])
         return granted, fewest - granted
 
     def give_back(self, buckets: Buckets, count: int) -> None:
@@ -81,10 +84,10 @@ class HookTokens:
         with self._store.writer.begin() as conn:
             conn.execute(
                 _GIVE,
-                [{"key": key, "n": count, "burst": burst} for key, _, burst in sorted(buckets)],
+                [{"key": key, "n": count, "burst": burst} for key, _, burst, _ in sorted(buckets)],
             )
 
     @staticmethod
     def _ensure(conn: Connection, sqlite: bool, buckets: Buckets, now: float) -> None:
-        for key, _, burst in buckets:
+        for key, _, burst, _ in buckets:
             conn.execute(_START[sqlite], {"key": key, "burst": burst, "now": now})
