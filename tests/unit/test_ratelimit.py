@@ -47,3 +47,19 @@ def test_the_slowest_bucket_sets_the_wait() -> None:
     fast = Bucket("a", 100.0, 100.0, "https://a.example/h")
     slow = Bucket("b", 1.0, 1.0, "https://b.example/h")
     assert next_claim_in([fast, slow], 0.0) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("rate", "burst", "reserve"),
+    [
+        (50.0, 50.0, 5.0),  # a tenth of a second's worth
+        (50.0, 3.0, 2.0),  # never the whole burst: one request can always go
+        (0.5, 1.0, 0.0),
+    ],
+)
+def test_a_bucket_keeps_a_reserve_for_the_network_within_its_burst(
+    rate: float, burst: float, reserve: float
+) -> None:
+    [bucket] = buckets("crm", [("https://a.example/h", (rate, burst))])
+    assert bucket.reserve == pytest.approx(reserve)
+    assert bucket.row == (bucket.key, rate, burst, pytest.approx(reserve))
