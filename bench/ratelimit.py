@@ -14,7 +14,8 @@ fast as they take it, so the limit is what paces delivery throughout.
 Reported, from the arrivals at the receiver:
   * rate ÷ limit over every 10 s window (sliding by 1 s) from the first arrival while the
     backlog lasts: min and max, with and without the first window (which holds the burst);
-  * the most arrivals in any 1 s, against limit + burst;
+  * the most arrivals in any 1 s, against limit + burst, and the most requests efd started
+    in any 1 s (its attempts table: the limit as efd applies it, without the network);
   * the receiver's 429s, and duplicates.
 It is a benchmark, not a test: nothing asserts. The machine may be shared; the ratios are to
 the configured limit, which does not depend on the machine.
@@ -214,6 +215,8 @@ async def run_one(
         for process in processes:
             await asyncio.to_thread(process.wait, 30)
         await runner.cleanup()
+        with psycopg.connect(db_url) as conn:
+            sent = sorted(row[0] for row in conn.execute("SELECT attempted_at FROM attempts"))
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name}")
     arrivals = sorted(receiver.arrivals)
@@ -222,6 +225,7 @@ async def run_one(
     until = firsts[max(0, backlog - int(rate) - 1)] if len(firsts) >= backlog else arrivals[-1]
     ten = windows(arrivals, 10.0, until)
     one = max(windows(arrivals, 1.0, arrivals[-1]), default=0)
+    one_sent = max(windows(sent, 1.0, sent[-1]), default=0)
     return {
         "limit": rate,
         "burst": burst,
@@ -234,6 +238,7 @@ async def run_one(
         "ratio_10s_max": round(max(ten) / (10 * rate), 3) if ten else None,
         "ratio_10s_max_after_first": round(max(ten[1:]) / (10 * rate), 3) if len(ten) > 1 else None,
         "busiest_1s": one,
+        "busiest_1s_sent": one_sent,
         "limit_plus_burst": rate + burst,
         "receiver_429": receiver.refused,
         "duplicates": receiver.duplicates,
@@ -257,14 +262,15 @@ def main() -> int:
     print()
     print(
         "| limit/s | daemons | delivered | 10 s rate ÷ limit (min to max) | after the first window"
-        " (max) | busiest 1 s (limit+burst) | 429s | duplicates |"
+        " (max) | busiest 1 s: arrived, sent (limit+burst) | 429s | duplicates |"
     )
     print("|---|---|---|---|---|---|---|---|")
     for r in results:
         print(
             f"| {r['limit']:g} | {r['daemons']} | {r['delivered']}/{r['backlog']} |"
             f" {r['ratio_10s_min']} to {r['ratio_10s_max']} | {r['ratio_10s_max_after_first']} |"
-            f" {r['busiest_1s']} ({r['limit_plus_burst']:g}) | {r['receiver_429']} |"
+            f" {r['busiest_1s']}, {r['busiest_1s_sent']} ({r['limit_plus_burst']:g}) |"
+            f" {r['receiver_429']} |"
             f" {r['duplicates']} |"
         )
     return 0

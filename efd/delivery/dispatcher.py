@@ -89,18 +89,21 @@ class Deliveries(Protocol):
         (from their first attempt, or their creation if never attempted) has closed."""
         ...
 
-    async def take_tokens(
-        self, buckets: Sequence[tuple[str, float, float, float]], want: int, now: float
-    ) -> tuple[int, float]:
-        """Take up to `want` tokens from each (key, rate, burst, reserve) bucket of
-        rate-limited hooks, the same number from each, never its reserve: (how many, the
-        fewest tokens any bucket kept beyond its reserve)."""
-        ...
-
-    async def give_back_tokens(
-        self, buckets: Sequence[tuple[str, float, float, float]], count: int
-    ) -> None:
-        """Return `count` tokens to each bucket (taken for rounds never started)."""
+    async def claim_limited(
+        self,
+        destination: str,
+        limit: int,
+        buckets: Sequence[tuple[str, float, float, float]],
+        *,
+        owner: str,
+        now: float,
+        lease_until: float,
+        due_by: float | None = None,
+    ) -> tuple[list[Claimed], float]:
+        """`claim` under the (key, rate, burst, reserve) token buckets of rate-limited
+        hooks, in the same transaction: at most as many as every bucket has tokens for beyond
+        its reserve, taking one from each per delivery claimed. Returns the claimed and the
+        fewest tokens any bucket kept beyond its reserve."""
         ...
 
 
@@ -299,21 +302,26 @@ class Dispatcher:
                 due_by = math.inf
             else:
                 due_by = now
-            held = False
             if buckets:
-                limit, held = await self._take_tokens(route, buckets, limit, now)
-                if limit <= 0:
-                    continue
-            claimed = await self._deliveries.claim(
-                route.name,
-                limit,
-                owner=self._owner,
-                now=now,
-                lease_until=now + self._lease,
-                due_by=due_by,
-            )
-            if buckets:
-                self._after_paced_claim(route, buckets, limit, len(claimed), held)
+                claimed, left = await self._deliveries.claim_limited(
+                    route.name,
+                    limit,
+                    [b.row for b in buckets],
+                    owner=self._owner,
+                    now=now,
+                    lease_until=now + self._lease,
+                    due_by=due_by,
+                )
+                self._pace(route, buckets, limit, len(claimed), left, now)
+            else:
+                claimed = await self._deliveries.claim(
+                    route.name,
+                    limit,
+                    owner=self._owner,
+                    now=now,
+                    lease_until=now + self._lease,
+                    due_by=due_by,
+                )
             if self._ready.get(route.name) is not ready:
                 # A reload removed the destination during the claim: give them back.
                 leases = [(item.delivery_id, item.lease_token) for item in claimed]
@@ -330,42 +338,26 @@ class Dispatcher:
                 more = True
         return more
 
-    async def _take_tokens(
-        self, route: Route, buckets: tuple[ratelimit.Bucket, ...], want: int, now: float
-    ) -> tuple[int, bool]:
-        """Tokens for up to `want` rounds of a rate-limited destination: (how many, whether
-        its previous claim was held back). When they fall short, it is paced: not claimed
-        for again until a quantum's worth has accrued."""
-        held = route.name in self._paced
-        granted, left = await self._deliveries.take_tokens([b.row for b in buckets], want, now)
-        if granted < want:
-            self._paced[route.name] = now + ratelimit.next_claim_in(buckets, left)
-        else:
-            self._paced.pop(route.name, None)
-        return granted, held
-
-    def _after_paced_claim(
+    def _pace(
         self,
         route: Route,
         buckets: tuple[ratelimit.Bucket, ...],
-        granted: int,
+        want: int,
         claimed: int,
-        held: bool,
+        left: float,
+        now: float,
     ) -> None:
-        if claimed < granted:
-            # Fewer were due than the tokens taken: the rest go back for the other daemons.
-            keys = [b.row for b in buckets]
-            self._background(self._give_back(keys, granted - claimed))
-            self._paced.pop(route.name, None)
-        if held and claimed:
-            # These were due while the limit held the destination back.
+        """After a claim of a rate-limited destination: when its tokens, not its due
+        deliveries, ran out, it is not claimed for again until a quantum's worth has
+        accrued; and what it claimed while held back counts as held back."""
+        if route.name in self._paced and claimed:
             for bucket in buckets:
                 label = route.labels.get(bucket.url) or webhooks.redact_url(bucket.url)
                 self._metrics.held_back[(route.name, label)] += claimed
-
-    async def _give_back(self, keys: list[tuple[str, float, float, float]], count: int) -> None:
-        with contextlib.suppress(SQLAlchemyError):  # lost: the bucket refills with time
-            await self._deliveries.give_back_tokens(keys, count)
+        if claimed < want and left < 1.0:
+            self._paced[route.name] = now + ratelimit.next_claim_in(buckets, left)
+        else:
+            self._paced.pop(route.name, None)
 
     def _start_ready(self, route: Route) -> None:
         ready = self._ready.get(route.name)

@@ -53,6 +53,18 @@ class Suppressed(Protocol):
         ...
 
 
+class Tokens(Protocol):
+    """A claim's rate limits (efd/store/ratelimit.py), in the claim's transaction."""
+
+    def available(self, conn: Connection, want: int) -> int:
+        """How many of `want` rounds the buckets allow now (their rows locked)."""
+        ...
+
+    def take(self, conn: Connection, used: int) -> None:
+        """Take `used` tokens from each bucket."""
+        ...
+
+
 # Profile capture (efd/personas/capture.py): the stored rows folded into profiles.
 Capture = Callable[[Connection, Sequence[NewMessage]], None]
 
@@ -381,12 +393,15 @@ class Store:
         now: float,
         lease_until: float,
         due_by: float | None = None,
+        tokens: Tokens | None = None,
     ) -> list[Claimed]:
         """Lease up to `limit` deliveries of one destination due by `due_by` (default
         `now`), oldest first, never one under another claimer's live lease.
 
         The lease moves next_attempt_at to `lease_until` and bumps the fencing token;
         FOR UPDATE SKIP LOCKED (PostgreSQL) keeps concurrent claimers off each other's rows.
+        `tokens`: the rate limits' buckets (efd/store/ratelimit.py), taken from in the same
+        transaction: no more are claimed than they allow, and only what was claimed is taken.
         """
         params = {
             "c_destination": destination,
@@ -397,7 +412,13 @@ class Store:
             "c_until": lease_until,
         }
         with self._bookkeeping() as conn:
+            if tokens is not None:
+                params["c_limit"] = tokens.available(conn, limit)
+                if not params["c_limit"]:
+                    return []
             claimed = self._run(conn, "claim", _CLAIM, [params])
+            if tokens is not None:
+                tokens.take(conn, len(claimed))
             if not claimed:
                 return []
             bodies: dict[int, tuple[str, str | None, str, float]] = {}

@@ -1,10 +1,11 @@
 """Token buckets of rate-limited hooks, shared by every daemon on the store.
 
-Taking tokens refills each bucket for the time since it was last touched, up to its burst,
-then takes the same whole number from each, at most what the fewest-stocked one holds beyond
-its reserve: one
-short write transaction, the rows locked in key order on PostgreSQL (so daemons taking from
-the same buckets queue rather than deadlock), the single writer on SQLite. PostgreSQL's clock
+A claim of a rate-limited destination refills each of its buckets for the time since it was
+last touched, up to its burst, claims at most what the fewest-stocked one holds beyond its
+reserve, and takes as many tokens as it claimed from each: all in the claim's transaction,
+the rows locked in key order on PostgreSQL (so daemons claiming for the same hooks queue
+rather than deadlock), under the single writer on SQLite; no token is taken for a round not
+claimed. PostgreSQL's clock
 times the refills, so daemons on hosts whose clocks differ still share one budget.
 """
 
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 
 from sqlalchemy import Connection, text
 
+from efd.rows import Claimed
 from efd.store.queue import Store
 
 # (key, tokens a second, burst, reserve) of each bucket a claim takes from.
@@ -45,49 +47,68 @@ _START = {
     for sqlite in (True, False)
 }
 _TAKE = text("UPDATE hook_tokens SET tokens = tokens - :n WHERE key = :key")
-_GIVE = text(
-    "UPDATE hook_tokens SET tokens = CASE WHEN tokens + :n > :burst THEN :burst"
-    " ELSE tokens + :n END WHERE key = :key"
-)
+
+
+class _ClaimTokens:
+    """The buckets of one claim (queue.Tokens): refilled and read before the claim, taken
+    from after it, in its transaction."""
+
+    def __init__(self, sqlite: bool, buckets: Buckets, now: float) -> None:
+        self._sqlite = sqlite
+        self._buckets = sorted(buckets)
+        self._now = now
+        self.left = math.inf  # the fewest tokens any bucket keeps beyond its reserve
+
+    def available(self, conn: Connection, want: int) -> int:
+        sqlite = self._sqlite
+        for key, _, burst, _ in self._buckets:
+            conn.execute(_START[sqlite], {"key": key, "burst": burst, "now": self._now})
+        self.left = min(
+            (
+                float(
+                    conn.execute(
+                        _REFILL[sqlite],
+                        {"key": key, "rate": rate, "burst": burst, "now": self._now},
+                    ).scalar_one()
+                )
+                - reserve
+                for key, rate, burst, reserve in self._buckets
+            ),
+            default=math.inf,
+        )
+        return max(0, min(want, math.floor(self.left + 1e-9)))
+
+    def take(self, conn: Connection, used: int) -> None:
+        if used:
+            conn.execute(_TAKE, [{"key": key, "n": used} for key, _, _, _ in self._buckets])
+            self.left -= used
 
 
 class HookTokens:
     def __init__(self, store: Store) -> None:
         self._store = store
 
-    def take(self, buckets: Buckets, want: int, now: float) -> tuple[int, float]:
-        """Take up to `want` tokens from every bucket: (how many, the fewest any kept beyond
-        its reserve)."""
-        sqlite = self._store.sqlite
-        ordered = sorted(buckets)
-        with self._store.writer.begin() as conn:
-            self._ensure(conn, sqlite, ordered, now)
-            available = [
-                float(
-                    conn.execute(
-                        _REFILL[sqlite], {"key": key, "rate": rate, "burst": burst, "now": now}
-                    ).scalar_one()
-                )
-                - reserve
-                for key, rate, burst, reserve in ordered
-            ]
-            fewest = min(available, default=math.inf)
-            granted = max(0, min(want, math.floor(fewest + 1e-9)))
-            if granted:
-                conn.execute(_TAKE, [{"key": key, "n": granted} for key, _, _, _ in ordered])
-        return granted, fewest - granted
-
-    def give_back(self, buckets: Buckets, count: int) -> None:
-        """Return tokens taken for rounds never started (fewer deliveries were due)."""
-        if count <= 0 or not buckets:
-            return
-        with self._store.writer.begin() as conn:
-            conn.execute(
-                _GIVE,
-                [{"key": key, "n": count, "burst": burst} for key, _, burst, _ in sorted(buckets)],
-            )
-
-    @staticmethod
-    def _ensure(conn: Connection, sqlite: bool, buckets: Buckets, now: float) -> None:
-        for key, _, burst, _ in buckets:
-            conn.execute(_START[sqlite], {"key": key, "burst": burst, "now": now})
+    def claim(
+        self,
+        destination: str,
+        limit: int,
+        buckets: Buckets,
+        *,
+        owner: str,
+        now: float,
+        lease_until: float,
+        due_by: float | None = None,
+    ) -> tuple[list[Claimed], float]:
+        """Store.claim under the buckets' limits: (the claimed, the fewest tokens any
+        bucket keeps beyond its reserve)."""
+        tokens = _ClaimTokens(self._store.sqlite, buckets, now)
+        claimed = self._store.claim(
+            destination,
+            limit,
+            owner=owner,
+            now=now,
+            lease_until=lease_until,
+            due_by=due_by,
+            tokens=tokens,
+        )
+        return claimed, tokens.left

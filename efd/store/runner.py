@@ -112,11 +112,27 @@ class AsyncDeliveries:
         self._db = db
         self._tokens = HookTokens(db.store)
 
-    async def take_tokens(self, buckets: Buckets, want: int, now: float) -> tuple[int, float]:
-        return await self._db.write(self._tokens.take, buckets, want, now)
-
-    async def give_back_tokens(self, buckets: Buckets, count: int) -> None:
-        await self._db.write(self._tokens.give_back, buckets, count)
+    async def claim_limited(
+        self,
+        destination: str,
+        limit: int,
+        buckets: Buckets,
+        *,
+        owner: str,
+        now: float,
+        lease_until: float,
+        due_by: float | None = None,
+    ) -> tuple[list[Claimed], float]:
+        return await self._db.write(
+            self._tokens.claim,
+            destination,
+            limit,
+            buckets,
+            owner=owner,
+            now=now,
+            lease_until=lease_until,
+            due_by=due_by,
+        )
 
     async def claim(
         self,
