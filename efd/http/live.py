@@ -25,17 +25,17 @@ from importlib import resources
 from typing import Any
 
 from aiohttp import web
-from sqlalchemy.exc import SQLAlchemyError
 
 from efd.config import Settings
+from efd.errors import ClientError, StoreError
 from efd.http import server
-from efd.http.server import error_response, json_response
+from efd.http.responses import error_response, json_response
 from efd.observe.metrics import Metrics
 from efd.observe.stream import Hub
 from efd.rules import webhooks
 from efd.rules.circuit import Circuits
 from efd.rules.selection import iso
-from efd.store.health import HealthStore, WindowStats
+from efd.store.health import Health, HealthStore, WindowStats
 from efd.store.runner import AsyncStore
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ def _window_json(stats: WindowStats | None) -> dict[str, Any]:
 
 
 def _asset(name: str) -> bytes:
-    return resources.files("efd.http").joinpath("console", name).read_bytes()
+    return resources.files("efd.http.console").joinpath(name).read_bytes()
 
 
 class LiveApi:
@@ -77,7 +77,7 @@ class LiveApi:
         self._settings = settings
         self._metrics = metrics or Metrics()
         self._db = db
-        self._health = HealthStore(db.store)
+        self._health: Health = HealthStore(db.store)
         self._hub = hub
         self._circuits = circuits
         self._streams: set[asyncio.Transport] = set()  # connections of open streams
@@ -107,9 +107,7 @@ class LiveApi:
     # -- health --------------------------------------------------------------------------
 
     async def _destinations(self, request: web.Request) -> web.Response:
-        refused = server.require_admin(self._settings, request)
-        if refused is not None:
-            return refused
+        server.require_admin(self._settings, request)
         now = time.time()
         # Each hook as the attempts table names it (its label: credentials and query values
         # hidden), for the circuit lookups its configured URL.
@@ -125,7 +123,7 @@ class LiveApi:
                 for label, seconds in WINDOWS
             }
             errors = await self._db.read(self._health.last_errors, list(hooks), now - 86400)
-        except SQLAlchemyError as error:
+        except StoreError as error:
             log.error("admin API: the store is unavailable: %s", str(error).splitlines()[0][:200])
             return error_response("storage_unavailable", "the store is unavailable; retry", 503)
         result = []
@@ -181,9 +179,7 @@ class LiveApi:
     # -- stream --------------------------------------------------------------------------
 
     async def _stream(self, request: web.Request) -> web.StreamResponse:
-        refused = server.require_admin(self._settings, request)
-        if refused is not None:
-            return refused
+        server.require_admin(self._settings, request)
         transport = request.transport
 
         def drop() -> None:
@@ -239,10 +235,10 @@ class LiveApi:
 
     async def _console(self, _request: web.Request) -> web.Response:
         if self._settings.server.admin_token is None:
-            return error_response(
+            raise ClientError(
                 "admin_api_disabled",
                 "the console is off: set [server] admin_token to turn it on",
-                403,
+                status=403,
             )
         response = web.Response(body=_asset("console.html"), content_type="text/html")
         response.headers["Cache-Control"] = "no-store"
@@ -256,14 +252,14 @@ class LiveApi:
     async def _console_asset(self, request: web.Request) -> web.Response:
         name = request.match_info["asset"]
         if self._settings.server.admin_token is None:
-            return error_response(
+            raise ClientError(
                 "admin_api_disabled",
                 "the console is off: set [server] admin_token to turn it on",
-                403,
+                status=403,
             )
         content_type = _ASSETS.get(name)
         if content_type is None:
-            return error_response("not_found", f"no console file {name!r}", 404)
+            raise ClientError("not_found", f"no console file {name!r}", status=404)
         response = web.Response(body=_asset(name), content_type=content_type)
         response.headers["Cache-Control"] = "no-store"
         response.headers["X-Content-Type-Options"] = "nosniff"

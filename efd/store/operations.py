@@ -2,8 +2,8 @@
 list of deliveries (keyset pages, newest first), redrive and replay. Synchronous; the
 daemon runs it in threads (efd/store/runner.py), the CLI directly.
 
-Looking a message up by messageId uses the message_key index on PostgreSQL; SQLite keeps
-that index only in the writer's memory (efd/store/dedupe.py), so there it scans messages.
+Looking a message up by messageId uses the message_key index where the table has one; a
+backend that keeps it only in the writer's memory (efd/store/dedupe.py) scans messages.
 
 A redrive moves its deliveries in chunks of REDRIVE_CHUNK, each its own short write
 transaction, so that a large one never holds the single writer long: ingestion's commits
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from sqlalchemy import ColumnElement, Connection, and_, func, insert, select, text, update
+from sqlalchemy import ColumnElement, Connection, and_, func, insert, select, update
 
 from efd.rows import (
     AttemptRecord,
@@ -26,8 +26,10 @@ from efd.rows import (
     MessageRecord,
 )
 from efd.store.dedupe import message_key
-from efd.store.queue import NOTIFY_CHANNEL, Store
 from efd.store.schema import attempts, deliveries, messages
+
+if TYPE_CHECKING:
+    from efd.store import Store
 
 REDRIVABLE = (DeliveryStatus.FAILED, DeliveryStatus.EXPIRED)
 # Deliveries moved by one transaction of a redrive: a few milliseconds of the writer.
@@ -117,9 +119,44 @@ def _discardable(query: DeliveryQuery) -> ColumnElement[bool]:
     return and_(*conditions)
 
 
+class Operations(Protocol):
+    """What operators ask of the store (the admin API, the CLI)."""
+
+    def message(self, source: str, message_id: str) -> MessageRecord | None: ...
+
+    def deliveries(
+        self, query: DeliveryQuery, *, limit: int, before: int | None = None
+    ) -> list[DeliveryRecord]: ...
+
+    def redrivable_ids(self, query: DeliveryQuery) -> Sequence[int]: ...
+
+    def count_redrivable(self, query: DeliveryQuery) -> int: ...
+
+    def count_discardable(self, query: DeliveryQuery) -> int: ...
+
+    def discard(self, query: DeliveryQuery, now: float, limit: int) -> int: ...
+
+    def redrive(self, query: DeliveryQuery, now: float, chunk: int | None = None) -> int: ...
+
+    def redrive_ids(self, query: DeliveryQuery, ids: Sequence[int], now: float) -> int: ...
+
+    def replay_sources(
+        self, source: str, message_id: str
+    ) -> tuple[int, bool, dict[str, int]] | None: ...
+
+    def replay(
+        self, message_pk: int, targets: Sequence[tuple[int, str]], now: float
+    ) -> list[tuple[int, str]]: ...
+
+
 class OperationsStore:
+    """Owns what operators read and do by hand: a message's story, delivery listings,
+    redrive, discard and replay. Never claims or records (the dispatcher's queue) and
+    never deletes rows (retention)."""
+
     def __init__(self, store: Store) -> None:
-        self._store = store
+        self._db = store.database
+        self._backend = store.backend
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -127,7 +164,7 @@ class OperationsStore:
         """The newest stored message with this source and messageId (one sent again after
         the 24-hour deduplication window is stored again), with its deliveries and
         attempts; None when there is none."""
-        with self._store.reader.connect() as conn:
+        with self._db.read() as conn:
             pk = self._message_pk(conn, source, message_id)
             if pk is None:
                 return None
@@ -205,13 +242,13 @@ class OperationsStore:
             .order_by(deliveries.c.id.desc())
             .limit(limit)
         )
-        with self._store.reader.connect() as conn:
+        with self._db.read() as conn:
             return [_delivery(r) for r in conn.execute(statement)]
 
     def redrivable_ids(self, query: DeliveryQuery) -> Sequence[int]:
         """The ids of the deliveries `redrive(query)` would move now, in order (compact:
         a redrive may cover millions)."""
-        with self._store.reader.connect() as conn:
+        with self._db.read() as conn:
             return array(
                 "q",
                 conn.execute(
@@ -221,7 +258,7 @@ class OperationsStore:
 
     def count_redrivable(self, query: DeliveryQuery) -> int:
         """How many deliveries `redrive(query)` would move now (a dry run)."""
-        with self._store.reader.connect() as conn:
+        with self._db.read() as conn:
             return int(
                 conn.execute(
                     select(func.count()).select_from(deliveries).where(_redrivable(query))
@@ -230,7 +267,7 @@ class OperationsStore:
 
     def count_discardable(self, query: DeliveryQuery) -> int:
         """How many deliveries `discard(query, …)` would mark now (a dry run)."""
-        with self._store.reader.connect() as conn:
+        with self._db.read() as conn:
             return int(
                 conn.execute(
                     select(func.count()).select_from(deliveries).where(_discardable(query))
@@ -247,7 +284,7 @@ class OperationsStore:
         how many were marked; the caller repeats until fewer than `limit`, so the writer
         is never held for long."""
         chosen = select(deliveries.c.id).where(_discardable(query)).limit(limit)
-        with self._store.writer.begin() as conn:
+        with self._db.write() as conn:
             marked = conn.execute(
                 update(deliveries)
                 .where(deliveries.c.id.in_(chosen.scalar_subquery()))
@@ -278,7 +315,7 @@ class OperationsStore:
         """One chunk of a redrive: those of `ids` that a redrive of `query` still moves
         (one may have been redriven or purged since they were read), in one transaction.
         Returns how many moved."""
-        with self._store.writer.begin() as conn:
+        with self._db.write() as conn:
             moved = conn.execute(
                 update(deliveries)
                 .where(deliveries.c.id.in_(list(ids)), _redrivable(query))
@@ -302,7 +339,7 @@ class OperationsStore:
         """For a replay of the newest such message: (its pk, whether its payload is still
         there, {destination: its first delivery there that is not itself a replay}), or None
         when no such message is stored."""
-        with self._store.reader.connect() as conn:
+        with self._db.read() as conn:
             pk = self._message_pk(conn, source, message_id)
             if pk is None:
                 return None
@@ -326,7 +363,7 @@ class OperationsStore:
         pending and due now with the same body, or, where the destination's filters stopped
         the message, `filtered` again (docs/filters.md)."""
         created: list[tuple[int, str]] = []
-        with self._store.writer.begin() as conn:
+        with self._db.write() as conn:
             for original, destination in targets:
                 kept = conn.execute(
                     select(deliveries.c.status, deliveries.c.last_error, deliveries.c.body).where(
@@ -359,7 +396,6 @@ class OperationsStore:
         return created
 
     def _notify(self, conn: Connection) -> None:
-        """PostgreSQL: wake every daemon's dispatcher at commit (efd/store/queue.py). A
-        daemon on SQLite finds the work at its next poll, or is woken by the caller."""
-        if not self._store.sqlite:
-            conn.execute(text("SELECT pg_notify(:channel, '')"), {"channel": NOTIFY_CHANNEL})
+        """Wake every daemon's dispatcher at commit, where the backend notifies; elsewhere
+        the daemon finds the work at its next poll, or is woken by the caller."""
+        self._backend.notify(conn)

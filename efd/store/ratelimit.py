@@ -17,16 +17,14 @@ from collections.abc import Sequence
 from sqlalchemy import Connection, text
 
 from efd.rows import Claimed
-from efd.store.queue import Store
+from efd.store.database import Database
+from efd.store.queue import Queue
 
 # (key, tokens a second, burst, reserve) of each bucket a claim takes from.
 Buckets = Sequence[tuple[str, float, float, float]]
 
-_NOW = {True: ":now", False: "EXTRACT(EPOCH FROM clock_timestamp())"}
 
-
-def _refill(sqlite: bool) -> str:
-    now = _NOW[sqlite]
+def _refill(now: str) -> str:
     # A clock that went back refills nothing and keeps the later time.
     elapsed = f"CASE WHEN {now} > updated_at THEN {now} - updated_at ELSE 0 END"
     filled = f"tokens + ({elapsed}) * :rate"
@@ -37,15 +35,14 @@ def _refill(sqlite: bool) -> str:
     )
 
 
-_REFILL = {sqlite: text(_refill(sqlite)) for sqlite in (True, False)}
-# A new bucket starts full.
-_START = {
-    sqlite: text(
+def _start(now: str) -> str:
+    # A new bucket starts full.
+    return (
         "INSERT INTO hook_tokens (key, tokens, updated_at) VALUES (:key, :burst, "
-        f"{_NOW[sqlite]}) ON CONFLICT (key) DO NOTHING"
+        f"{now}) ON CONFLICT (key) DO NOTHING"
     )
-    for sqlite in (True, False)
-}
+
+
 _TAKE = text("UPDATE hook_tokens SET tokens = tokens - :n WHERE key = :key")
 
 
@@ -53,21 +50,22 @@ class _ClaimTokens:
     """The buckets of one claim (queue.Tokens): refilled and read before the claim, taken
     from after it, in its transaction."""
 
-    def __init__(self, sqlite: bool, buckets: Buckets, now: float) -> None:
-        self._sqlite = sqlite
+    def __init__(self, clock: str | None, buckets: Buckets, now: float) -> None:
+        now_sql = clock or ":now"
+        self._start = text(_start(now_sql))
+        self._refill = text(_refill(now_sql))
         self._buckets = sorted(buckets)
         self._now = now
         self.left = math.inf  # the fewest tokens any bucket keeps beyond its reserve
 
     def available(self, conn: Connection, want: int) -> int:
-        sqlite = self._sqlite
         for key, _, burst, _ in self._buckets:
-            conn.execute(_START[sqlite], {"key": key, "burst": burst, "now": self._now})
+            conn.execute(self._start, {"key": key, "burst": burst, "now": self._now})
         self.left = min(
             (
                 float(
                     conn.execute(
-                        _REFILL[sqlite],
+                        self._refill,
                         {"key": key, "rate": rate, "burst": burst, "now": self._now},
                     ).scalar_one()
                 )
@@ -85,8 +83,11 @@ class _ClaimTokens:
 
 
 class HookTokens:
-    def __init__(self, store: Store) -> None:
-        self._store = store
+    """Claims under rate limits: the delivery queue's claim with the buckets' step."""
+
+    def __init__(self, database: Database, queue: Queue) -> None:
+        self._clock = database.backend.clock
+        self._queue = queue
 
     def claim(
         self,
@@ -99,10 +100,10 @@ class HookTokens:
         lease_until: float,
         due_by: float | None = None,
     ) -> tuple[list[Claimed], float]:
-        """Store.claim under the buckets' limits: (the claimed, the fewest tokens any
+        """Queue.claim under the buckets' limits: (the claimed, the fewest tokens any
         bucket keeps beyond its reserve)."""
-        tokens = _ClaimTokens(self._store.sqlite, buckets, now)
-        claimed = self._store.claim(
+        tokens = _ClaimTokens(self._clock, buckets, now)
+        claimed = self._queue.claim(
             destination,
             limit,
             owner=owner,

@@ -1,6 +1,6 @@
 """Deliveries a destination's filters shaped at routing (docs/filters.md): a pending one with
 a body of its own, or a finished `filtered` one that is never sent. Inserted beside the plain
-deliveries of ingestion (efd/store/queue.py), in the same transaction; a configuration
+deliveries of ingestion (efd/store/ingestion.py), in the same transaction; a configuration
 without filters never comes here.
 """
 
@@ -9,46 +9,42 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, insert
 
 from efd.rows import DeliveryStatus, NewMessage
-from efd.store import fastpath, pgpath
 from efd.store.schema import deliveries
 
-_FIELDS = (
-    "message_pk",
-    "destination",
-    "status",
-    "attempts",
-    "created_at",
-    "next_attempt_at",
-    "finished_at",
-    "last_error",
-    "lease_token",
-    "body",
-)
-_PG_INSERT = pgpath.unnest_insert("deliveries", _FIELDS, returning=False)
+_INSERT = insert(deliveries)
 
 
-def rows(ids: Sequence[int], messages: Sequence[NewMessage], now: float) -> list[tuple[Any, ...]]:
-    """The shaped deliveries of the messages stored under `ids`, as rows in _FIELDS order."""
-    out: list[tuple[Any, ...]] = []
+def rows(ids: Sequence[int], messages: Sequence[NewMessage], now: float) -> list[dict[str, Any]]:
+    """The shaped deliveries of the messages stored under `ids`."""
+    out: list[dict[str, Any]] = []
     for pk, message in zip(ids, messages, strict=True):
         for destination, body, filtered in message.shaped:
+            row = {
+                "message_pk": pk,
+                "destination": destination,
+                "attempts": 0,
+                "created_at": now,
+                "lease_token": 0,
+            }
             if filtered is None:
-                out.append(
-                    (pk, destination, DeliveryStatus.PENDING, 0, now, now, None, None, 0, body)
-                )
+                row.update(status=DeliveryStatus.PENDING.value, next_attempt_at=now, body=body)
             else:
-                out.append(
-                    (pk, destination, DeliveryStatus.FILTERED, 0, now, None, now, filtered, 0, None)
+                row.update(
+                    status=DeliveryStatus.FILTERED.value, finished_at=now, last_error=filtered
                 )
+            out.append(row)
     return out
 
 
-def insert(conn: Connection, sqlite: bool, shaped: list[tuple[Any, ...]]) -> None:
-    if sqlite:
-        with fastpath.driver_cursor(conn) as cursor:
-            fastpath.insert_many(cursor, deliveries, _FIELDS, shaped)
-    else:
-        conn.execute(_PG_INSERT, pgpath.arrays(_FIELDS, shaped))
+def insert_rows(conn: Connection, shaped: list[dict[str, Any]]) -> bool:
+    """Insert them; whether any is pending (to be sent)."""
+    pending = [r for r in shaped if r["status"] == DeliveryStatus.PENDING.value]
+    filtered = [r for r in shaped if r["status"] != DeliveryStatus.PENDING.value]
+    # Each group with the same keys: an executemany takes one statement's columns.
+    for group in (pending, filtered):
+        if group:
+            conn.execute(_INSERT, group)
+    return bool(pending)

@@ -12,7 +12,7 @@ from standardwebhooks.webhooks import Webhook
 
 from efd import config
 from efd.rules import webhooks
-from efd.store.queue import Store
+from efd.store import Store
 from tests.conftest import SECRET, eventually, metric, post, settings_dict, sql
 from tests.integration.test_operators import Switch
 from tests.integration.test_regulations import api, finished, regulate, request
@@ -270,7 +270,7 @@ async def test_a_deletion_request_purges_a_delivery_body_and_retention_filtered_
     store = Store(db_url)
     try:
         [(last,)] = sql(db_url, "SELECT max(finished_at) FROM deliveries")
-        assert store.purge_finished(last + 1, 100) >= 1
+        assert store.jobs.purge_finished(last + 1, 100) >= 1
     finally:
         store.dispose()
     assert sql(db_url, f"SELECT count(*) FROM messages WHERE id = {pks[0]}") == [(0,)]
