@@ -8,6 +8,7 @@ from __future__ import annotations
 import bisect
 from typing import Any
 
+import pytest
 from aiohttp import web
 
 from efd import config
@@ -74,7 +75,7 @@ async def test_daemons_on_one_postgresql_store_share_the_limit(
     db_url, receiver_factory, daemon_factory
 ):
     if db_url.startswith("sqlite"):
-        return  # one daemon per SQLite file: the test above covers it
+        pytest.skip("one daemon per SQLite file: the test above covers it")
     receiver = await receiver_factory()
     settings = limited(db_url, receiver.url)
     first = await daemon_factory(settings)
