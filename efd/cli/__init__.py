@@ -315,6 +315,9 @@ def _inspect(args: argparse.Namespace, settings: config.Settings, operations: An
             f"delivery {d['id']} to {d['destination']}: {d['status']}, rounds sent: "
             f"{d['attemptCount']}{replay}"
         )
+        if d["filteredBy"]:
+            print(f"  filtered at routing, never sent: {d['filteredBy']}")
+            continue
         if d["nextAttemptAt"]:
             print(f"  next attempt {d['nextAttemptAt']}")
         print(f"  retry window ends {d['windowEndsAt']}")
@@ -457,7 +460,7 @@ def _replay(args: argparse.Namespace, settings: config.Settings, operations: Any
         _print_json({"deliveries": [{"id": i, "destination": name} for i, name in created]})
     else:
         for delivery_id, name in created:
-            print(f"delivery {delivery_id} to {name}: pending, due now (a replay)")
+            print(f"delivery {delivery_id} to {name}: a replay of what routing made of it")
     return 0
 
 
@@ -476,7 +479,7 @@ def _operator_parsers(sub: Any) -> None:
     listing = sub.add_parser("deliveries", help="deliveries, newest first, filtered")
     common(listing)
     listing.add_argument("--destination")
-    listing.add_argument("--status", help="pending|delivered|failed|expired|discarded")
+    listing.add_argument("--status", help="pending|delivered|failed|expired|discarded|filtered")
     listing.add_argument("--since", help=f"messages received since: {when}")
     listing.add_argument("--until", help=f"messages received before: {when}")
     listing.add_argument("--user-id")

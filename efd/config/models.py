@@ -166,6 +166,25 @@ class HookConfig(_Strict):
     # A client certificate (PEM) efd presents to this hook.
     client_cert: str | None = Field(default=None, validate_default=True)
     _client: ClientCert | None = PrivateAttr(default=None)
+    # The most requests a second efd sends this hook, across every daemon on the store, and
+    # how many may go at once after a quiet spell (docs/delivery.md#rate-limits).
+    max_per_second: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    burst: float | None = Field(default=None, ge=1, allow_inf_nan=False, validate_default=True)
+
+    @field_validator("burst")
+    @classmethod
+    def _burst_with_a_limit(cls, burst: float | None, info: ValidationInfo) -> float | None:
+        if burst is not None and info.data.get("max_per_second", 0) is None:
+            raise ValueError("only a hook with max_per_second takes a burst")
+        return burst
+
+    def limit(self) -> tuple[float, float] | None:
+        """(requests a second, burst) when the hook is rate-limited; the burst defaults to
+        one second's worth, at least one request."""
+        if self.max_per_second is None:
+            return None
+        burst = self.burst if self.burst is not None else max(1.0, self.max_per_second)
+        return self.max_per_second, burst
 
     @field_validator("url")
     @classmethod
@@ -508,6 +527,11 @@ class Settings(BaseSettings):
         # Earlier sources win: init (tests), then the environment, then the file (load()
         # adds it, from what it read).
         return (init_settings, env_settings)
+
+    def filter_sets(self) -> dict[str, FilterSet]:
+        """Destination -> its filters, for the destinations that have some (routing.shape
+        costs nothing when this is empty)."""
+        return {d.name: d.filter_set() for d in self.destinations if d.filters}
 
     def destination(self, name: str) -> DestinationConfig:
         for destination in self.destinations:

@@ -121,6 +121,7 @@ class ChildProcesses:
             self.parsers = ParserPool(
                 processes=settings.server.parse_processes,
                 sources=_parser_sources(settings),
+                filters=settings.filter_sets(),
                 log_level=settings.logging.level,
                 log_format=settings.logging.format,
             )
@@ -145,7 +146,9 @@ class ChildProcesses:
 
     async def _reload_parsers(self, settings: Settings) -> None:
         assert self.parsers is not None
-        await self.parsers.reload(_parser_sources(settings), settings.logging.level)
+        await self.parsers.reload(
+            _parser_sources(settings), settings.filter_sets(), settings.logging.level
+        )
 
 
 class Storage:
@@ -371,7 +374,11 @@ class Http:
         )
         admin = AdminApi(shared.settings, db=db, operations=storage.parts.operations, on_due=notify)
         live = LiveApi(
-            shared.settings, db=db, hub=shared.hub, circuits=self._delivery.dispatcher.circuits
+            shared.settings,
+            db=db,
+            hub=shared.hub,
+            circuits=self._delivery.dispatcher.circuits,
+            metrics=shared.metrics,
         )
         status = Status(shared.settings, db=db, metrics=shared.metrics, owner=shared.owner)
         routes = status.routes() + regulations.routes() + admin.routes() + live.routes()

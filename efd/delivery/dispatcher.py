@@ -26,7 +26,7 @@ from efd.loop import SYSTEM_CLOCK, Clock, Worker
 from efd.observe.metrics import Metrics
 from efd.observe.stream import Hub
 from efd.rows import AttemptRow, Claimed, DeliveryStatus, Outcome
-from efd.rules import retry, webhooks
+from efd.rules import ratelimit, retry, webhooks
 from efd.rules.circuit import Change, Circuits
 from efd.rules.retry import AttemptResult, Backoff, RetryPolicy, Verdict
 from efd.rules.webhooks import Route
@@ -76,6 +76,9 @@ class Dispatcher:
         self._hub = hub  # the live stream, told of each recorded attempt
         self._rng = rng or random.Random()
         self._routes = {d.name: d.route(delivery.user_agent) for d in settings.value.destinations}
+        self._buckets = _buckets(settings.value)
+        # A destination held back by its hooks' rate limits: when to claim for it again.
+        self._paced: dict[str, float] = {}
         self._lease = delivery.lease_seconds
         # Leases held (claimed, in flight, or waiting for their outcome to be written) are
         # renewed every quarter lease, so a slow outcome write never lets one lapse while
@@ -163,6 +166,8 @@ class Dispatcher:
             self._ready.setdefault(name, deque())
             self._backlog.setdefault(name, True)  # look at once: it may have work waiting
         self._routes = routes
+        self._buckets = _buckets(settings)
+        self._paced = {name: at for name, at in self._paced.items() if name in self._buckets}
         if leases:
             with contextlib.suppress(StoreError):  # else the leases simply lapse
                 await self._deliveries.release(leases, self._clock.now())
@@ -221,10 +226,16 @@ class Dispatcher:
             ready = self._ready.get(route.name)
             if ready is None:
                 continue  # removed by a reload meanwhile
-            limit = min(self._capacity(route) + self._ahead - len(ready), _CLAIM_BATCH)
+            buckets = self._buckets.get(route.name)
+            now = self._clock.now()
+            if buckets and now < self._paced.get(route.name, 0.0):
+                continue  # its tokens are spent: _idle_wait knows when to look again
+            # A rate-limited destination claims only what it starts at once: its tokens are
+            # taken at the claim, so rounds held ready would leave later in a bunch.
+            ahead = 0 if buckets else self._ahead
+            limit = min(self._capacity(route) + ahead - len(ready), _CLAIM_BATCH)
             if limit <= 0 or self._worker.stopping:
                 continue
-            now = self._clock.now()
             hooks = [url for url, _ in route.hooks]
             if self._circuits.blocked(hooks, now):
                 # Every hook is open and none may be probed yet: claim nothing.
@@ -254,15 +265,28 @@ class Dispatcher:
                 due_by = math.inf
             else:
                 due_by = now
-            claimed = await self._deliveries.claim(
-                route.name,
-                limit,
-                owner=self._owner,
-                now=now,
-                lease_until=now + self._lease,
-                lapsed_before=self._lapsed_before(now),
-                due_by=due_by,
-            )
+            if buckets:
+                claimed, left = await self._deliveries.claim_limited(
+                    route.name,
+                    limit,
+                    [b.row for b in buckets],
+                    owner=self._owner,
+                    now=now,
+                    lease_until=now + self._lease,
+                    due_by=due_by,
+                    lapsed_before=self._lapsed_before(now),
+                )
+                self._pace(route, buckets, limit, len(claimed), left, now)
+            else:
+                claimed = await self._deliveries.claim(
+                    route.name,
+                    limit,
+                    owner=self._owner,
+                    now=now,
+                    lease_until=now + self._lease,
+                    lapsed_before=self._lapsed_before(now),
+                    due_by=due_by,
+                )
             if self._ready.get(route.name) is not ready:
                 # A reload removed the destination during the claim: give them back.
                 leases = [(item.delivery_id, item.lease_token) for item in claimed]
@@ -278,6 +302,27 @@ class Dispatcher:
             if len(claimed) == limit and self._capacity(route) > 0:
                 more = True
         return more
+
+    def _pace(
+        self,
+        route: Route,
+        buckets: tuple[ratelimit.Bucket, ...],
+        want: int,
+        claimed: int,
+        left: float,
+        now: float,
+    ) -> None:
+        """After a claim of a rate-limited destination: when its tokens, not its due
+        deliveries, ran out, it is not claimed for again until a quantum's worth has
+        accrued; and what it claimed while held back counts as held back."""
+        if route.name in self._paced and claimed:
+            for bucket in buckets:
+                label = route.labels.get(bucket.url) or webhooks.redact_url(bucket.url)
+                self._metrics.held_back[(route.name, label)] += claimed
+        if claimed < want and left < 1.0:
+            self._paced[route.name] = now + ratelimit.next_claim_in(buckets, left)
+        else:
+            self._paced.pop(route.name, None)
 
     def _start_ready(self, route: Route) -> None:
         ready = self._ready.get(route.name)
@@ -308,6 +353,10 @@ class Dispatcher:
         open_routes = []
         for route in self._routes.values():
             if self._capacity(route) <= 0:
+                continue
+            paced = self._paced.get(route.name)
+            if paced is not None and paced > now:
+                wait = min(wait, paced - now)  # held back by its rate limits until then
                 continue
             hooks = [url for url, _ in route.hooks]
             if self._circuits.blocked(hooks, now):
@@ -520,7 +569,10 @@ class Dispatcher:
                 outcome=r.verdict.value,
                 status_code=r.status_code,
                 error_class=r.error_class,
-                error=r.error,
+                # A receiver's Retry-After, honoured by the next round, is logged with it.
+                error=r.error
+                if r.retry_after is None
+                else f"Retry-After: {r.retry_after:g} s" + (f"; {r.error}" if r.error else ""),
                 response_head=r.response_head,
             )
             for r in results
@@ -637,3 +689,12 @@ class Dispatcher:
             self._metrics.stale_outcomes += stale
             log.warning("%d outcomes arrived after their lease moved on; not applied", stale)
         return [None] * len(items)
+
+
+def _buckets(settings: Settings) -> dict[str, tuple[ratelimit.Bucket, ...]]:
+    """The token buckets of each destination that has rate-limited hooks."""
+    found = {
+        d.name: ratelimit.buckets(d.name, [(hook.url, hook.limit()) for hook in d.hooks])
+        for d in settings.destinations
+    }
+    return {name: buckets for name, buckets in found.items() if buckets}

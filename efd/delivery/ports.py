@@ -39,6 +39,24 @@ class Deliveries(Protocol):
         one whose lease ended at or after `lapsed_before` (default `now`)."""
         ...
 
+    async def claim_limited(
+        self,
+        destination: str,
+        limit: int,
+        buckets: Sequence[tuple[str, float, float, float]],
+        *,
+        owner: str,
+        now: float,
+        lease_until: float,
+        due_by: float | None = None,
+        lapsed_before: float | None = None,
+    ) -> tuple[list[Claimed], float]:
+        """`claim` under the (key, rate, burst, reserve) token buckets of rate-limited
+        hooks, in the same transaction: at most as many as every bucket has tokens for beyond
+        its reserve, taking one from each per delivery claimed. Returns the claimed and the
+        fewest tokens any bucket kept beyond its reserve."""
+        ...
+
     async def renew(self, leases: Sequence[tuple[int, int]], until: float) -> list[int]:
         """Extend to `until` the leases (delivery id, token) still held, lapsed or not, as
         long as no other claim took the delivery; return the ids that were taken (or are

@@ -123,6 +123,7 @@ class Ingest:
             {s.write_key.get_secret_value(): s for s in settings.sources}
         )
         self._by_name = {s.name: s for s in settings.sources}
+        self._filters = settings.filter_sets()
         self._origins = {
             s.name: AllowedOrigins(s.allowed_origins)
             for s in settings.sources
@@ -207,8 +208,16 @@ class Ingest:
         if fresh < len(status):
             self._metrics.duplicates[source.name] += status.count(InsertStatus.DUPLICATE)
             self._metrics.suppressed[source.name] += status.count(InsertStatus.SUPPRESSED)
+        if self._filters:
+            for row, row_status in zip(rows, status, strict=True):
+                if row_status == InsertStatus.STORED:
+                    for destination, _, filtered in row.shaped:
+                        if filtered is not None:
+                            self._metrics.filtered[destination] += 1
         if any(
-            r.destinations for r, s in zip(rows, status, strict=True) if s == InsertStatus.STORED
+            r.destinations or r.shaped
+            for r, s in zip(rows, status, strict=True)
+            if s == InsertStatus.STORED
         ):
             self._on_stored()
         return web.Response(body=_SUCCESS, content_type="application/json")
@@ -225,5 +234,10 @@ class Ingest:
                 name, rows = parsed
                 return self._by_name[name], rows
         return parse_request(
-            data, source=source, keys=self._keys, type_=type_, received_at=received_at
+            data,
+            source=source,
+            keys=self._keys,
+            type_=type_,
+            received_at=received_at,
+            filters=self._filters,
         )

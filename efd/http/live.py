@@ -30,6 +30,7 @@ from efd.config import Settings
 from efd.errors import ClientError, StoreError
 from efd.http import server
 from efd.http.responses import error_response, json_response
+from efd.observe.metrics import Metrics
 from efd.observe.stream import Hub
 from efd.rules import webhooks
 from efd.rules.circuit import Circuits
@@ -73,9 +74,16 @@ class LiveApi:
     """
 
     def __init__(
-        self, settings: Current[Settings], *, db: AsyncStore, hub: Hub, circuits: Circuits
+        self,
+        settings: Current[Settings],
+        *,
+        db: AsyncStore,
+        hub: Hub,
+        circuits: Circuits,
+        metrics: Metrics | None = None,
     ) -> None:
         self._current = settings
+        self._metrics = metrics or Metrics()
         self._token = settings.value.server.admin_token
         settings.subscribe(self._configure)
         self._db = db
@@ -139,6 +147,7 @@ class LiveApi:
             for hook in destination.hooks:
                 url = labels[destination.name][hook.url]
                 last = errors.get(url)
+                limit = hook.limit()
                 hook_list.append(
                     {
                         "url": url,
@@ -149,6 +158,10 @@ class LiveApi:
                         "window": {
                             label: _window_json(windows[label].get(url)) for label, _ in WINDOWS
                         },
+                        # Its rate limit, and the rounds it held back (this process's count).
+                        "maxPerSecond": None if limit is None else limit[0],
+                        "burst": None if limit is None else limit[1],
+                        "heldBack": self._metrics.held_back.get((destination.name, url), 0),
                     }
                 )
             result.append(

@@ -215,6 +215,7 @@ class RegulationsApi:
                                             "failed",
                                             "expired",
                                             "discarded",
+                                            "filtered",
                                         )
                                     },
                                 }

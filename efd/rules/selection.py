@@ -331,6 +331,8 @@ def message_json(record: MessageRecord, window: float) -> dict[str, Any]:
                 "nextAttemptAt": iso(d.next_attempt_at) if d.status == "pending" else None,
                 "windowEndsAt": iso(window_ends_at(d, window)),
                 "replayOf": d.replay_of,
+                # Which filter stopped it, and why (docs/filters.md).
+                "filteredBy": d.last_error if d.status == DeliveryStatus.FILTERED else None,
                 "attempts": [attempt_json(a) for a in record.attempts.get(d.id, ())],
             }
             for d in record.deliveries

@@ -11,6 +11,7 @@ from typing import Protocol
 from sqlalchemy import Connection
 
 from efd.rows import DeliveryStatus, InsertStatus, NewMessage
+from efd.store import shaped
 from efd.store.backends.base import MESSAGE_FIELDS
 from efd.store.database import Database
 from efd.store.dedupe import message_key
@@ -134,5 +135,9 @@ class Ingestion:
         ]
         if delivery_rows:
             self._backend.insert_deliveries(conn, delivery_rows)
+        pending = bool(delivery_rows)
+        if any(r.shaped for r in rows):
+            pending = shaped.insert_rows(conn, shaped.rows(ids, rows, now)) or pending
+        if pending:
             self._backend.notify(conn)
         return list(ids)

@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from sqlalchemy import and_, bindparam, func, or_, select, update
+from sqlalchemy import Connection, and_, bindparam, func, or_, select, update
 
 from efd.rows import AttemptRow, Claimed, DeliveryStatus, Outcome
 from efd.store.backends.base import chunked
@@ -55,8 +55,21 @@ _CLAIM = (
         deliveries.c.attempts,
         deliveries.c.first_attempt_at,
         deliveries.c.failed_hooks,
+        deliveries.c.body,  # a body of its own (field filters: ingestion.py), else NULL
     )
 )
+
+
+class Tokens(Protocol):
+    """A claim's rate limits (efd/store/ratelimit.py), in the claim's transaction."""
+
+    def available(self, conn: Connection, want: int) -> int:
+        """How many of `want` rounds the buckets allow now (their rows locked)."""
+        ...
+
+    def take(self, conn: Connection, used: int) -> None:
+        """Take `used` tokens from each bucket."""
+        ...
 
 
 class Queue(Protocol):
@@ -73,6 +86,7 @@ class Queue(Protocol):
         lease_until: float,
         due_by: float | None = None,
         lapsed_before: float | None = None,
+        tokens: Tokens | None = None,
     ) -> list[Claimed]: ...
 
     def renew(self, leases: Sequence[tuple[int, int]], until: float) -> list[int]: ...
@@ -111,6 +125,7 @@ class DeliveryQueue:
         lease_until: float,
         due_by: float | None = None,
         lapsed_before: float | None = None,
+        tokens: Tokens | None = None,
     ) -> list[Claimed]:
         """Lease up to `limit` deliveries of one destination due by `due_by` (default
         `now`), oldest first, never one under another claimer's live lease, nor one whose
@@ -118,7 +133,8 @@ class DeliveryQueue:
 
         The lease moves next_attempt_at to `lease_until` and bumps the fencing token;
         FOR UPDATE SKIP LOCKED (where rows lock) keeps concurrent claimers off each other's
-        rows.
+        rows. `tokens`: the rate limits' buckets (efd/store/ratelimit.py), in the same
+        transaction: no more are claimed than they allow, and only what is claimed is taken.
         """
         params = {
             "c_destination": destination,
@@ -130,7 +146,13 @@ class DeliveryQueue:
             "c_until": lease_until,
         }
         with self._db.bookkeeping() as conn:
+            if tokens is not None:
+                params["c_limit"] = tokens.available(conn, limit)
+                if not params["c_limit"]:
+                    return []
             claimed = self._backend.execute(conn, "claim", _CLAIM, [params])
+            if tokens is not None:
+                tokens.take(conn, len(claimed))
             if not claimed:
                 return []
             bodies: dict[int, tuple[str, str | None, str, float]] = {}
@@ -159,12 +181,12 @@ class DeliveryQueue:
                 first_attempt_at=first,
                 failed_hooks=frozenset(json.loads(failed)) if failed else frozenset(),
                 message_id=bodies[pk][0],
-                body=bodies[pk][1],
+                body=bodies[pk][1] if own_body is None else own_body,
                 message_pk=pk,
                 source=bodies[pk][2],
                 received_at=bodies[pk][3],
             )
-            for delivery_id, token, pk, attempts_so_far, first, failed in claimed
+            for delivery_id, token, pk, attempts_so_far, first, failed, own_body in claimed
         ]
         result.sort(key=lambda c: c.delivery_id)
         return result
