@@ -16,6 +16,9 @@ class DeliveryStatus(StrEnum):
     """A delivery's state, as stored in `deliveries.status`."""
 
     PENDING = "pending"
+    # Waits behind the head of its lane (an ordered destination): never claimed until the
+    # head has an outcome and it becomes the head, pending and due (efd/rules/lanes.py).
+    QUEUED = "queued"
     DELIVERED = "delivered"
     FAILED = "failed"  # every hook failed for good
     EXPIRED = "expired"  # the retry window closed
