@@ -45,6 +45,7 @@ from efd.personas.capture import Capture
 from efd.personas.sync import Computation, SyncResult
 from efd.processes.parsers import ParserPool
 from efd.rows import InsertStatus, NewMessage
+from efd.rules.lanes import Lanes, Ordering
 from efd.rules.payload import MAX_RAW_REQUEST_BYTES
 from efd.rules.selection import iso, unconfigured
 from efd.services.periodic import Periodic, computations
@@ -53,6 +54,7 @@ from efd.store import Store
 from efd.store import migrate as migrations
 from efd.store.computations import ComputationsStore
 from efd.store.engine import DatabaseInUse, SqliteLock, normalise_url, safe_url, sqlite_path
+from efd.store.lanes import LanesStore
 from efd.store.operations import OperationsStore
 from efd.store.profiles import ProfilesStore
 from efd.store.regulations import RegulationsStore, Suppressions
@@ -150,6 +152,7 @@ class Daemon:
         regulations_store = RegulationsStore(store, suppressions)
         if store.sqlite:
             await self._resume(db, regulations_store)
+        await self._apply_lanes(settings)
 
         rounds: Rounds
         if self.senders is not None:
@@ -381,6 +384,7 @@ class Daemon:
             parts.live_api.reload(settings)
             parts.regulation_runner.reload(settings)
             parts.status.reload(settings)
+            await self._apply_lanes(settings)
             found = computations(settings)
             self.db.store.capture = parts.capture if found else None
             parts.periodic.reload(settings, found)
@@ -389,6 +393,20 @@ class Daemon:
             unchanged = {name: getattr(self.settings, name) for name in _RESTART_SECTIONS}
             self.settings = settings.model_copy(update=unchanged) if not_applied else settings
             return not_applied
+
+    async def _apply_lanes(self, settings: Settings) -> None:
+        """Ingestion puts the deliveries of ordered destinations in lanes from now on; the
+        lanes of a destination whose ordering was turned off are dropped, their waiting
+        deliveries due now (every process of a cluster should run the same configuration)."""
+        ordered = [d.name for d in settings.destinations if d.ordering is Ordering.PER_USER]
+        self.db.store.lanes = Lanes(ordered) if ordered else None
+        try:
+            released = await self.db.write(LanesStore(self.db.store).dissolve, ordered, time.time())
+        except SQLAlchemyError as error:
+            log.warning("could not drop the lanes of unordered destinations: %s", error)
+            return
+        if released:
+            log.info("%d deliveries left lanes whose destination is no longer ordered", released)
 
     async def warn_unconfigured(self) -> None:
         """Warn of each destination that is not configured but has pending deliveries:

@@ -135,6 +135,16 @@ class DeliveryQuery:
 
 
 @dataclass(frozen=True, slots=True)
+class BlockedLanes:
+    """An ordered destination's lanes whose head failed at least once and has no outcome
+    yet: each holds its later messages back."""
+
+    count: int
+    oldest_message_id: str | None  # the head blocked longest: its messageId
+    oldest_since: float | None  # and its first attempt (UNIX seconds)
+
+
+@dataclass(frozen=True, slots=True)
 class AttemptRecord:
     attempted_at: float
     hook_url: str

@@ -90,6 +90,10 @@ class Deliveries(Protocol):
         ...
 
 
+def _ordered(settings: Settings) -> frozenset[str]:
+    return frozenset(d.name for d in settings.destinations if d.ordering == "per_user")
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -110,6 +114,7 @@ class Dispatcher:
         self._hub = hub  # the live stream, told of each recorded attempt
         self._rng = rng or random.Random()
         self._routes = {d.name: d.route(delivery.user_agent) for d in settings.destinations}
+        self._ordered = _ordered(settings)
         self._lease = delivery.lease_seconds
         self._max_in_flight = delivery.max_in_flight
         self._max_per_hook = delivery.max_per_hook
@@ -172,6 +177,7 @@ class Dispatcher:
             self._ready.setdefault(name, deque())
             self._backlog.setdefault(name, True)  # look at once: it may have work waiting
         self._routes = routes
+        self._ordered = _ordered(settings)
         if leases:
             with contextlib.suppress(SQLAlchemyError):  # else the leases simply lapse
                 await self._deliveries.release(leases, time.time())
@@ -580,6 +586,17 @@ class Dispatcher:
                 await asyncio.sleep(delay)
         for outcome in outcomes:
             self._leases.pop(outcome.delivery_id, None)
+        handed_on = {
+            destination
+            for outcome, _, destination, _ in items
+            if destination in self._ordered and outcome.status is not DeliveryStatus.PENDING
+        }
+        if handed_on:
+            # A head's outcome made the next message of its lane due now (efd/store/lanes.py).
+            for destination in handed_on & self._backlog.keys():
+                self._backlog[destination] = True
+            self._due_hint = min(self._due_hint, time.time())
+            self._wake.set()
         if self._hub is not None and self._hub.active:
             for _, attempt_rows, destination, message_id in items:
                 for row in attempt_rows:

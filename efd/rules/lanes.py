@@ -9,8 +9,10 @@ lane whose head is retrying holds only itself. docs/delivery.md, "Ordered delive
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
 from enum import StrEnum
+
+from efd.rows import NewMessage
 
 
 class Ordering(StrEnum):
@@ -41,13 +43,17 @@ def lane_for(ordering: Ordering | str, user_id: str | None, anonymous_id: str | 
     return lane_key(user_id, anonymous_id)
 
 
-@dataclass(frozen=True, slots=True)
-class BlockedLanes:
-    """An ordered destination's lanes held by a head that failed and has no outcome yet."""
+class Lanes:
+    """The lanes of the ordered destinations of a configuration: the store asks it, for each
+    delivery it inserts, which lane the delivery joins (efd/store/queue.py)."""
 
-    count: int
-    oldest_message_id: str | None  # the head blocked longest
-    oldest_since: float | None  # its first attempt (UNIX seconds)
+    def __init__(self, ordered: Iterable[str]) -> None:
+        self.ordered = frozenset(ordered)  # the destinations with ordering = "per_user"
+
+    def lane(self, row: NewMessage, destination: str) -> str | None:
+        if destination not in self.ordered:
+            return None
+        return lane_key(row.user_id, row.anonymous_id)
 
 
 def waiting_note(head_message_id: str | None) -> str:

@@ -16,7 +16,7 @@ from array import array
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, and_, func, insert, select, text, update
+from sqlalchemy import ColumnElement, Connection, and_, case, func, insert, select, text, update
 
 from efd.rows import (
     AttemptRecord,
@@ -25,9 +25,11 @@ from efd.rows import (
     DeliveryStatus,
     MessageRecord,
 )
+from efd.store import lanes
 from efd.store.dedupe import message_key
 from efd.store.queue import NOTIFY_CHANNEL, Store
 from efd.store.schema import attempts, deliveries, messages
+from efd.store.statements import insert_for
 
 REDRIVABLE = (DeliveryStatus.FAILED, DeliveryStatus.EXPIRED)
 # Deliveries moved by one transaction of a redrive: a few milliseconds of the writer.
@@ -103,10 +105,11 @@ def _redrivable(query: DeliveryQuery) -> ColumnElement[bool]:
 
 
 def _discardable(query: DeliveryQuery) -> ColumnElement[bool]:
-    """The pending deliveries to `query`'s destinations, of a message received in its
-    window; purged messages' too (they would never be sent either)."""
-    conditions = [
-        deliveries.c.status == DeliveryStatus.PENDING.value,
+    """The pending deliveries to `query`'s destinations, and those waiting in their lanes,
+    of a message received in its window; purged messages' too (they would never be sent
+    either)."""
+    conditions: list[ColumnElement[bool]] = [
+        deliveries.c.status.in_([DeliveryStatus.PENDING.value, DeliveryStatus.QUEUED.value]),
         deliveries.c.destination.in_(query.destinations),
     ]
     window = _message_conditions(DeliveryQuery(since=query.since, until=query.until))
@@ -259,6 +262,9 @@ class OperationsStore:
                     last_error="discarded by an operator: the destination is not configured",
                 )
             ).rowcount
+            if marked:
+                for name in query.destinations:
+                    lanes.advance(conn, now, destination=name, notify=not self._store.sqlite)
             return int(marked)
 
     def redrive(self, query: DeliveryQuery, now: float, chunk: int | None = None) -> int:
@@ -277,22 +283,30 @@ class OperationsStore:
     def redrive_ids(self, query: DeliveryQuery, ids: Sequence[int], now: float) -> int:
         """One chunk of a redrive: those of `ids` that a redrive of `query` still moves
         (one may have been redriven or purged since they were read), in one transaction.
-        Returns how many moved."""
+        A delivery of a lane goes back into it: the head if the lane is idle, else waiting,
+        ahead of the later messages that wait (lanes go lowest id first). Returns how many
+        moved."""
+        unordered = deliveries.c.lane.is_(None)
         with self._store.writer.begin() as conn:
             moved = conn.execute(
                 update(deliveries)
                 .where(deliveries.c.id.in_(list(ids)), _redrivable(query))
                 .values(
-                    status=DeliveryStatus.PENDING.value,
+                    status=case(
+                        (unordered, DeliveryStatus.PENDING.value),
+                        else_=DeliveryStatus.QUEUED.value,
+                    ),
                     attempts=0,
                     first_attempt_at=now,
-                    next_attempt_at=now,
+                    next_attempt_at=case((unordered, now), else_=None),
                     finished_at=None,
                     failed_hooks=None,
                     lease_owner=None,
                 )
             ).rowcount
             if moved:
+                scope = deliveries.c.id.in_(list(ids))
+                lanes.admit(conn, insert_for(self._store.sqlite), scope, now, notify=False)
                 self._notify(conn)
             return int(moved)
 

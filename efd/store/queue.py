@@ -34,12 +34,16 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from efd.rows import AttemptRow, Claimed, DeliveryStatus, InsertStatus, NewMessage, Outcome
-from efd.store import dedupe, fastpath, pgpath
+from efd.store import dedupe, fastpath, lanes, pgpath
 from efd.store.dedupe import message_key
 from efd.store.engine import is_sqlite, make_engine, normalise_url
 from efd.store.schema import attempts, deliveries, jobs, messages
+from efd.store.statements import insert_for
 
 PENDING = DeliveryStatus.PENDING
+QUEUED = DeliveryStatus.QUEUED
+# Not finished: waiting for a round (pending) or behind its lane's head (queued).
+OPEN = (PENDING.value, QUEUED.value)
 
 DEDUPE_WINDOW_SECONDS = 24 * 3600
 NOTIFY_CHANNEL = "efd_deliveries"
@@ -55,6 +59,12 @@ class Suppressed(Protocol):
 
 # Profile capture (efd/personas/capture.py): the stored rows folded into profiles.
 Capture = Callable[[Connection, Sequence[NewMessage]], None]
+
+
+class Lanes(Protocol):
+    def lane(self, row: NewMessage, destination: str) -> str | None:
+        """The lane a delivery of `row` to `destination` joins; None: no lane (unordered)."""
+        ...
 
 
 T = TypeVar("T")
@@ -88,6 +98,7 @@ _DELIVERY_FIELDS = (
     "created_at",
     "next_attempt_at",
     "lease_token",
+    "lane",
 )
 
 
@@ -220,10 +231,12 @@ class Store:
     # -- ingestion -----------------------------------------------------------------------
 
     # Steps of the ingestion transaction, set by the daemon: the suppression check
-    # (efd/store/regulations.py) and profile capture while audiences or computed traits
-    # are configured (efd/personas/capture.py). None: not taken.
+    # (efd/store/regulations.py), profile capture while audiences or computed traits
+    # are configured (efd/personas/capture.py), and lanes while a destination is ordered
+    # (efd/rules/lanes.py; efd/store/lanes.py). None: not taken.
     suppressions: Suppressed | None = None
     capture: Capture | None = None
+    lanes: Lanes | None = None
 
     def insert_messages(self, rows: Sequence[NewMessage], now: float) -> list[InsertStatus]:
         """Store messages and their deliveries in one transaction.
@@ -299,11 +312,24 @@ class Store:
                     _PG_INSERT_MESSAGES, pgpath.arrays(_MESSAGE_COLUMNS, message_tuples)
                 ).scalars()
             )
-        delivery_tuples = [
-            (pk, name, PENDING, 0, now, now, 0)
-            for pk, r in zip(ids, rows, strict=True)
-            for name in r.destinations
-        ]
+        delivery_tuples: list[tuple[Any, ...]]
+        if self.lanes is None:
+            delivery_tuples = [
+                (pk, name, PENDING, 0, now, now, 0, None)
+                for pk, r in zip(ids, rows, strict=True)
+                for name in r.destinations
+            ]
+        else:
+            # A delivery that joins a lane waits, queued, until admit() below makes it the
+            # head of a lane that has none.
+            lane_of = self.lanes.lane
+            delivery_tuples = [
+                (pk, name, PENDING, 0, now, now, 0, None)
+                if (lane := lane_of(r, name)) is None
+                else (pk, name, QUEUED, 0, now, None, 0, lane)
+                for pk, r in zip(ids, rows, strict=True)
+                for name in r.destinations
+            ]
         if self.sqlite:
             dedupe.ensure(conn, now, DEDUPE_WINDOW_SECONDS)
             with fastpath.driver_cursor(conn) as cursor:
@@ -325,6 +351,9 @@ class Store:
                     fastpath.insert_many(cursor, deliveries, _DELIVERY_FIELDS, delivery_tuples)
         elif delivery_tuples:
             conn.execute(_PG_INSERT_DELIVERIES, pgpath.arrays(_DELIVERY_FIELDS, delivery_tuples))
+        if self.lanes is not None and any(t[7] is not None for t in delivery_tuples):
+            scope = deliveries.c.message_pk.between(min(ids), max(ids))
+            lanes.admit(conn, insert_for(self.sqlite), scope, now, notify=False)
         if delivery_tuples and not self.sqlite:
             # Delivered at commit, to every process's LISTEN: none waits for a poll.
             conn.execute(text("SELECT pg_notify(:channel, '')"), {"channel": NOTIFY_CHANNEL})
@@ -452,7 +481,9 @@ class Store:
             if not outcomes:
                 return 0
             if not self.sqlite:
-                return len(outcomes) - pgpath.record_outcomes(conn, outcomes)
+                applied = pgpath.record_outcomes(conn, outcomes)
+                self._advance_lanes(conn, outcomes)
+                return len(outcomes) - applied
             applied = self._run_count(
                 conn,
                 "outcome",
@@ -472,7 +503,20 @@ class Store:
                     for o in outcomes
                 ],
             )
+            self._advance_lanes(conn, outcomes)
         return len(outcomes) - applied
+
+    def _advance_lanes(self, conn: Connection, outcomes: Sequence[Outcome]) -> None:
+        """The heads among these outcomes that finished hand their lanes on, in the same
+        transaction (efd/store/lanes.py). A stale outcome finished nothing: its delivery is
+        still pending, so its lane stays."""
+        if self.lanes is None:
+            return
+        finished = [o for o in outcomes if o.status is not PENDING]
+        if finished:
+            now = max(o.finished_at or o.first_attempt_at for o in finished)
+            heads = [o.delivery_id for o in finished]
+            lanes.advance(conn, now, heads=heads, notify=not self.sqlite)
 
     def _run(
         self, conn: Connection, key: str, statement: Any, params: list[dict[str, Any]]
@@ -564,8 +608,10 @@ class Store:
 
     def expire_waiting(self, destination: str, window: float, now: float) -> int:
         """Expire the destination's pending deliveries, not leased, whose retry window has
-        closed: counted from the first attempt, or from creation if never attempted."""
+        closed: counted from the first attempt, or from creation if never attempted. Those
+        waiting in lanes too; the lanes of expired heads move on."""
         with self.writer.begin() as conn:
+            waiting = lanes.expire_waiting(conn, destination, window, now)
             result = conn.execute(
                 update(deliveries)
                 .where(
@@ -582,7 +628,9 @@ class Store:
                     last_error="retry window closed while every hook's circuit was open",
                 )
             )
-            return result.rowcount
+            if result.rowcount:
+                lanes.advance(conn, now, destination=destination, notify=not self.sqlite)
+            return int(result.rowcount) + waiting
 
     def autovacuum_off(self) -> bool:
         """Whether the PostgreSQL server runs with autovacuum off (never on SQLite)."""
@@ -661,11 +709,12 @@ class Store:
             )
 
     def backlog(self) -> dict[str, int]:
-        """Pending deliveries per destination (including those in flight)."""
+        """Pending deliveries per destination (including those in flight, and those waiting
+        in lanes)."""
         with self.reader.connect() as conn:
             rows = conn.execute(
                 select(deliveries.c.destination, func.count())
-                .where(deliveries.c.status == PENDING)
+                .where(deliveries.c.status.in_(OPEN))
                 .group_by(deliveries.c.destination)
             ).all()
         return {destination: count for destination, count in rows}
@@ -677,7 +726,7 @@ class Store:
             select(deliveries.c.id)
             .where(
                 deliveries.c.message_pk == messages.c.id,
-                or_(deliveries.c.status == PENDING, deliveries.c.finished_at >= before),
+                or_(deliveries.c.status.in_(OPEN), deliveries.c.finished_at >= before),
             )
             .exists()
         )
