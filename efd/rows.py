@@ -192,3 +192,5 @@ class MessageRecord:
     body: str | None  # None once purged by a deletion request
     deliveries: tuple[DeliveryRecord, ...]
     attempts: Mapping[int, tuple[AttemptRecord, ...]]  # delivery id -> attempts, oldest first
+    # delivery id -> the messageId of its lane's head, for each delivery waiting in a lane
+    waiting_for: Mapping[int, str | None] = field(default_factory=dict)

@@ -33,8 +33,9 @@ from efd.http.server import error_response, json_response
 from efd.observe.stream import Hub
 from efd.rules import webhooks
 from efd.rules.circuit import Circuits
-from efd.rules.selection import iso
+from efd.rules.selection import iso, lanes_json
 from efd.store.health import HealthStore, WindowStats
+from efd.store.lanes import LanesStore
 from efd.store.runner import AsyncStore
 
 log = logging.getLogger(__name__)
@@ -115,6 +116,8 @@ class LiveApi:
                 for label, seconds in WINDOWS
             }
             errors = await self._db.read(self._health.last_errors, list(hooks), now - 86400)
+            ordered = any(d.ordering == "per_user" for d in self._settings.destinations)
+            blocked = await self._db.read(LanesStore(self._db.store).blocked) if ordered else {}
         except SQLAlchemyError as error:
             log.error("admin API: the store is unavailable: %s", str(error).splitlines()[0][:200])
             return error_response("storage_unavailable", "the store is unavailable; retry", 503)
@@ -143,6 +146,11 @@ class LiveApi:
                     "configured": True,
                     "backlog": pending,
                     "oldestPendingAt": iso(oldest),
+                    "ordering": destination.ordering.value,
+                    # Ordered: its blocked lanes (efd/rules/lanes.py); else null.
+                    "lanes": lanes_json(blocked.get(destination.name))
+                    if destination.ordering == "per_user"
+                    else None,
                     "hooks": hook_list,
                 }
             )
@@ -158,6 +166,8 @@ class LiveApi:
                         "configured": False,
                         "backlog": pending,
                         "oldestPendingAt": iso(oldest),
+                        "ordering": None,
+                        "lanes": None,
                         "hooks": [],
                     }
                 )

@@ -293,6 +293,7 @@ _DELIVERY = {
         "nextAttemptAt",
         "windowEndsAt",
         "replayOf",
+        "waitingFor",
         "attempts",
     ],
     "properties": {
@@ -303,6 +304,11 @@ _DELIVERY = {
         "nextAttemptAt": _NULLABLE_ISO,
         "windowEndsAt": _ISO,
         "replayOf": {"type": ["integer", "null"], "description": "the delivery it replays"},
+        "waitingFor": {
+            **_NULLABLE_STRING,
+            "description": "status queued (an ordered destination): the messageId of the head "
+            "of its lane, which has to have an outcome before this one is sent",
+        },
         "attempts": {"type": "array", "items": _ref("Attempt")},
     },
 }
@@ -433,7 +439,15 @@ _WINDOW = {
 }
 _DESTINATION_HEALTH = {
     "type": "object",
-    "required": ["name", "configured", "backlog", "oldestPendingAt", "hooks"],
+    "required": [
+        "name",
+        "configured",
+        "backlog",
+        "oldestPendingAt",
+        "ordering",
+        "lanes",
+        "hooks",
+    ],
     "properties": {
         "name": {"type": "string"},
         "configured": {
@@ -443,6 +457,25 @@ _DESTINATION_HEALTH = {
         },
         "backlog": {**_COUNT_VALUE, "description": "pending deliveries"},
         "oldestPendingAt": {**_NULLABLE_ISO, "description": "the oldest pending one's creation"},
+        "ordering": {
+            "type": ["string", "null"],
+            "enum": ["none", "per_user", None],
+            "description": "null for a destination no longer configured",
+        },
+        "lanes": {
+            "type": ["object", "null"],
+            "description": "ordering per_user: lanes whose head failed at least once and has no "
+            "outcome yet, holding that user's later messages back; else null",
+            "required": ["blocked", "oldestBlockedMessageId", "oldestBlockedSince"],
+            "properties": {
+                "blocked": _COUNT_VALUE,
+                "oldestBlockedMessageId": _NULLABLE_STRING,
+                "oldestBlockedSince": {
+                    **_NULLABLE_ISO,
+                    "description": "the first attempt of the head blocked longest",
+                },
+            },
+        },
         "hooks": {
             "type": "array",
             "items": {
@@ -867,10 +900,16 @@ def _paths() -> dict[str, Any]:
                                     "type": "array",
                                     "items": {
                                         "type": "object",
-                                        "required": ["id", "destination"],
+                                        "required": ["id", "destination", "outOfOrder"],
                                         "properties": {
                                             "id": {"type": "integer"},
                                             "destination": {"type": "string"},
+                                            "outOfOrder": {
+                                                "type": "boolean",
+                                                "description": "true on an ordered destination: "
+                                                "a replay is sent at once, outside its lane, "
+                                                "so it may arrive after later messages",
+                                            },
                                         },
                                     },
                                 }

@@ -244,6 +244,7 @@ class RegulationsApi:
                                         for status in (
                                             "delivered",
                                             "pending",
+                                            "queued",
                                             "failed",
                                             "expired",
                                             "discarded",

@@ -27,6 +27,7 @@ from efd.http import server
 from efd.http.server import json_response
 from efd.observe.metrics import CONTENT_TYPE, Metrics
 from efd.rules.selection import unconfigured
+from efd.store.lanes import LanesStore
 from efd.store.runner import AsyncStore
 
 PROBE_EVERY = 1.0  # seconds a probe's outcome is the answer
@@ -122,6 +123,15 @@ class Status:
                         for name, count in unconfigured(backlog, configured).items()
                     },
                 }
+            ordered = [d.name for d in self._settings.destinations if d.ordering == "per_user"]
+            if ordered:
+                async with asyncio.timeout(5):
+                    blocked = await self._db.read(LanesStore(self._db.store).blocked)
+                self._metrics.lanes_blocked = {
+                    name: blocked[name].count if name in blocked else 0 for name in ordered
+                }
+            else:
+                self._metrics.lanes_blocked = {}
         response = web.Response(body=self._metrics.render())
         response.headers["Content-Type"] = CONTENT_TYPE
         return response

@@ -20,6 +20,7 @@ from sqlalchemy import ColumnElement, Connection, and_, case, func, insert, sele
 
 from efd.rows import (
     AttemptRecord,
+    BlockedLanes,
     DeliveryQuery,
     DeliveryRecord,
     DeliveryStatus,
@@ -176,10 +177,13 @@ class OperationsStore:
                     .order_by(attempts.c.attempted_at, attempts.c.id)
                 ):
                     by_delivery[delivery_id].append(AttemptRecord(*fields))
+            queued = [d.id for d in found if d.status == DeliveryStatus.QUEUED.value]
+            waiting = lanes.waiting_for(conn, queued) if queued else {}
         return MessageRecord(
             *row,
             deliveries=tuple(found),
             attempts={k: tuple(v) for k, v in by_delivery.items()},
+            waiting_for=waiting,
         )
 
     @staticmethod
@@ -239,6 +243,11 @@ class OperationsStore:
                     select(func.count()).select_from(deliveries).where(_discardable(query))
                 ).scalar_one()
             )
+
+    def blocked_lanes(self) -> dict[str, BlockedLanes]:
+        """Per destination with lanes: its blocked lanes (efd/store/lanes.py)."""
+        with self._store.reader.connect() as conn:
+            return lanes.blocked(conn)
 
     # -- writes ------------------------------------------------------------------------------
 
