@@ -219,7 +219,15 @@ async def test_one_delete_notification_per_user_to_each_affected_source(
     assert streams["web"]["status"] == "FINISHED"
     assert streams["web"]["notifications"] == 2
     assert streams["web"]["destinations"] == [
-        {"name": "hooks", "delivered": 2, "pending": 0, "failed": 0, "expired": 0, "discarded": 0}
+        {
+            "name": "hooks",
+            "delivered": 2,
+            "pending": 0,
+            "queued": 0,
+            "failed": 0,
+            "expired": 0,
+            "discarded": 0,
+        }
     ]
     assert streams["app"]["destinations"][0]["name"] == "mobile"
     assert streams["app"]["destinations"][0]["delivered"] == 2
