@@ -3,9 +3,12 @@
     .venv/bin/python bench/chaos.py --store sqlite|postgresql [--minutes 10] [--seed N]
 
 PostgreSQL: 3 daemons on a private cluster (initdb into a temporary directory, its own port;
-removed at the end). SQLite: 1 daemon. Two receivers on 127.0.0.1 (destinations `alpha` and
-`beta`) record every delivery they answer 2xx to: messageId, time, and the daemon that sent
-it (each daemon's hooks carry an `X-Chaos-Daemon: d<n>.<incarnation>.<reload>` header).
+removed at the end). SQLite: 1 daemon. Three receivers on 127.0.0.1 (destinations `alpha`,
+`beta` and `ordered`, the last with `ordering = "per_user"`) record every delivery they answer
+2xx to: messageId, time, and the daemon that sent it (each daemon's hooks carry an
+`X-Chaos-Daemon: d<n>.<incarnation>.<reload>` header). `ordered` also notes every request
+it reads, in order: per user (lane), the messages it saw must never go backwards in the
+order efd acknowledged them (their delivery ids), duplicates included.
 At seeded random intervals one fault starts (faults may overlap): kill -9 of a daemon's
 process group and a restart, SIGTERM and a restart, PostgreSQL stopped for a few seconds,
 a receiver answering 500, hanging past the delivery timeout, resetting connections, or gone
@@ -46,7 +49,8 @@ from aiohttp import web
 ROOT = Path(__file__).resolve().parent.parent
 WRITE_KEY = "wk_chaos"
 AUTH = {"Authorization": "Basic " + base64.b64encode(f"{WRITE_KEY}:".encode()).decode()}
-DESTINATIONS = ("alpha", "beta")
+DESTINATIONS = ("alpha", "beta", "ordered")
+ORDERED = "ordered"  # the destination with ordering = "per_user"
 # Delivery settings written into every daemon's config: short back-offs and a short lease so
 # that the soak converges within its time.
 TIMEOUT_S = 4.0
@@ -266,6 +270,7 @@ class Daemon:
             lines += [
                 "[[destinations]]",
                 f"name = {_toml(dest)}",
+                f"ordering = {_toml('per_user' if dest == ORDERED else 'none')}",
                 f"shared_secret = {_toml('secret-' + str(self.reloads))}",
                 "[[destinations.hooks]]",
                 f"url = {_toml(url)}",
@@ -401,6 +406,7 @@ class Receiver:
         self.mode = "ok"  # ok | 500 | hang | reset | gone
         self.busy = False
         self.receipts: dict[str, list[Receipt]] = {}
+        self.read: list[tuple[str, str]] = []  # (userId, messageId) of each request read
         self.answered = 0
         self.self_check = self_check
         self.runner: web.AppRunner | None = None
@@ -415,6 +421,8 @@ class Receiver:
             _reset(request)
             return web.Response(status=500)  # never written: the connection is gone
         body = await request.read()
+        sent = json.loads(body)
+        self.read.append((sent["userId"], sent["messageId"]))
         if self.mode == "500":
             return web.Response(status=500)
         if self.mode == "hang":
@@ -721,6 +729,41 @@ def delivery_statuses(store_url: str, ids: list[str]) -> dict[tuple[str, str], s
     return {(r[0], r[1]): r[2] for r in rows}
 
 
+def delivery_order(store_url: str, destination: str) -> dict[str, int]:
+    """messageId -> the id of its delivery to `destination` (not a replay): the order efd
+    acknowledged the messages in, which each lane follows."""
+    engine = sa.create_engine(_sa_url(store_url))
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                sa.text(
+                    "SELECT m.message_id, d.id FROM deliveries d"
+                    " JOIN messages m ON m.id = d.message_pk"
+                    " WHERE d.destination = :d AND d.replay_of IS NULL"
+                ),
+                {"d": destination},
+            ).all()
+    finally:
+        engine.dispose()
+    return {r[0]: int(r[1]) for r in rows}
+
+
+def lanes_backwards(read: list[tuple[str, str]], order: dict[str, int]) -> list[str]:
+    """Each request the ordered receiver read whose message came before (in efd's order) one
+    of its lane already seen: the lane went backwards."""
+    highest: dict[str, int] = {}
+    found = []
+    for user, mid in read:
+        at = order.get(mid)
+        if at is None:
+            found.append(f"{user}: {mid} has no delivery")
+            continue
+        if at < highest.get(user, -1):
+            found.append(f"{user}: {mid} (delivery {at}) after delivery {highest[user]}")
+        highest[user] = max(at, highest.get(user, -1))
+    return found
+
+
 def explain(first: Receipt, again: Receipt, soak: Soak, store_down: list[Window]) -> str | None:
     """Why a second receipt is allowed: the first was answered to a daemon incarnation that
     was then killed -9 before it could record the outcome, and the second came after the
@@ -884,12 +927,16 @@ async def soak(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             await asyncio.sleep(0.25)
         say(f"drain ended {CLOCK() - until:.1f} s after the soak time; {len(missing)} not received")
         statuses = delivery_statuses(store_url, sorted({m for _, m in missing}))
+        backwards = lanes_backwards(receivers[ORDERED].read, delivery_order(store_url, ORDERED))
         for d in daemons:
             if d.alive():
                 code = await d.terminate()
                 state.endings[d.key] = Ending("final", CLOCK())
                 say(f"{d.key} stopped (exit {code})")
         result = account(state, receivers, statuses, faults.store_down)
+        result["ordered_requests_read"] = len(receivers[ORDERED].read)
+        result["ordered_backwards"] = len(backwards)
+        result["ordered_backwards_examples"] = backwards[:20]
         return {"store": args.store, "minutes": args.minutes, "seed": seed, **result}
     finally:
         for d in daemons:
@@ -937,7 +984,11 @@ def main() -> int:
                 f"duplicate {dup['destination']}/{dup['messageId']}: first {dup['first']},"
                 f" again {dup['again']}: {dup['explained'] or 'UNEXPLAINED'}"
             )
-        ok = result["lost"] == 0 and result["duplicates"] == result["duplicates_explained"]
+        ok = (
+            result["lost"] == 0
+            and result["duplicates"] == result["duplicates_explained"]
+            and result["ordered_backwards"] == 0
+        )
         if not ok:
             print(f"logs kept in {workdir}")
         print(json.dumps({"commit": version, **result}), flush=True)
