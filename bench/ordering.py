@@ -3,7 +3,7 @@
 users whose every delivery fails, each figure a ratio to one measured in the same run.
 
     .venv/bin/python bench/ordering.py [--users 10000] [--per-user 4] [--pairs 2]
-                                       [--rate 600] [--paced-seconds 20]
+                                       [--rate 150] [--paced-seconds 15]
 
 Each measurement starts `python -m efd serve` on a fresh SQLite database (sender processes as
 configured by default) and a receiver in its own process (raw asyncio HTTP/1.1), both on
@@ -13,7 +13,8 @@ configured by default) and a receiver in its own process (raw asyncio HTTP/1.1),
   user in each batch; delivered events/s of the users that do not fail = their count over the
   time from the first to the last of them received (ingestion and delivery overlap).
 * paced: `rate` messages/s for `paced-seconds`, random users; each healthy message's latency
-  from efd's acknowledgement to its first receipt; p50 and p99.
+  from efd's acknowledgement to its first receipt; p50 and p99. Keep the rate well below
+  the drain rate, or the latency measures a growing backlog.
 
 Variants, run as interleaved pairs (A B A B …): `unordered`, `ordered`, `ordered-1%-failing`
 (users whose number is divisible by 100 answered 503, always). Prints a table and the ratios
@@ -341,9 +342,11 @@ def main() -> int:
     parser.add_argument("--users", type=int, default=10_000)
     parser.add_argument("--per-user", type=int, default=4)
     parser.add_argument("--pairs", type=int, default=2)
-    parser.add_argument("--rate", type=float, default=600.0)
-    parser.add_argument("--paced-seconds", type=float, default=20.0)
+    parser.add_argument("--rate", type=float, default=150.0)
+    parser.add_argument("--paced-seconds", type=float, default=15.0)
     args = parser.parse_args()
+    # SIGTERM ends the run through the same cleanup as Ctrl-C: no daemon left behind.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     port = free_port()
     parent, child = multiprocessing.Pipe()
     receiver = multiprocessing.Process(target=receiver_main, args=(port, child), daemon=True)
