@@ -25,6 +25,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    PrivateAttr,
     SecretStr,
     ValidationError,
     ValidationInfo,
@@ -38,13 +39,14 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from efd import tls
 from efd.personas.keys import PERSONAS_SOURCE, snake_case
 from efd.rules import netguard
 from efd.rules.audiences import ParseError, parse_condition, parse_expression
 from efd.rules.filters import Condition, Filter, FilterSet, FqlError, parse_field_path
 from efd.rules.lanes import Ordering
 from efd.rules.origins import check_pattern
-from efd.rules.webhooks import RESERVED_HEADERS, Route, standard_secret
+from efd.rules.webhooks import RESERVED_HEADERS, ClientCert, Route, standard_secret
 
 MAX_HOOKS = 5
 MIN_ADMIN_TOKEN_CHARS = 16
@@ -171,6 +173,12 @@ class DeliveryConfig(_Strict):
 class HookConfig(_Strict):
     url: str
     headers: dict[str, str] = Field(default_factory=dict)
+    # mTLS: the private key of client_cert, when it is not in client_cert's file too. Declared
+    # first, so that client_cert's check sees whether it was readable.
+    client_key: str | None = None
+    # A client certificate (PEM) efd presents to this hook.
+    client_cert: str | None = Field(default=None, validate_default=True)
+    _client: ClientCert | None = PrivateAttr(default=None)
 
     @field_validator("url")
     @classmethod
@@ -207,6 +215,46 @@ class HookConfig(_Strict):
         if problems:
             raise ValueError("; ".join(problems))
         return headers
+
+    @field_validator("client_key")
+    @classmethod
+    def _key_readable(cls, key: str | None) -> str | None:
+        if key is not None and (problem := tls.unreadable(key)) is not None:
+            raise ValueError(problem)
+        return key
+
+    @field_validator("client_cert")
+    @classmethod
+    def _certificate_and_key(cls, cert: str | None, info: ValidationInfo) -> str | None:
+        if "client_key" not in info.data:
+            return cert  # client_key's problem is reported; this one cannot be checked
+        key = info.data["client_key"]
+        if cert is None:
+            if key is not None:
+                raise ValueError("required with client_key: the certificate of that key")
+            return None
+        url = info.data.get("url")
+        if url is not None and urlsplit(url).scheme != "https":
+            raise ValueError("a client certificate is presented over https:// only")
+        try:
+            tls.check(cert, key)
+        except tls.ClientCertError as error:
+            raise ValueError(str(error)) from None
+        return cert
+
+    @model_validator(mode="after")
+    def _client_cert(self) -> HookConfig:
+        if self.client_cert is not None:
+            try:  # what was checked above, with a digest of the files as they are now
+                self._client = tls.check(self.client_cert, self.client_key)
+            except tls.ClientCertError as error:
+                raise ValueError(f"client_cert: {error}") from None
+        return self
+
+    @property
+    def client(self) -> ClientCert | None:
+        """The client certificate presented to this hook, as the configuration was loaded."""
+        return self._client
 
 
 def _field_paths(paths: list[str]) -> list[str]:
@@ -376,6 +424,7 @@ class DestinationConfig(_Strict):
         return Route(
             name=self.name,
             hooks=tuple((hook.url, dict(hook.headers)) for hook in self.hooks),
+            client_certs={hook.url: hook.client for hook in self.hooks if hook.client},
             secret=(secret or None) if "x-signature" in self.signing else None,
             user_agent=user_agent,
             standard_secrets=keys if "standard-webhooks" in self.signing else (),

@@ -334,7 +334,7 @@ class DaemonProcess:
         self.preexec_fn = preexec_fn  # run in the child before efd starts (resource limits)
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout: float = 20.0) -> DaemonProcess:
+    def start(self, timeout: float = 60.0) -> DaemonProcess:
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 [

@@ -1,5 +1,5 @@
-"""The `efd` command: serve, migrate, check-config, audiences, listen, message-key, and the
-operator's inspect, deliveries, redrive, replay and discard."""
+"""The `efd` command: serve, migrate, check-config, audiences, listen, check-receiver,
+message-key, and the operator's inspect, deliveries, redrive, replay and discard."""
 
 from __future__ import annotations
 
@@ -162,8 +162,74 @@ def cmd_listen(args: argparse.Namespace) -> int:
         except ValueError as error:
             print(f"efd listen: --standard-webhooks-secret {error}", file=sys.stderr)
             return 2
-    _run_loop(serve(args.host, args.port, args.secret, args.status, args.standard_webhooks_secret))
+    _run_loop(
+        serve(
+            args.host,
+            args.port,
+            args.secret or [],
+            args.status,
+            args.standard_webhooks_secret or [],
+        )
+    )
     return 0
+
+
+def cmd_check_receiver(args: argparse.Namespace) -> int:
+    from urllib.parse import urlsplit
+
+    from efd import tls
+    from efd.cli.check_receiver import check, report
+    from efd.rules.receiver_check import Row, passed
+    from efd.rules.webhooks import ClientCert, standard_secret
+
+    def usage(problem: str) -> int:
+        print(f"efd check-receiver: {problem}", file=sys.stderr)
+        return 2
+
+    parts = urlsplit(args.url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return usage("the URL must be a full http:// or https:// URL")
+    if not (args.secret or args.standard_webhooks_secret):
+        return usage(
+            "give the receiver's secrets: --secret and/or --standard-webhooks-secret, "
+            "as for efd listen"
+        )
+    keys = []
+    for secret in args.standard_webhooks_secret or []:
+        try:
+            keys.append(standard_secret(secret))
+        except ValueError as error:
+            return usage(f"--standard-webhooks-secret {error}")
+    if not args.timeout > 0:
+        return usage("--timeout must be a positive number of seconds")
+    if args.ca_file and (problem := tls.unreadable(args.ca_file)):
+        return usage(f"--ca-file: {problem}")
+    client: ClientCert | None = None
+    if args.client_key and not args.client_cert:
+        return usage("--client-key needs --client-cert")
+    if args.client_cert:
+        try:
+            client = tls.check(args.client_cert, args.client_key)
+        except tls.ClientCertError as error:
+            return usage(f"--client-cert: {error}")
+    rows: list[Row] = []
+
+    async def run() -> None:
+        rows.extend(
+            await check(
+                args.url,
+                args.secret or [],
+                keys,
+                timeout=args.timeout,
+                user_agent=config.DeliveryConfig().user_agent,
+                ca_file=args.ca_file,
+                client=client,
+            )
+        )
+
+    _run_loop(run())
+    print(report(args.url, rows))
+    return 0 if passed(rows) else 1
 
 
 def cmd_message_key(args: argparse.Namespace) -> int:
@@ -526,11 +592,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     audiences.add_argument("--sample", type=int, default=10, help="profiles to show (preview)")
     audiences.set_defaults(func=cmd_audiences)
 
-    listen = sub.add_parser("listen", help="print the webhooks it receives (a test receiver)")
+    listen = sub.add_parser(
+        "listen",
+        help="print the webhooks it receives, refusing those that do not verify (a test receiver)",
+    )
     listen.add_argument("--host", default="127.0.0.1")
     listen.add_argument("--port", type=int, default=9000)
-    listen.add_argument("--secret", help="shared secret to verify X-Signature against")
-    listen.add_argument("--status", type=int, default=200, help="HTTP status to answer with")
+    listen.add_argument(
+        "--secret",
+        action="append",
+        help="shared secret to verify X-Signature against (repeat for several: a rotation)",
+    )
+    listen.add_argument(
+        "--status",
+        type=int,
+        default=200,
+        help="HTTP status to answer with (requests that do not verify get 401)",
+    )
     listen.add_argument(
         "--standard-webhooks-secret",
         action="append",
@@ -538,6 +616,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="whsec_ secret to verify webhook-signature against (repeat for several)",
     )
     listen.set_defaults(func=cmd_listen)
+
+    receiver = sub.add_parser(
+        "check-receiver",
+        help="send a receiver signed test deliveries; exit 0 when it answers each as "
+        "docs/delivery.md asks",
+    )
+    receiver.add_argument("url", metavar="URL", help="the receiver's URL (any address)")
+    receiver.add_argument(
+        "--secret",
+        action="append",
+        help="the X-Signature secret the receiver holds (repeat: a rotation, newest first)",
+    )
+    receiver.add_argument(
+        "--standard-webhooks-secret",
+        action="append",
+        metavar="WHSEC",
+        help="a whsec_ secret the receiver holds (repeat: a rotation, newest first)",
+    )
+    receiver.add_argument(
+        "--timeout",
+        type=float,
+        default=config.DeliveryConfig().timeout_seconds,
+        help="seconds for a complete answer, as delivery.timeout_seconds (default 5)",
+    )
+    receiver.add_argument("--ca-file", help="extra CA certificates (PEM) to trust")
+    receiver.add_argument("--client-cert", help="a client certificate (PEM) to present")
+    receiver.add_argument("--client-key", help="its private key, if not in --client-cert")
+    receiver.set_defaults(func=cmd_check_receiver)
 
     key = sub.add_parser(
         "message-key",

@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 from aiohappyeyeballs import AddrInfoType
 
+from efd import tls
 from efd.processes.pool import LOST, Pool
 from efd.rules import netguard, webhooks
 from efd.rules.retry import (
@@ -28,7 +29,7 @@ from efd.rules.retry import (
     classify_status,
     parse_retry_after,
 )
-from efd.rules.webhooks import Route
+from efd.rules.webhooks import ClientCert, Route
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +71,11 @@ class Sender:
         self.timeout = timeout
         self._allowed = netguard.parse_networks(allowed_networks)
         self._head_bytes = response_head_bytes
-        self._ssl = ssl.create_default_context()
-        if ca_file:
-            self._ssl.load_verify_locations(cafile=ca_file)
+        self._ca_file = ca_file
+        self._ssl = tls.verifying(ca_file)
+        # Per client certificate, as loaded: a renewal (another digest) gets its own context,
+        # and requests in flight keep the one they started with.
+        self._presenting: dict[ClientCert, ssl.SSLContext] = {}
         self._session: aiohttp.ClientSession | None = None
 
     def _guarded_socket(self, addr_info: AddrInfoType) -> socket.socket:
@@ -124,26 +127,50 @@ class Sender:
             standard_secrets=route.standard_secrets,
         )
         hooks = [(url, static) for url, static in route.hooks if url in urls]
+        clients = route.client_certs
         if len(hooks) == 1:  # the common case, without gather's task per request
             url, static = hooks[0]
-            return [await self.post(url, data, {**static, **headers})]
+            return [await self.post(url, data, {**static, **headers}, clients.get(url))]
         return list(
             await asyncio.gather(
-                *(self.post(url, data, {**static, **headers}) for url, static in hooks)
+                *(
+                    self.post(url, data, {**static, **headers}, clients.get(url))
+                    for url, static in hooks
+                )
             )
         )
 
-    async def post(self, url: str, body: bytes, headers: dict[str, str]) -> AttemptResult:
-        """POST once; never raises for anything the receiver or network does."""
+    def _client_context(self, client: ClientCert) -> ssl.SSLContext:
+        context = self._presenting.get(client)
+        if context is None:
+            context = tls.presenting(client, self._ca_file)
+            # A renewal replaces what the same files held before.
+            files = (client.cert, client.key)
+            for renewed in [c for c in self._presenting if (c.cert, c.key) == files]:
+                del self._presenting[renewed]
+            self._presenting[client] = context
+        return context
+
+    async def post(
+        self, url: str, body: bytes, headers: dict[str, str], client: ClientCert | None = None
+    ) -> AttemptResult:
+        """POST once, presenting `client`'s certificate if given; never raises for anything
+        the receiver or network does."""
         assert self._session is not None, "Sender.start() was not awaited"
         started_at = time.time()
         clock = time.monotonic()
         status: int | None = None
         head: bytes | None = None
         retry_after_header: str | None = None
+        context: ssl.SSLContext | bool = True  # True: the session's, which presents none
+        if client is not None:
+            try:
+                context = self._client_context(client)
+            except tls.ClientCertError as error:  # the files changed since the last reload
+                return self._error(url, started_at, clock, "client_cert", str(error))
         try:
             async with self._session.post(
-                url, data=body, headers=headers, allow_redirects=False
+                url, data=body, headers=headers, allow_redirects=False, ssl=context
             ) as response:
                 status = response.status
                 retry_after_header = response.headers.get("Retry-After")

@@ -12,8 +12,9 @@ from enum import StrEnum
 
 from efd.rules.retry import AttemptResult, Verdict
 
-# Failures that say nothing about the receiver: efd's own sender process died, or a bug.
-_NOT_THE_RECEIVER = frozenset({"interrupted", "internal"})
+# Failures that say nothing about the receiver: efd's own sender process died, a bug, or
+# the hook's client certificate files no longer load.
+_NOT_THE_RECEIVER = frozenset({"interrupted", "internal", "client_cert"})
 
 
 class Change(StrEnum):

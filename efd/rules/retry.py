@@ -21,7 +21,9 @@ class Verdict(StrEnum):
 # Transport failures. A request that never reached the receiver (TLS refused, address
 # blocked, bad URL, a request that cannot be built) is final for that hook; the others
 # (timeout, connect, dns, reset, protocol; `interrupted`: the sender process died
-# mid-round; `internal`: a bug in efd's sending code) may succeed on a later try.
+# mid-round; `internal`: a bug in efd's sending code; `client_cert`: the hook's client
+# certificate files no longer load, until they are fixed and reloaded) may succeed on a
+# later try.
 FINAL_ERRORS = frozenset({"tls", "blocked", "invalid_url", "invalid_request"})
 
 

@@ -27,6 +27,20 @@ WHSEC_PREFIX = "whsec_"
 
 
 @dataclass(frozen=True, slots=True)
+class ClientCert:
+    """A hook's client certificate (mTLS): the PEM files efd presents, and a digest of their
+    content when the configuration was loaded. A reload after the files were renewed makes
+    another ClientCert, so the sender loads them again (efd/tls.py)."""
+
+    cert: str
+    key: str | None  # None: the private key is in the certificate's file
+    digest: str
+
+    def __repr__(self) -> str:
+        return f"ClientCert({self.cert!r}, {self.key!r})"
+
+
+@dataclass(frozen=True, slots=True)
 class Route:
     """Where one destination's rounds go: its hook URLs with their static headers, and how
     they are signed (built from the configuration by DestinationConfig.route)."""
@@ -37,6 +51,8 @@ class Route:
     user_agent: str
     # Standard Webhooks' keys, current first; empty: no webhook-* headers.
     standard_secrets: tuple[bytes, ...] = ()
+    # Hook URL -> the client certificate presented to it; a hook not listed presents none.
+    client_certs: Mapping[str, ClientCert] = field(default_factory=dict)
     # Each hook URL -> how efd names it in logs, the store and the APIs (hook_labels).
     labels: dict[str, str] = field(init=False, compare=False)
 

@@ -80,7 +80,9 @@ async def test_audiences_lists_counts_and_last_sync_and_previews_without_deliver
 ):
     hooks, crm = await receiver_factory(), await receiver_factory()
     settings = personas_settings(db_url, hooks.url, crm.url)
-    daemon = await daemon_factory(settings)
+    # The daemon runs without the trait, so that no scheduled sync (the first comes a second
+    # after start-up) can reach it before the listing: the command reads it as never synced.
+    daemon = await daemon_factory({**settings, "computed_traits": []})
     batch = [
         identify("u1", plan="pro"),
         *orders("u1", 100, 200, 300),

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -109,16 +110,22 @@ def test_a_config_that_cannot_be_read_is_one_line_and_exit_2(
 
 def _post(url: str, body: bytes, headers: dict[str, str]) -> int:
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
-    with urllib.request.urlopen(request, timeout=5) as response:
-        return int(response.status)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
 
 
-def test_listen_prints_webhooks_and_verifies_signatures(tmp_path: Path):
+def test_listen_prints_webhooks_and_refuses_what_does_not_verify(tmp_path: Path):
     port = free_port()
     log = tmp_path / "listen.out"
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "efd", "listen", "--port", str(port), "--secret", "k"],
+            [
+                *(sys.executable, "-m", "efd", "listen", "--port", str(port)),
+                *("--secret", "old", "--secret", "k"),
+            ],
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=ROOT,
@@ -126,27 +133,33 @@ def test_listen_prints_webhooks_and_verifies_signatures(tmp_path: Path):
     try:
         url = f"http://127.0.0.1:{port}/webhook"
         body = json.dumps({"type": "track", "event": "Hello"}).encode()
+        signed = {"X-Signature": webhooks.sign("k", body), "webhook-id": "msg_1"}
         for _ in range(100):
             try:
-                _post(url, body, {"X-Signature": webhooks.sign("k", body)})
+                assert _post(url, body, signed) == 200
                 break
-            except OSError:
+            except urllib.error.URLError:
                 time.sleep(0.1)
-        assert _post(url, body, {"X-Signature": "0" * 40}) == 200
-        assert _post(url, body, {}) == 200
-        for _ in range(300):  # until it has printed all three (it flushes each)
-            if log.read_text().count("POST /webhook") == 3:
+        assert _post(url, body, {"X-Signature": "0" * 40}) == 401
+        assert _post(url, body, {}) == 401
+        assert _post(url, body, signed) == 200  # a repeat: acknowledged
+        rotated = {"X-Signature": webhooks.sign("old", body), "webhook-id": "msg_2"}
+        assert _post(url, body, rotated) == 200
+        for _ in range(300):  # until it has printed all five (it flushes each)
+            if log.read_text().count("POST /webhook") == 5:
                 break
             time.sleep(0.05)
     finally:
         proc.terminate()
         proc.wait(10)
     text = log.read_text()
-    assert text.count("POST /webhook") == 3
-    assert "(valid)" in text
+    assert text.count("POST /webhook") == 5
+    assert text.count("(valid)") == 2
     assert "(INVALID)" in text
     assert "(MISSING)" in text
-    assert '"event": "Hello"' in text
+    assert text.count("refused (401)") == 2
+    assert "repeat of webhook-id msg_1: acknowledged (200), not processed again" in text
+    assert text.count('"event": "Hello"') == 4  # the repeat is not shown again
 
 
 def test_concurrent_migrations_are_safe(db_url, tmp_path: Path):

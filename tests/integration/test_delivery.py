@@ -202,9 +202,10 @@ async def test_window_closes_and_delivery_expires(db_url, receiver_factory, daem
         lambda: [r for r in delivery_rows(db_url) if r[0] == "expired"], timeout=10
     )
     assert rows[0][1] >= 3
-    [(first, last)] = sql(db_url, "SELECT min(attempted_at), max(attempted_at) FROM attempts")
-    # Never scheduled past first attempt + window (one last try at the close).
-    assert last - first <= 1.5 + 0.3
+    times = sorted(t for (t,) in sql(db_url, "SELECT attempted_at FROM attempts"))
+    # Never scheduled past first attempt + window: one last try at the close, and none after
+    # (counted rather than timed, so a loaded machine that starts that try late still passes).
+    assert len([t for t in times if t > times[0] + 1.5 + 0.05]) <= 1
     # Expired is final, and every attempt in the log reached the receiver.
     assert len(receiver.received) == sql(db_url, "SELECT count(*) FROM attempts")[0][0]
 

@@ -9,12 +9,13 @@ import asyncio
 import base64
 import json
 import re
+import time
 
 import pytest
 from aiohttp import web
 from standardwebhooks.webhooks import Webhook
 
-from efd.cli.listen import describe
+from efd.cli.listen import describe, verify
 from efd.rules import webhooks
 from tests.conftest import SECRET, basic, eventually, post, settings_dict, sql
 from tests.jsclients import JS, node
@@ -50,7 +51,10 @@ async def test_both_schemes_verify_through_a_rotation(db_url, receiver_factory, 
     # ... and a Segment-style receiver its X-Signature, on the same request.
     assert webhooks.verify(SECRET, got.body, got.headers["X-Signature"])
     # efd listen says so too.
-    text = describe(got.body, got.headers, SECRET, [webhooks.standard_secret(OLD)])
+    keys = [webhooks.standard_secret(OLD)]
+    verdicts = verify(got.body, got.headers, [SECRET], keys, time.time())
+    assert verdicts.refused is None
+    text = describe(got.body, got.headers, verdicts)
     assert "(valid)" in text.splitlines()[1]
     assert "webhook-signature: (valid)" in text.splitlines()[2]
 

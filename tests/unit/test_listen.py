@@ -48,3 +48,28 @@ def test_a_non_ascii_webhook_id_is_invalid_as_node_would_find_it() -> None:
     # matches here, but a Node receiver reads other characters from the same bytes.
     sent = headers("zoë", now)
     assert verify_standard(KEYS, BODY, sent, now) == "INVALID webhook-id (not printable ASCII)"
+
+
+def test_what_listen_accepts_and_refuses() -> None:
+    from efd.cli.listen import verify
+
+    now = int(time.time())
+    signed = headers("msg_abc", now)
+    x_signature = {"X-Signature": webhooks.sign("s", BODY)}
+    wrong = {"X-Signature": webhooks.sign("other", BODY)}
+
+    def refused(sent: dict[str, str], secrets: list[str], keys: list[bytes]) -> str | None:
+        return verify(BODY, sent, secrets, keys, now).refused
+
+    assert refused(signed, [], []) is None  # nothing to verify with: everything is shown
+    assert refused(x_signature, ["old", "s"], []) is None  # any secret of a rotation
+    assert refused({**signed, **x_signature}, ["s"], KEYS) is None
+    assert refused(signed, ["s"], KEYS) is None  # a signature it holds a secret for verifies
+    assert refused(x_signature, ["s"], KEYS) is None
+    assert refused({**signed, **wrong}, ["s"], KEYS) == "X-Signature INVALID"
+    assert refused(wrong, ["s"], []) == "X-Signature INVALID"
+    assert refused({}, ["s"], KEYS) == "X-Signature MISSING and webhook-signature MISSING headers"
+    assert refused(headers("msg_abc", now - 301), [], KEYS) == (
+        "webhook-signature INVALID timestamp (more than 5 minutes off)"
+    )
+    assert refused({"x-signature": webhooks.sign("s", BODY)}, ["s"], []) is None  # any case
