@@ -7,8 +7,9 @@ removed at the end). SQLite: 1 daemon. Three receivers on 127.0.0.1 (destination
 `beta` and `ordered`, the last with `ordering = "per_user"`) record every delivery they answer
 2xx to: messageId, time, and the daemon that sent it (each daemon's hooks carry an
 `X-Chaos-Daemon: d<n>.<incarnation>.<reload>` header). `ordered` also notes every request
-it reads, in order: per user (lane), the messages it saw must never go backwards in the
-order efd acknowledged them (their delivery ids), duplicates included.
+it reads, in order: per user (lane), the sequence must never go backwards, duplicates
+included: no message again after a later one, none after a message the client sent only once
+it had been acknowledged.
 At seeded random intervals one fault starts (faults may overlap): kill -9 of a daemon's
 process group and a restart, SIGTERM and a restart, PostgreSQL stopped for a few seconds,
 a receiver answering 500, hanging past the delivery timeout, resetting connections, or gone
@@ -133,6 +134,7 @@ class Soak:
     """Everything the accounting needs, gathered while the soak runs."""
 
     acked: dict[str, float] = field(default_factory=dict)  # messageId -> acknowledgement time
+    sent: dict[str, float] = field(default_factory=dict)  # messageId -> its first request
     windows: list[Window] = field(default_factory=list)
     endings: dict[str, Ending] = field(default_factory=dict)  # incarnation -> how it ended
     faults: Counter[str] = field(default_factory=Counter)
@@ -515,6 +517,8 @@ class Traffic:
 
         body: Any = {"batch": [message(m) for m in ids]} if path == "/v1/batch" else message(ids[0])
         first = CLOCK()
+        for mid in ids:
+            self.soak.sent[mid] = first
         for attempt in range(30):
             live = [d for d in self.daemons if d.up] or self.daemons
             daemon = self.rng.choice(live)
@@ -729,38 +733,34 @@ def delivery_statuses(store_url: str, ids: list[str]) -> dict[tuple[str, str], s
     return {(r[0], r[1]): r[2] for r in rows}
 
 
-def delivery_order(store_url: str, destination: str) -> dict[str, int]:
-    """messageId -> the id of its delivery to `destination` (not a replay): the order efd
-    acknowledged the messages in, which each lane follows."""
-    engine = sa.create_engine(_sa_url(store_url))
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(
-                sa.text(
-                    "SELECT m.message_id, d.id FROM deliveries d"
-                    " JOIN messages m ON m.id = d.message_pk"
-                    " WHERE d.destination = :d AND d.replay_of IS NULL"
-                ),
-                {"d": destination},
-            ).all()
-    finally:
-        engine.dispose()
-    return {r[0]: int(r[1]) for r in rows}
-
-
-def lanes_backwards(read: list[tuple[str, str]], order: dict[str, int]) -> list[str]:
-    """Each request the ordered receiver read whose message came before (in efd's order) one
-    of its lane already seen: the lane went backwards."""
-    highest: dict[str, int] = {}
+def lanes_backwards(read: list[tuple[str, str]], soak: Soak) -> list[str]:
+    """Where the ordered receiver's sequence of a lane (a user) went backwards: a message
+    read again after a later one of its lane, or read after a message that was sent only
+    once it had been acknowledged (an order the client made, which efd must keep). Messages
+    sent at the same time, to one daemon or several, have no order between them."""
+    current: dict[str, str] = {}
+    left: dict[str, set[str]] = {}
+    latest_sent: dict[str, tuple[float, str]] = {}  # lane -> the latest first request read
     found = []
     for user, mid in read:
-        at = order.get(mid)
-        if at is None:
-            found.append(f"{user}: {mid} has no delivery")
-            continue
-        if at < highest.get(user, -1):
-            found.append(f"{user}: {mid} (delivery {at}) after delivery {highest[user]}")
-        highest[user] = max(at, highest.get(user, -1))
+        if current.get(user) == mid:
+            continue  # the same message again: a retry
+        done = left.setdefault(user, set())
+        if mid in done:
+            found.append(f"{user}: {mid} read again after {current[user]}")
+        if user in current:
+            done.add(current[user])
+        current[user] = mid
+        acked = soak.acked.get(mid)
+        before = latest_sent.get(user)
+        if acked is not None and before is not None and before[0] > acked:
+            found.append(
+                f"{user}: {mid} (acknowledged at {acked:.2f}s) after {before[1]}, first sent "
+                f"at {before[0]:.2f}s"
+            )
+        sent = soak.sent.get(mid, 0.0)
+        if before is None or sent > before[0]:
+            latest_sent[user] = (sent, mid)
     return found
 
 
@@ -927,7 +927,7 @@ async def soak(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             await asyncio.sleep(0.25)
         say(f"drain ended {CLOCK() - until:.1f} s after the soak time; {len(missing)} not received")
         statuses = delivery_statuses(store_url, sorted({m for _, m in missing}))
-        backwards = lanes_backwards(receivers[ORDERED].read, delivery_order(store_url, ORDERED))
+        backwards = lanes_backwards(receivers[ORDERED].read, state)
         for d in daemons:
             if d.alive():
                 code = await d.terminate()
