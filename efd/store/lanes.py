@@ -25,6 +25,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any, Protocol
 
 from sqlalchemy import (
+    BindParameter,
     ColumnElement,
     Connection,
     Engine,
@@ -61,53 +62,91 @@ _NEXT = (
 )
 
 
-def _promote(conn: Connection, condition: ColumnElement[bool], now: float) -> int:
-    """Make the queued deliveries matching `condition` pending and due now. The retry window
-    of a message that waited counts from its receipt (created_at), or from a redrive."""
-    return int(
-        conn.execute(
-            update(deliveries)
-            .where(deliveries.c.status == QUEUED, condition)
-            .values(
-                status=PENDING,
-                next_attempt_at=now,
-                first_attempt_at=func.coalesce(
-                    deliveries.c.first_attempt_at, deliveries.c.created_at
-                ),
-                lease_owner=None,
-            )
-        ).rowcount
+# `status` behind a function: a condition the status indexes cannot serve, so that a scope
+# of a few rows (a message id range, delivery ids) picks the index. Without statistics (a
+# fresh SQLite file is never analyzed) the planner prefers `status = 'queued'` and reads
+# every waiting delivery, for each batch ingested.
+_IS_QUEUED = func.coalesce(deliveries.c.status, "") == QUEUED
+
+
+_LO: BindParameter[int] = bindparam("a_lo")
+_HI: BindParameter[int] = bindparam("a_hi")
+_NOW: BindParameter[float] = bindparam("a_now")
+_IDS: BindParameter[list[int]] = bindparam("a_ids", expanding=True)
+# The scopes admit() looks at: the deliveries of a range of messages (ingestion), or
+# deliveries by id (redrive, and the heads advance() chose).
+_SCOPES: dict[str, ColumnElement[bool]] = {
+    "messages": deliveries.c.message_pk.between(_LO, _HI),
+    "ids": deliveries.c.id.in_(_IDS),
+}
+
+
+def _promote_statement(scope: ColumnElement[bool]) -> Any:
+    """Make the queued deliveries in `scope` pending and due now. The retry window of a
+    message that waited counts from its receipt (created_at), or from a redrive."""
+    return (
+        update(deliveries)
+        .where(_IS_QUEUED, scope)
+        .values(
+            status=PENDING,
+            next_attempt_at=_NOW,
+            first_attempt_at=func.coalesce(deliveries.c.first_attempt_at, deliveries.c.created_at),
+            lease_owner=None,
+        )
     )
+
+
+_IS_HEAD = select(lanes.c.head).where(lanes.c.head == deliveries.c.id).exists()
+_PROMOTE_HEADS = {k: _promote_statement(and_(v, _IS_HEAD)) for k, v in _SCOPES.items()}
+_PROMOTE = _promote_statement(_SCOPES["ids"])
+_CHOOSE = {
+    k: select(deliveries.c.destination, deliveries.c.lane, func.min(deliveries.c.id))
+    .where(v, _IS_QUEUED, deliveries.c.lane.is_not(None))
+    .group_by(deliveries.c.destination, deliveries.c.lane)
+    .order_by(deliveries.c.destination, deliveries.c.lane)
+    for k, v in _SCOPES.items()
+}
+_admits: dict[tuple[Any, bool, str], Any] = {}  # built once per dialect, lock and scope
+
+
+def _admit_statement(insert: Callable[[Any], Any], lock: bool, scope: str) -> Any:
+    key = (insert, lock, scope)
+    if key not in _admits:
+        upsert = insert(lanes).from_select(["destination", "lane", "head"], _CHOOSE[scope])
+        keys = ["destination", "lane"]
+        _admits[key] = (
+            upsert.on_conflict_do_update(index_elements=keys, set_={"head": lanes.c.head})
+            if lock
+            else upsert.on_conflict_do_nothing(index_elements=keys)
+        )
+    return _admits[key]
 
 
 def admit(
     conn: Connection,
     insert: Callable[[Any], Any],
-    scope: ColumnElement[bool],
     now: float,
     *,
+    messages: tuple[int, int] | None = None,
+    ids: Sequence[int] | None = None,
+    lock: bool,
     notify: bool,
 ) -> int:
-    """Give each lane of the queued deliveries in `scope` that has no head its lowest waiting
-    delivery as head, pending and due now; return how many became heads.
+    """Give each lane of the queued deliveries of `messages` (a range of message ids) or
+    with these delivery `ids` that has no head its lowest waiting delivery as head, pending
+    and due now; return how many became heads.
 
-    `insert`: the dialect's INSERT (it has ON CONFLICT). A lane that has a head keeps it:
-    on PostgreSQL the no-op update locks the lane's row until commit, so its head's outcome
-    cannot look for the next head before these deliveries are visible."""
-    chosen = (
-        select(deliveries.c.destination, deliveries.c.lane, func.min(deliveries.c.id))
-        .where(scope, deliveries.c.status == QUEUED, deliveries.c.lane.is_not(None))
-        .group_by(deliveries.c.destination, deliveries.c.lane)
-        .order_by(deliveries.c.destination, deliveries.c.lane)
-    )
-    upsert = insert(lanes).from_select(["destination", "lane", "head"], chosen)
-    conn.execute(
-        upsert.on_conflict_do_update(
-            index_elements=["destination", "lane"], set_={"head": lanes.c.head}
-        )
-    )
-    heads = select(lanes.c.head).where(lanes.c.head == deliveries.c.id).exists()
-    promoted = _promote(conn, and_(scope, heads), now)
+    `insert`: the dialect's INSERT (it has ON CONFLICT). A lane that has a head keeps it.
+    `lock` (several processes write, PostgreSQL): its row is locked until commit by a no-op
+    update, so its head's outcome cannot look for the next head before these deliveries are
+    visible. A single writer (SQLite) needs no lock and skips the write."""
+    params: dict[str, Any]
+    if messages is not None:
+        scope, params = "messages", {"a_lo": messages[0], "a_hi": messages[1], "a_now": now}
+    else:
+        scope, params = "ids", {"a_ids": list(ids or ()), "a_now": now}
+    conn.execute(_admit_statement(insert, lock, scope), params)
+    promoted = int(conn.execute(_PROMOTE_HEADS[scope], params).rowcount)
     if promoted and notify:
         conn.execute(text("SELECT pg_notify(:channel, '')"), {"channel": NOTIFY_CHANNEL})
     return promoted
@@ -120,12 +159,15 @@ def advance(
     heads: Sequence[int] | None = None,
     destination: str | None = None,
     every: bool = False,
+    lock: bool,
     notify: bool,
 ) -> int:
     """Move on each lane whose head has an outcome (is no longer pending, or is gone):
     among `heads` (delivery ids), every lane of `destination`, or `every` lane. Its lowest
     waiting delivery becomes the head, pending and due now; a lane with none waiting is
-    dropped (idle). Returns how many deliveries became heads."""
+    dropped (idle). Returns how many deliveries became heads. `lock`: several processes
+    write (PostgreSQL); the lanes' rows are locked before their waiting deliveries are read.
+    """
     head = aliased(deliveries, name="head")
     finished = or_(head.c.id.is_(None), head.c.status != PENDING)
     scopes: list[ColumnElement[bool]] = []
@@ -138,23 +180,28 @@ def advance(
     if every:
         scopes.append(true())
     promoted = 0
+    done = lanes.outerjoin(head, head.c.id == lanes.c.head)
     for scope in scopes:
-        # Locked first, read after: on PostgreSQL the next statement's snapshot sees every
-        # delivery that joined the lane while another transaction held its row.
-        locked = (
-            conn.execute(
-                select(lanes.c.head)
-                .select_from(lanes.outerjoin(head, head.c.id == lanes.c.head))
-                .where(scope, finished)
-                .order_by(lanes.c.destination, lanes.c.lane)
-                .with_for_update(of=lanes)
+        if lock:
+            # Locked first, read after: the next statement's snapshot sees every delivery
+            # that joined the lane while another transaction held its row.
+            locked = (
+                conn.execute(
+                    select(lanes.c.head)
+                    .select_from(done)
+                    .where(scope, finished)
+                    .order_by(lanes.c.destination, lanes.c.lane)
+                    .with_for_update(of=lanes)
+                )
+                .scalars()
+                .all()
             )
-            .scalars()
-            .all()
-        )
-        if not locked:
-            continue
-        moves = conn.execute(select(lanes.c.head, _NEXT).where(lanes.c.head.in_(locked))).all()
+            if not locked:
+                continue
+            query = select(lanes.c.head, _NEXT).where(lanes.c.head.in_(locked))
+        else:
+            query = select(lanes.c.head, _NEXT).select_from(done).where(scope, finished)
+        moves = conn.execute(query).all()
         following = [(old, new) for old, new in moves if new is not None]
         idle = [old for old, new in moves if new is None]
         if idle:
@@ -166,7 +213,8 @@ def advance(
                 .values(head=bindparam("l_new")),
                 [{"l_old": old, "l_new": new} for old, new in following],
             )
-            promoted += _promote(conn, deliveries.c.id.in_([new for _, new in following]), now)
+            params = {"a_ids": [n for _, n in following], "a_now": now}
+            promoted += int(conn.execute(_PROMOTE, params).rowcount)
     if promoted and notify:
         conn.execute(text("SELECT pg_notify(:channel, '')"), {"channel": NOTIFY_CHANNEL})
     return promoted
@@ -300,5 +348,6 @@ class LanesStore:
         every lane whose head has an outcome; returns ({destination: expired}, promoted)."""
         with self._store.writer.begin() as conn:
             expired = {name: expire_waiting(conn, name, window, now) for name in destinations}
-            promoted = advance(conn, now, every=True, notify=not self._store.sqlite)
+            several = not self._store.sqlite
+            promoted = advance(conn, now, every=True, lock=several, notify=several)
             return expired, promoted

@@ -273,7 +273,8 @@ class OperationsStore:
             ).rowcount
             if marked:
                 for name in query.destinations:
-                    lanes.advance(conn, now, destination=name, notify=not self._store.sqlite)
+                    several = not self._store.sqlite
+                    lanes.advance(conn, now, destination=name, lock=several, notify=several)
             return int(marked)
 
     def redrive(self, query: DeliveryQuery, now: float, chunk: int | None = None) -> int:
@@ -314,8 +315,9 @@ class OperationsStore:
                 )
             ).rowcount
             if moved:
-                scope = deliveries.c.id.in_(list(ids))
-                lanes.admit(conn, insert_for(self._store.sqlite), scope, now, notify=False)
+                insert = insert_for(self._store.sqlite)
+                lock = not self._store.sqlite
+                lanes.admit(conn, insert, now, ids=ids, lock=lock, notify=False)
                 self._notify(conn)
             return int(moved)
 

@@ -352,8 +352,9 @@ class Store:
         elif delivery_tuples:
             conn.execute(_PG_INSERT_DELIVERIES, pgpath.arrays(_DELIVERY_FIELDS, delivery_tuples))
         if self.lanes is not None and any(t[7] is not None for t in delivery_tuples):
-            scope = deliveries.c.message_pk.between(min(ids), max(ids))
-            lanes.admit(conn, insert_for(self.sqlite), scope, now, notify=False)
+            insert = insert_for(self.sqlite)
+            span = (min(ids), max(ids))
+            lanes.admit(conn, insert, now, messages=span, lock=not self.sqlite, notify=False)
         if delivery_tuples and not self.sqlite:
             # Delivered at commit, to every process's LISTEN: none waits for a poll.
             conn.execute(text("SELECT pg_notify(:channel, '')"), {"channel": NOTIFY_CHANNEL})
@@ -516,7 +517,8 @@ class Store:
         if finished:
             now = max(o.finished_at or o.first_attempt_at for o in finished)
             heads = [o.delivery_id for o in finished]
-            lanes.advance(conn, now, heads=heads, notify=not self.sqlite)
+            several = not self.sqlite
+            lanes.advance(conn, now, heads=heads, lock=several, notify=several)
 
     def _run(
         self, conn: Connection, key: str, statement: Any, params: list[dict[str, Any]]
@@ -629,7 +631,8 @@ class Store:
                 )
             )
             if result.rowcount:
-                lanes.advance(conn, now, destination=destination, notify=not self.sqlite)
+                several = not self.sqlite
+                lanes.advance(conn, now, destination=destination, lock=several, notify=several)
             return int(result.rowcount) + waiting
 
     def autovacuum_off(self) -> bool:
