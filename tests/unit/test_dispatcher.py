@@ -24,6 +24,7 @@ from efd.rules.retry import AttemptResult, Verdict
 from efd.rules.webhooks import Route, webhook_id
 
 HOOK_A, HOOK_B = "https://a.example/hook", "https://b.example/hook"
+HOOK_O = "https://o.example/hook"  # destination "o" is ordered per user
 _STATUS = {Verdict.SUCCESS: 200, Verdict.RETRY: 503, Verdict.FAIL: 400}
 
 
@@ -38,6 +39,7 @@ class Row:
     first_attempt_at: float | None = None
     failed_hooks: frozenset[str] = frozenset()
     leased: bool = False
+    lane: str | None = None  # an ordered destination's lane (efd/store/lanes.py)
 
 
 @dataclass
@@ -59,13 +61,37 @@ class MemoryDeliveries:
     rounds: FakeRounds | None = None
     clock: float = 1_000_000.0
 
-    def add(self, destination: str, count: int, *, due_in: float = 0.0) -> list[int]:
+    def add(
+        self, destination: str, count: int, *, due_in: float = 0.0, lane: str | None = None
+    ) -> list[int]:
+        """New deliveries; in `lane`, each waits (queued) unless the lane has no head."""
         ids = []
         for _ in range(count):
             pk = len(self.rows) + 1
-            self.rows[pk] = Row(pk, destination, self.clock + due_in)
+            waits = lane is not None and self._head(destination, lane) is not None
+            status = DeliveryStatus.QUEUED if waits else DeliveryStatus.PENDING
+            self.rows[pk] = Row(pk, destination, self.clock + due_in, status=status, lane=lane)
             ids.append(pk)
         return ids
+
+    def _head(self, destination: str, lane: str) -> Row | None:
+        """The lane's head: its one pending delivery."""
+        for r in self.rows.values():
+            if (r.destination, r.lane, r.status) == (destination, lane, DeliveryStatus.PENDING):
+                return r
+        return None
+
+    def _hand_on(self, row: Row, now: float) -> None:
+        """A head got an outcome: the lane's lowest waiting delivery is due now."""
+        waiting = [
+            r
+            for r in self.rows.values()
+            if (r.destination, r.lane, r.status)
+            == (row.destination, row.lane, DeliveryStatus.QUEUED)
+        ]
+        if waiting:
+            following = min(waiting, key=lambda r: r.id)
+            following.status, following.next_attempt_at = DeliveryStatus.PENDING, now
 
     def status(self, destination: str | None = None) -> Counter[str]:
         return Counter(
@@ -135,6 +161,8 @@ class MemoryDeliveries:
             r.first_attempt_at, r.failed_hooks = o.first_attempt_at, o.failed_hooks
             if o.next_attempt_at is not None:
                 r.next_attempt_at = o.next_attempt_at
+            if r.lane is not None and r.status is not DeliveryStatus.PENDING:
+                self._hand_on(r, o.finished_at or self.clock)
         self.recorded.set()
         return stale
 
@@ -185,6 +213,8 @@ class FakeRounds:
     rounds to URLs in `held` wait until released. Counts concurrency per URL."""
 
     verdicts: dict[str, Verdict] = field(default_factory=dict)
+    # webhook-ids answered with a retry whatever the URL (a message the receiver refuses)
+    refused: set[str] = field(default_factory=set)
     held: set[str] = field(default_factory=set)
     in_flight: Counter[str] = field(default_factory=Counter)
     most_in_flight: Counter[str] = field(default_factory=Counter)
@@ -207,10 +237,13 @@ class FakeRounds:
             if self.held & set(urls):
                 await self.gate.wait()
             now = time.time()
+            refused = webhook_id in self.refused
             return [
                 AttemptResult(url, now, 0.001, verdict, _STATUS[verdict])
                 for url in urls
-                for verdict in [self.verdicts.get(url, Verdict.SUCCESS)]
+                for verdict in [
+                    Verdict.RETRY if refused else self.verdicts.get(url, Verdict.SUCCESS)
+                ]
             ]
         finally:
             self.completed += 1
@@ -232,6 +265,7 @@ def settings(**delivery: Any) -> config.Settings:
             {"name": "a", "hooks": [{"url": HOOK_A}]},
             {"name": "b", "hooks": [{"url": HOOK_B}]},
             {"name": "c", "hooks": [{"url": SECRET_1}, {"url": SECRET_2}]},
+            {"name": "o", "hooks": [{"url": HOOK_O}], "ordering": "per_user"},
         ],
     )
 
@@ -452,3 +486,38 @@ async def test_a_destination_removed_by_a_reload_with_rounds_in_flight(running):
     assert not any(r.leased for r in store.rows.values())  # nothing of "a" held back
     assert d._loop_task is not None
     assert not d._loop_task.done()
+
+
+# -- ordered destinations ------------------------------------------------------------------
+
+
+def _webhook_id(pk: int) -> str:
+    return webhook_id(pk, "web", f"m{pk}", 1_700_000_000.0 + pk)  # as the twin claims it
+
+
+async def test_a_lane_is_sent_in_order_each_head_handing_on_at_once(running, monkeypatch):
+    # Without the wake-up after a head's outcome the next would wait for an hour's poll.
+    monkeypatch.setattr(dispatcher, "_IDLE_POLL", 3600.0)
+    store, rounds = MemoryDeliveries(), FakeRounds()
+    lanes = {user: store.add("o", 5, lane=user) for user in ("u1", "u2", "u3")}
+    running(store, rounds)
+    await store.wait(lambda: store.status("o") == {"delivered": 15})
+    sent = [rounds.webhook_ids.index(_webhook_id(pk)) for pk in range(1, 16)]
+    for ids in lanes.values():
+        assert [sent[pk - 1] for pk in ids] == sorted(sent[pk - 1] for pk in ids)
+    assert len(rounds.webhook_ids) == 15  # each once: only heads are ever claimed
+
+
+async def test_a_refused_head_holds_only_its_own_lane(running):
+    store, rounds = MemoryDeliveries(), FakeRounds()
+    bad = store.add("o", 4, lane="bad")
+    good = {user: store.add("o", 4, lane=user) for user in ("g1", "g2")}
+    rounds.refused = {_webhook_id(bad[0])}
+    running(store, rounds, retry_window_seconds=3600)
+    await store.wait(
+        lambda: all(store.rows[pk].status is DeliveryStatus.DELIVERED for ids in good.values()
+                    for pk in ids)
+    )  # fmt: skip
+    await store.wait(lambda: rounds.webhook_ids.count(_webhook_id(bad[0])) >= 3)
+    assert [store.rows[pk].status.value for pk in bad] == ["pending"] + ["queued"] * 3
+    assert not {_webhook_id(pk) for pk in bad[1:]} & set(rounds.webhook_ids)
