@@ -28,9 +28,9 @@ from efd.rows import NewMessage
 from efd.store import Store, migrate
 from efd.store.computations import ComputationsStore
 from efd.store.profiles import ProfilesStore
-from efd.store.regulations import Suppressions
 from efd.store.runner import AsyncStore
 from efd.store.schema import events, profiles
+from efd.store.suppressions import Suppressions
 
 AUDIENCE = (
     "event('Order Completed').where(property('revenue') >= 100).within(30 days).count() >= 3"
@@ -62,7 +62,7 @@ def seed(store: Store, count: int, now: float, rng: random.Random) -> None:
         )
 
     def flush() -> None:
-        with store.writer.begin() as conn:
+        with store.database.writer.begin() as conn:
             capture(conn, batch)
         batch.clear()
 
@@ -112,7 +112,7 @@ def main() -> None:
         now = time.time()
         started = time.perf_counter()
         seed(store, args.profiles, now, random.Random(7))
-        with store.reader.connect() as conn:
+        with store.database.reader.connect() as conn:
             n_profiles = conn.execute(select(func.count()).select_from(profiles)).scalar_one()
             n_events = conn.execute(select(func.count()).select_from(events)).scalar_one()
         print(

@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
-from sqlalchemy.exc import SQLAlchemyError
 
 from efd import config
 from efd.batching import GroupCommit
 from efd.config import Settings
 from efd.delivery.dispatcher import Dispatcher, Rounds
 from efd.delivery.sender import SenderOptions, SenderPool
+from efd.errors import StoreError
 from efd.http import cors
 from efd.http.admin import AdminApi
 from efd.http.ingest import Ingest
@@ -54,11 +54,12 @@ from efd.store import Store
 from efd.store import migrate as migrations
 from efd.store.computations import ComputationsStore
 from efd.store.engine import DatabaseInUse, SqliteLock, normalise_url, safe_url, sqlite_path
-from efd.store.lanes import LanesStore
+from efd.store.health import HealthStore
 from efd.store.operations import OperationsStore
 from efd.store.profiles import ProfilesStore
-from efd.store.regulations import RegulationsStore, Suppressions
+from efd.store.regulations import Regulations, RegulationsStore
 from efd.store.runner import AsyncDeliveries, AsyncStore
+from efd.store.suppressions import Suppressions
 
 log = logging.getLogger(__name__)
 
@@ -144,13 +145,13 @@ class Daemon:
         db = self._db = AsyncStore(store)
         stack.push_async_callback(asyncio.to_thread, db.close)
         suppressions = await db.read(Suppressions, store)
-        store.suppressions = suppressions
+        store.ingestion.suppressions = suppressions
         profiles = ProfilesStore(store)
         capture = Capture(profiles)
         if self.computations:  # profiles are kept only when something computes on them
-            store.capture = capture
+            store.ingestion.capture = capture
         regulations_store = RegulationsStore(store, suppressions)
-        if store.sqlite:
+        if store.single_process:
             await self._resume(db, regulations_store)
         await self._apply_lanes(settings)
 
@@ -171,7 +172,7 @@ class Daemon:
             owner=self.owner,
             hub=self.hub,
         )
-        if not store.sqlite:
+        if store.listener.available:
             _listen_for_work(stack, store, dispatcher.notify)
         dispatcher.start()
         stack.push_async_callback(dispatcher.stop, grace)
@@ -279,10 +280,10 @@ class Daemon:
         await asyncio.to_thread(migrations.upgrade, storage.url)
         store = Store(
             storage.url,
-            sqlite_synchronous=storage.sqlite_synchronous,
+            synchronous=storage.sqlite_synchronous,
             pool_size=storage.pool_size,
         )
-        if await asyncio.to_thread(store.autovacuum_off):
+        if await asyncio.to_thread(HealthStore(store).autovacuum_off):
             log.warning(
                 "PostgreSQL runs with autovacuum off: efd's tables get no planner statistics "
                 "and keep their dead rows, so queries slow down as they grow; turn autovacuum "
@@ -291,11 +292,11 @@ class Daemon:
         return store
 
     @staticmethod
-    async def _resume(db: AsyncStore, regulations: RegulationsStore) -> None:
+    async def _resume(db: AsyncStore, regulations: Regulations) -> None:
         """SQLite: this is the only process, so what the last one held is due now."""
         # Before the first request, so that it does not wait for this (and it is logged).
-        await db.write(db.store.index_recent_messages, time.time())
-        released = await db.write(db.store.release_all_leases, time.time())
+        await db.write(db.store.ingestion.index_recent_messages, time.time())
+        released = await db.write(db.store.queue.release_all_leases, time.time())
         if released:
             log.info("resuming %d deliveries that were in flight at the last stop", released)
         resumed = await db.write(regulations.release_regulation_leases)
@@ -347,7 +348,7 @@ class Daemon:
         def write() -> list[InsertStatus]:
             rows = take()  # in the writer thread: everything that arrived until now
             taken.extend(rows)
-            return store.insert_messages(rows, time.time()) if rows else []
+            return store.ingestion.insert_messages(rows, time.time()) if rows else []
 
         statuses = await self.db.write_later(write)
         if self.hub.active:  # committed: the live stream may show them
@@ -386,7 +387,7 @@ class Daemon:
             parts.status.reload(settings)
             await self._apply_lanes(settings)
             found = computations(settings)
-            self.db.store.capture = parts.capture if found else None
+            self.db.store.ingestion.capture = parts.capture if found else None
             parts.periodic.reload(settings, found)
             self.computations = found
             # What was not applied stays as it runs, so a later reload reports it again.
@@ -399,10 +400,11 @@ class Daemon:
         lanes of a destination whose ordering was turned off are dropped, their waiting
         deliveries due now (every process of a cluster should run the same configuration)."""
         ordered = [d.name for d in settings.destinations if d.ordering is Ordering.PER_USER]
-        self.db.store.lanes = Lanes(ordered) if ordered else None
+        self.db.store.ingestion.lanes = Lanes(ordered) if ordered else None
+        self.db.store.queue.ordered = bool(ordered)
         try:
-            released = await self.db.write(LanesStore(self.db.store).dissolve, ordered, time.time())
-        except SQLAlchemyError as error:
+            released = await self.db.write(self.db.store.lanes.dissolve, ordered, time.time())
+        except StoreError as error:
             log.warning("could not drop the lanes of unordered destinations: %s", error)
             return
         if released:
@@ -412,8 +414,8 @@ class Daemon:
         """Warn of each destination that is not configured but has pending deliveries:
         nothing sends them until it is configured again or an operator discards them."""
         try:
-            backlog = await self.db.read(self.db.store.backlog)
-        except SQLAlchemyError as error:
+            backlog = await self.db.read(self.db.store.queue.backlog)
+        except StoreError as error:
             log.warning(
                 "could not count pending deliveries per destination: %s",
                 str(error).splitlines()[0][:200],
@@ -593,7 +595,7 @@ def _listen_for_work(stack: AsyncExitStack, store: Store, notify: Callable[[], N
         loop.call_soon_threadsafe(notify)
 
     thread = threading.Thread(
-        target=store.listen, args=(wake, stop.is_set), name="efd-listen", daemon=True
+        target=store.listener.listen, args=(wake, stop.is_set), name="efd-listen", daemon=True
     )
     thread.start()
 
@@ -703,8 +705,8 @@ async def _report_status(daemon: Daemon, notifier: Notifier, every: float = 10.0
         now = sum(daemon.metrics.delivered.values())
         rate, delivered = (now - delivered) / every, now
         try:
-            backlog = sum((await daemon.db.read(daemon.db.store.backlog)).values())
-        except SQLAlchemyError:
+            backlog = sum((await daemon.db.read(daemon.db.store.queue.backlog)).values())
+        except StoreError:
             notifier.notify(status=f"store unreachable; {rate:.0f} deliveries/s")
             continue
         notifier.notify(status=f"{backlog} deliveries pending, {rate:.0f} delivered/s")

@@ -19,7 +19,9 @@ class EfdError(Exception):
 
 class ClientError(EfdError):
     """A request efd refuses, changing nothing: answered with `status` and a JSON body
-    `{"success": false, "code", "message", "field"?, "index"?}`."""
+    `{"success": false, "code", "message", "field"?, "index"?}`; a 401 names in `challenge`
+    the scheme to authenticate with (the answer's WWW-Authenticate) when it has one to
+    offer. The CLI prints `message` and exits 2."""
 
     def __init__(
         self,
@@ -29,6 +31,7 @@ class ClientError(EfdError):
         field: str | None = None,
         index: int | None = None,
         status: int = 400,
+        challenge: str | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -36,6 +39,7 @@ class ClientError(EfdError):
         self.field = field
         self.index = index
         self.status = status
+        self.challenge = challenge
 
     def as_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"success": False, "code": self.code, "message": self.message}

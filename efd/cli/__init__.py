@@ -12,6 +12,7 @@ from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from efd import config
+from efd.errors import ClientError
 from efd.observe import logs
 
 log = logging.getLogger("efd")
@@ -88,7 +89,7 @@ def cmd_audiences(args: argparse.Namespace) -> int:
     from efd.services.periodic import computations
     from efd.store import Store, migrate
     from efd.store.computations import ComputationsStore
-    from efd.store.regulations import Suppressions
+    from efd.store.suppressions import Suppressions
 
     settings = _load(args.config)
     url = settings.storage.url
@@ -258,22 +259,17 @@ def _operations(args: argparse.Namespace) -> tuple[config.Settings, Any, Any]:
 
 
 def _operator_command(run: Any) -> Any:
-    """Runs `run(args, settings, operations)`: bad arguments exit 2 with the reason, an
-    unreachable store 1."""
+    """Runs `run(args, settings, operations)`: an unreachable store exits 1 (bad arguments
+    exit 2, by main)."""
 
     def command(args: argparse.Namespace) -> int:
-        from sqlalchemy.exc import SQLAlchemyError
-
-        from efd.rules.selection import Invalid
+        from efd.errors import StoreError
 
         settings, store, operations = _operations(args)
         try:
             code: int = run(args, settings, operations)
             return code
-        except Invalid as error:
-            print(f"efd {args.command}: {error.message}", file=sys.stderr)
-            return 2
-        except SQLAlchemyError as error:
+        except StoreError as error:
             print(f"efd {args.command}: the store is unavailable: {error}", file=sys.stderr)
             return 1
         finally:
@@ -656,7 +652,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     _operator_parsers(sub)
 
     args = parser.parse_args(argv)
-    result: int = args.func(args)
+    try:
+        result: int = args.func(args)
+    except ClientError as error:  # what the admin API answers 4xx, printed: exit 2
+        print(f"efd {args.command}: {error.message}", file=sys.stderr)
+        return 2
     return result
 
 

@@ -18,10 +18,9 @@ from collections import Counter, deque
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from efd.batching import GroupCommit
 from efd.config import Settings
+from efd.errors import StoreError
 from efd.observe.metrics import Metrics
 from efd.observe.stream import Hub
 from efd.rows import AttemptRow, Claimed, DeliveryStatus, Outcome
@@ -50,7 +49,7 @@ class Rounds(Protocol):
 
 class Deliveries(Protocol):
     """The deliveries the dispatcher works on: the store (efd/store/runner.py), or the
-    tests' in-memory twin. Errors of the store are SQLAlchemyError."""
+    tests' in-memory twin. Errors of the store are efd.errors.StoreError."""
 
     async def claim(
         self,
@@ -179,7 +178,7 @@ class Dispatcher:
         self._routes = routes
         self._ordered = _ordered(settings)
         if leases:
-            with contextlib.suppress(SQLAlchemyError):  # else the leases simply lapse
+            with contextlib.suppress(StoreError):  # else the leases simply lapse
                 await self._deliveries.release(leases, time.time())
         self._wake.set()
 
@@ -202,7 +201,7 @@ class Dispatcher:
             log.warning(
                 "releasing %d claimed deliveries not finished at shutdown", len(self._leases)
             )
-            with contextlib.suppress(SQLAlchemyError):
+            with contextlib.suppress(StoreError):
                 await self._deliveries.release(list(self._leases.items()), time.time())
 
     @property
@@ -219,7 +218,7 @@ class Dispatcher:
                 busy = await self._claim_round()
                 wait = 0.0 if busy else await self._idle_wait()
                 backoff.reset()
-            except SQLAlchemyError as error:
+            except StoreError as error:
                 wait = backoff.next()
                 log.error(
                     "dispatcher cannot reach the database: %s; retrying in %.1f s", error, wait
@@ -377,7 +376,7 @@ class Dispatcher:
 
     def _defer(self, leases: list[tuple[int, int]], at: float) -> None:
         async def defer() -> None:
-            with contextlib.suppress(SQLAlchemyError):  # else the lease lapses: due anyway
+            with contextlib.suppress(StoreError):  # else the lease lapses: due anyway
                 await self._deliveries.release(leases, at)
 
         self._background(defer())
@@ -425,7 +424,7 @@ class Dispatcher:
         now = time.time()
         try:
             woken = await self._deliveries.wake(destination, hook, now)
-        except SQLAlchemyError as error:
+        except StoreError as error:
             log.error("cannot make the deliveries waiting on a closed circuit due: %s", error)
             return
         if woken:
@@ -572,7 +571,7 @@ class Dispatcher:
             try:
                 stale = await self._deliveries.record(outcomes, rows)
                 break
-            except SQLAlchemyError as error:
+            except StoreError as error:
                 # Keep the outcomes: losing them would resend delivered messages. At shutdown,
                 # give up after a few tries: the leases lapse and the rounds are sent again.
                 tries += 1

@@ -27,15 +27,15 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
-from sqlalchemy.exc import SQLAlchemyError
 
 from efd import __version__
 from efd.config import Settings
+from efd.errors import ClientError, StoreError
 from efd.http import openapi, server
-from efd.http.server import error_response, json_response
+from efd.http.responses import error_response, json_response
 from efd.rules import jsonjs, selection
 from efd.store import operations
-from efd.store.operations import OperationsStore
+from efd.store.operations import Operations
 from efd.store.runner import AsyncStore
 
 log = logging.getLogger(__name__)
@@ -45,14 +45,7 @@ log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 64 * 1024
 
 
-def _invalid(error: selection.Invalid) -> web.Response:
-    return json_response(
-        {"success": False, "code": error.code, "message": error.message, "field": error.field},
-        error.status,
-    )
-
-
-def _unavailable(error: SQLAlchemyError) -> web.Response:
+def _unavailable(error: StoreError) -> web.Response:
     log.error("admin API: the store is unavailable: %s", str(error).splitlines()[0][:200])
     return error_response("storage_unavailable", "the store is unavailable; retry", 503)
 
@@ -63,7 +56,7 @@ class AdminApi:
         settings: Settings,
         *,
         db: AsyncStore,
-        operations: OperationsStore,
+        operations: Operations,
         on_due: Callable[[], None],
     ) -> None:
         self._settings = settings
@@ -92,14 +85,10 @@ class AdminApi:
         self, handler: Callable[[web.Request], Awaitable[web.Response]]
     ) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def checked(request: web.Request) -> web.Response:
-            refused = server.require_admin(self._settings, request)
-            if refused is not None:
-                return refused
+            server.require_admin(self._settings, request)
             try:
                 return await handler(request)
-            except selection.Invalid as error:
-                return _invalid(error)
-            except SQLAlchemyError as error:
+            except StoreError as error:
                 return _unavailable(error)
 
         return checked
@@ -123,10 +112,10 @@ class AdminApi:
         try:
             return jsonjs.loads(raw)
         except jsonjs.TooDeep:
-            raise selection.Invalid("body", "the body is nested too deeply", "too_deep") from None
+            raise ClientError("too_deep", "the body is nested too deeply", field="body") from None
         except (ValueError, UnicodeDecodeError) as error:
-            raise selection.Invalid(
-                "body", f"the body is not valid JSON: {error}", "invalid_json"
+            raise ClientError(
+                "invalid_json", f"the body is not valid JSON: {error}", field="body"
             ) from None
 
     async def _message(self, request: web.Request) -> web.Response:
@@ -134,8 +123,10 @@ class AdminApi:
         message_id = selection.text(request.match_info["message_id"], "messageId")
         found = await self._db.read(self._ops.message, source, message_id)
         if found is None:
-            return error_response(
-                "not_found", f"no message {message_id!r} from source {source!r} is stored", 404
+            raise ClientError(
+                "not_found",
+                f"no message {message_id!r} from source {source!r} is stored",
+                status=404,
             )
         return json_response(selection.message_json(found, self._window))
 
@@ -143,7 +134,7 @@ class AdminApi:
         params: dict[str, str] = {}
         for key, value in request.query.items():
             if key in params:
-                raise selection.Invalid(key, f"{key} is given more than once")
+                raise ClientError("invalid_field", f"{key} is given more than once", field=key)
             params[key] = value
         query, limit, cursor = selection.list_query(params, time.time())
         found = await self._db.read(self._ops.deliveries, query, limit=limit + 1, before=cursor)
@@ -165,7 +156,7 @@ class AdminApi:
                 count += moved
                 if moved:
                     self._on_due()  # the first chunks go out while the rest are moved
-        except SQLAlchemyError as error:
+        except StoreError as error:
             log.error(
                 "redrive stopped after %d deliveries: the store is unavailable: %s",
                 count,
@@ -211,15 +202,17 @@ class AdminApi:
         source, message_id, destination = selection.replay_request(await self._body(request))
         found = await self._db.read(self._ops.replay_sources, source, message_id)
         if found is None:
-            return error_response(
-                "not_found", f"no message {message_id!r} from source {source!r} is stored", 404
+            raise ClientError(
+                "not_found",
+                f"no message {message_id!r} from source {source!r} is stored",
+                status=404,
             )
         pk, kept, originals = found
         if not kept:
-            return error_response(
+            raise ClientError(
                 "message_purged",
                 "a deletion request purged this message's payload; it cannot be sent again",
-                409,
+                status=409,
             )
         targets = selection.replay_targets(originals, destination, self._configured)
         created = await self._db.write(self._ops.replay, pk, targets, time.time())

@@ -9,15 +9,15 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from aiohttp import web
-from sqlalchemy.exc import SQLAlchemyError
 
 from efd.batching import GroupCommit
 from efd.config import Settings, SourceConfig
+from efd.errors import ClientError, StoreError
 from efd.http import server
-from efd.http.server import json_response
+from efd.http.responses import json_response
 from efd.observe.metrics import Metrics
 from efd.rows import InsertStatus, NewMessage
-from efd.rules.messages import MAX_REQUEST_BYTES, Rejection
+from efd.rules.messages import MAX_REQUEST_BYTES
 from efd.rules.origins import AllowedOrigins
 from efd.rules.payload import (
     MAX_RAW_REQUEST_BYTES,
@@ -55,7 +55,7 @@ class Parsers(Protocol):
     async def parse(
         self, data: bytes, source: str | None, type_: str | None, received_at: float
     ) -> tuple[str, list[NewMessage]] | None:
-        """parse_request's answer for (source name, rows), raising its Rejection; None when
+        """parse_request's answer for (source name, rows), raising its ClientError; None when
         the work was lost (a process died), and the caller parses it itself."""
         ...
 
@@ -69,10 +69,6 @@ PARSE_ELSEWHERE_BYTES = 8192
 _SUCCESS = json.dumps({"success": True}).encode()
 
 
-def _reject(rejection: Rejection) -> web.Response:
-    return json_response(rejection.as_json(), status=rejection.status)
-
-
 async def read_body(request: web.Request) -> bytes:
     """The request body, gunzipped if need be, refused past the 500 KiB limit."""
     if request.content_length is not None and request.content_length > MAX_RAW_REQUEST_BYTES:
@@ -84,7 +80,7 @@ async def read_body(request: web.Request) -> bytes:
     if encoding == "gzip":
         data = gunzip(data)
     elif encoding not in ("identity", ""):
-        raise Rejection(
+        raise ClientError(
             "unsupported_encoding", f"Content-Encoding {encoding!r} is not supported (use gzip)"
         )
     if len(data) > MAX_REQUEST_BYTES:
@@ -140,10 +136,7 @@ class Ingest:
     async def _telemetry(self, request: web.Request) -> web.Response:
         """analytics.js's own telemetry, meant for Segment: read, counted and dropped, so
         that pages that send it see no error."""
-        try:
-            await read_body(request)
-        except Rejection as rejection:
-            return _reject(rejection)
+        await read_body(request)
         self._metrics.telemetry_discarded += 1
         return web.Response(body=_SUCCESS, content_type="application/json")
 
@@ -151,7 +144,7 @@ class Ingest:
         allowed = self._origins.get(source.name)
         origin = request.headers.get("Origin")
         if allowed is not None and origin is not None and not allowed.allows(origin):
-            raise Rejection(
+            raise ClientError(
                 "origin_not_allowed",
                 f"origin {origin[:200]!r} is not in this source's allowed_origins",
                 status=403,
@@ -166,10 +159,10 @@ class Ingest:
             return known
         scheme, _, value = header.partition(" ")
         if scheme.lower() != "basic":
-            raise Rejection("unauthorized", "use HTTP Basic auth with the write key", status=401)
+            raise ClientError("unauthorized", "use HTTP Basic auth with the write key", status=401)
         source = self._keys.find(decode_basic(value))
         if source is None:
-            raise Rejection("unauthorized", "unknown write key", status=401)
+            raise ClientError("unauthorized", "unknown write key", status=401)
         return source
 
     async def _handle(self, request: web.Request, type_: str | None) -> web.Response:
@@ -180,14 +173,14 @@ class Ingest:
             source, rows = await self._parse(data, source, type_, received_at)
             if self._origins:
                 self._check_origin(source, request)
-        except Rejection as rejection:
+        except ClientError as rejection:
             self._metrics.rejected[rejection.code] += 1
             log.info("rejected %s from %s: %s", request.path, request.remote, rejection.message)
-            return _reject(rejection)
+            raise
 
         try:
             status = await self._writer.submit(rows)
-        except SQLAlchemyError as error:
+        except StoreError as error:
             log.error("cannot store %d messages: %s", len(rows), error)
             return json_response(
                 {

@@ -25,17 +25,16 @@ from importlib import resources
 from typing import Any
 
 from aiohttp import web
-from sqlalchemy.exc import SQLAlchemyError
 
 from efd.config import Settings
+from efd.errors import ClientError, StoreError
 from efd.http import server
-from efd.http.server import error_response, json_response
+from efd.http.responses import error_response, json_response
 from efd.observe.stream import Hub
 from efd.rules import webhooks
 from efd.rules.circuit import Circuits
 from efd.rules.selection import iso, lanes_json
-from efd.store.health import HealthStore, WindowStats
-from efd.store.lanes import LanesStore
+from efd.store.health import Health, HealthStore, WindowStats
 from efd.store.runner import AsyncStore
 
 log = logging.getLogger(__name__)
@@ -61,14 +60,14 @@ def _window_json(stats: WindowStats | None) -> dict[str, Any]:
 
 
 def _asset(name: str) -> bytes:
-    return resources.files("efd").joinpath("console", name).read_bytes()
+    return resources.files("efd.http.console").joinpath(name).read_bytes()
 
 
 class LiveApi:
     def __init__(self, settings: Settings, *, db: AsyncStore, hub: Hub, circuits: Circuits) -> None:
         self._settings = settings
         self._db = db
-        self._health = HealthStore(db.store)
+        self._health: Health = HealthStore(db.store)
         self._hub = hub
         self._circuits = circuits
         self._streams: set[asyncio.Transport] = set()  # connections of open streams
@@ -98,9 +97,7 @@ class LiveApi:
     # -- health --------------------------------------------------------------------------
 
     async def _destinations(self, request: web.Request) -> web.Response:
-        refused = server.require_admin(self._settings, request)
-        if refused is not None:
-            return refused
+        server.require_admin(self._settings, request)
         now = time.time()
         # Each hook as the attempts table names it (its label: credentials and query values
         # hidden), for the circuit lookups its configured URL.
@@ -117,8 +114,8 @@ class LiveApi:
             }
             errors = await self._db.read(self._health.last_errors, list(hooks), now - 86400)
             ordered = any(d.ordering == "per_user" for d in self._settings.destinations)
-            blocked = await self._db.read(LanesStore(self._db.store).blocked) if ordered else {}
-        except SQLAlchemyError as error:
+            blocked = await self._db.read(self._db.store.lanes.blocked) if ordered else {}
+        except StoreError as error:
             log.error("admin API: the store is unavailable: %s", str(error).splitlines()[0][:200])
             return error_response("storage_unavailable", "the store is unavailable; retry", 503)
         result = []
@@ -176,9 +173,7 @@ class LiveApi:
     # -- stream --------------------------------------------------------------------------
 
     async def _stream(self, request: web.Request) -> web.StreamResponse:
-        refused = server.require_admin(self._settings, request)
-        if refused is not None:
-            return refused
+        server.require_admin(self._settings, request)
         transport = request.transport
 
         def drop() -> None:
@@ -234,10 +229,10 @@ class LiveApi:
 
     async def _console(self, _request: web.Request) -> web.Response:
         if self._settings.server.admin_token is None:
-            return error_response(
+            raise ClientError(
                 "admin_api_disabled",
                 "the console is off: set [server] admin_token to turn it on",
-                403,
+                status=403,
             )
         response = web.Response(body=_asset("console.html"), content_type="text/html")
         response.headers["Cache-Control"] = "no-store"
@@ -251,14 +246,14 @@ class LiveApi:
     async def _console_asset(self, request: web.Request) -> web.Response:
         name = request.match_info["asset"]
         if self._settings.server.admin_token is None:
-            return error_response(
+            raise ClientError(
                 "admin_api_disabled",
                 "the console is off: set [server] admin_token to turn it on",
-                403,
+                status=403,
             )
         content_type = _ASSETS.get(name)
         if content_type is None:
-            return error_response("not_found", f"no console file {name!r}", 404)
+            raise ClientError("not_found", f"no console file {name!r}", status=404)
         response = web.Response(body=_asset(name), content_type=content_type)
         response.headers["Cache-Control"] = "no-store"
         response.headers["X-Content-Type-Options"] = "nosniff"

@@ -18,11 +18,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
-from sqlalchemy.exc import SQLAlchemyError
 
 from efd.config import Settings
+from efd.errors import ClientError, StoreError
 from efd.http import server
-from efd.http.server import json_response
+from efd.http.responses import error_response, json_response
 from efd.rows import RegulationStatus
 from efd.rules import jsonjs
 from efd.rules.messages import format_timestamp
@@ -30,7 +30,7 @@ from efd.services.regulations import sources_in_scope
 from efd.store.regulations import (
     DELETE_TYPES,
     REGULATION_TYPES,
-    RegulationsStore,
+    Regulations,
 )
 from efd.store.runner import AsyncStore
 
@@ -39,69 +39,39 @@ log = logging.getLogger(__name__)
 MAX_SUBJECTS = 5000
 MAX_SUBJECT_CHARS = 1000
 SUBJECT_TYPE = "USER_ID"
-_FIELDS = ("regulationType", "subjectType", "subjectIds")
+REQUEST_FIELDS = ("regulationType", "subjectType", "subjectIds")
 MAX_BODY_BYTES = 1024**2
 
 
-class BadRequest(Exception):
-    def __init__(self, code: str, message: str, field: str | None = None, status: int = 400):
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.field = field
-        self.status = status
-
-    def response(self) -> web.Response:
-        body: dict[str, Any] = {"success": False, "code": self.code, "message": self.message}
-        if self.field is not None:
-            body["field"] = self.field
-        headers = {"WWW-Authenticate": "Bearer"} if self.status == 401 else None
-        response = json_response(body, self.status)
-        if headers:
-            response.headers.update(headers)
-        return response
-
-
-class _Refused(BadRequest):
-    """The admin check's answer (server.require_admin), returned as it is."""
-
-    def __init__(self, answer: web.Response) -> None:
-        super().__init__("refused", answer.text or "", status=answer.status)
-        self.answer = answer
-
-    def response(self) -> web.Response:
-        return self.answer
-
-
 def parse_request(payload: Any) -> tuple[str, list[str]]:
-    """(regulationType, subject ids without repeats) from a request body, or BadRequest
+    """(regulationType, subject ids without repeats) from a request body, or a ClientError
     naming the field."""
     if not isinstance(payload, dict):
-        raise BadRequest("invalid_body", "the request body must be a JSON object")
+        raise ClientError("invalid_body", "the request body must be a JSON object")
     for key in payload:
-        if key not in _FIELDS:
-            raise BadRequest("invalid_field", f"unknown field {key!r}", field=str(key))
-    for key in _FIELDS:
+        if key not in REQUEST_FIELDS:
+            raise ClientError("invalid_field", f"unknown field {key!r}", field=str(key))
+    for key in REQUEST_FIELDS:
         if key not in payload:
-            raise BadRequest("missing_field", f"{key} is required", field=key)
+            raise ClientError("missing_field", f"{key} is required", field=key)
     type_ = payload["regulationType"]
     if type_ not in REGULATION_TYPES:
-        raise BadRequest(
+        raise ClientError(
             "invalid_field",
             f"regulationType must be one of {', '.join(REGULATION_TYPES)}",
             field="regulationType",
         )
     if payload["subjectType"] != SUBJECT_TYPE:
-        raise BadRequest(
+        raise ClientError(
             "invalid_field", f"subjectType must be {SUBJECT_TYPE}", field="subjectType"
         )
     ids = payload["subjectIds"]
     if not isinstance(ids, list) or not ids:
-        raise BadRequest(
+        raise ClientError(
             "invalid_field", "subjectIds must be a non-empty array of userIds", field="subjectIds"
         )
     if len(ids) > MAX_SUBJECTS:
-        raise BadRequest(
+        raise ClientError(
             "invalid_field",
             f"at most {MAX_SUBJECTS} subjectIds per request, got {len(ids)}",
             field="subjectIds",
@@ -113,7 +83,7 @@ def parse_request(payload: Any) -> tuple[str, list[str]]:
             or len(value) > MAX_SUBJECT_CHARS
             or jsonjs.has_lone_surrogate(value)
         ):
-            raise BadRequest(
+            raise ClientError(
                 "invalid_field",
                 f"subjectIds[{index}] must be a userId: a non-empty string of at most "
                 f"{MAX_SUBJECT_CHARS} characters of valid Unicode",
@@ -132,7 +102,7 @@ class RegulationsApi:
         settings: Settings,
         *,
         db: AsyncStore,
-        regulations: RegulationsStore,
+        regulations: Regulations,
         on_created: Callable[[], None],
     ) -> None:
         self._settings = settings
@@ -152,11 +122,6 @@ class RegulationsApi:
             web.get("/regulations/{id}", self._get),
         ]
 
-    def _authorise(self, request: web.Request) -> None:
-        refused = server.require_admin(self._settings, request)
-        if refused is not None:
-            raise _Refused(refused)
-
     async def _create_all(self, request: web.Request) -> web.Response:
         return await self._create(request, None)
 
@@ -164,33 +129,28 @@ class RegulationsApi:
         return await self._create(request, request.match_info["source"])
 
     async def _create(self, request: web.Request, scope: str | None) -> web.Response:
+        server.require_admin(self._settings, request)
+        if scope is not None and scope not in self._sources:
+            raise ClientError(
+                "unknown_source", f"no source named {scope!r}", field="source", status=404
+            )
         try:
-            self._authorise(request)
-            if scope is not None and scope not in self._sources:
-                raise BadRequest(
-                    "unknown_source", f"no source named {scope!r}", field="source", status=404
-                )
-            try:
-                payload = jsonjs.loads(await server.read_body(request, MAX_BODY_BYTES))
-            except jsonjs.TooDeep as error:
-                raise BadRequest("too_deep", f"the body is nested too deeply: {error}") from None
-            except (ValueError, UnicodeDecodeError) as error:
-                raise BadRequest("invalid_json", f"the body is not valid JSON: {error}") from None
-            type_, ids = parse_request(payload)
-        except BadRequest as bad:
-            return bad.response()
+            payload = jsonjs.loads(await server.read_body(request, MAX_BODY_BYTES))
+        except jsonjs.TooDeep as error:
+            raise ClientError("too_deep", f"the body is nested too deeply: {error}") from None
+        except (ValueError, UnicodeDecodeError) as error:
+            raise ClientError("invalid_json", f"the body is not valid JSON: {error}") from None
+        type_, ids = parse_request(payload)
         reg_id = uuid.uuid4().hex
         try:
             await self._db.write(
                 self._regulations.create_regulation, reg_id, type_, scope, ids, time.time()
             )
-        except SQLAlchemyError as error:
+        except StoreError as error:
             log.error("cannot record a regulation: %s", error)
-            return BadRequest(
-                "storage_unavailable",
-                "the store is unavailable; nothing was recorded, retry",
-                status=503,
-            ).response()
+            return error_response(
+                "storage_unavailable", "the store is unavailable; nothing was recorded, retry", 503
+            )
         log.info(
             "regulation %s: %s of %d users (%s)",
             reg_id,
@@ -202,19 +162,14 @@ class RegulationsApi:
         return json_response({"data": {"regulateId": reg_id}})
 
     async def _get(self, request: web.Request) -> web.Response:
-        try:
-            self._authorise(request)
-        except BadRequest as bad:
-            return bad.response()
+        server.require_admin(self._settings, request)
         reg_id = request.match_info["id"]
         try:
             row = await self._db.read(self._regulations.regulation, reg_id)
-        except SQLAlchemyError as error:
-            return BadRequest("storage_unavailable", str(error)[:200], status=503).response()
+        except StoreError as error:
+            return error_response("storage_unavailable", str(error)[:200], 503)
         if row is None:
-            return BadRequest(
-                "not_found", f"no regulation {reg_id!r}", field="id", status=404
-            ).response()
+            raise ClientError("not_found", f"no regulation {reg_id!r}", field="id", status=404)
         return json_response({"data": {"regulation": self.describe(row)}})
 
     def describe(self, row: dict[str, Any]) -> dict[str, Any]:

@@ -45,6 +45,8 @@ from aiohttp import web, web_response
 from aiohttp.http_exceptions import HttpProcessingError
 
 from efd import __version__
+from efd.errors import ClientError
+from efd.http.responses import client_error, error_response
 
 if TYPE_CHECKING:
     from efd.config import Settings
@@ -77,26 +79,17 @@ class Limits:
     max_per_address: int = 0  # 0: no bound beyond max_connections
 
 
-def json_response(body: dict[str, Any], status: int = 200) -> web.Response:
-    return web.Response(
-        body=json.dumps(body).encode(), status=status, content_type="application/json"
-    )
-
-
-def error_response(code: str, message: str, status: int) -> web.Response:
-    return json_response({"success": False, "code": code, "message": message}, status)
-
-
-def require_admin(settings: Settings, request: web.Request) -> web.Response | None:
-    """None when the request carries the admin token as its bearer; otherwise the answer:
-    403 while no [server] admin_token is configured (the admin endpoints are off), 401 for
-    a missing or wrong token. The regulations API, the admin API and the console share it."""
+def require_admin(settings: Settings, request: web.Request) -> None:
+    """Returns when the request carries the admin token as its bearer; otherwise raises the
+    refusal: 403 while no [server] admin_token is configured (the admin endpoints are off),
+    401 for a missing or wrong token. The regulations API, the admin API and the console
+    share it."""
     token = settings.server.admin_token
     if token is None:
-        return error_response(
+        raise ClientError(
             "admin_api_disabled",
             "the admin API is off: set [server] admin_token to turn it on",
-            403,
+            status=403,
         )
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
     expected = token.get_secret_value().encode("utf-8")
@@ -104,12 +97,12 @@ def require_admin(settings: Settings, request: web.Request) -> web.Response | No
     if scheme.lower() != "bearer" or not hmac.compare_digest(
         given.strip().encode("utf-8", "surrogateescape"), expected
     ):
-        response = error_response(
-            "unauthorized", "a valid bearer token (admin_token) is needed", 401
+        raise ClientError(
+            "unauthorized",
+            "a valid bearer token (admin_token) is needed",
+            status=401,
+            challenge="Bearer",
         )
-        response.headers["WWW-Authenticate"] = "Bearer"
-        return response
-    return None
 
 
 def _raw_answer(status: str, code: str, message: str) -> bytes:
@@ -373,8 +366,10 @@ class Listener:
 
     def guard(self, handler: Handler) -> Handler:
         """`handler` with the request clock: it runs once the headers are in, and its
-        body must arrive by the request's deadline (`read_body`). Every route is guarded
-        (a wrapper rather than an aiohttp middleware, which costs several times more)."""
+        body must arrive by the request's deadline (`read_body`). A `ClientError` raised
+        below it is answered here, the one place (responses.client_error). Every route is
+        guarded (a wrapper rather than an aiohttp middleware, which costs several times
+        more)."""
 
         async def guarded(request: web.Request) -> web.StreamResponse:
             connection = self.connections.get(request.transport)  # type: ignore[arg-type]
@@ -384,17 +379,26 @@ class Listener:
                 request[_DEADLINE] = self.loop.time() + self.limits.request_timeout
             try:
                 response = await handler(request)
+            except ClientError as error:
+                # The client's mistake: answered, and the connection serves on.
+                response = client_error(error)
             except _BodyTimeout:
                 self.counters.requests_timed_out += 1
                 log.info("request from %s: its body did not arrive in time", request.remote)
-                response = error_response(
-                    "request_timeout",
-                    f"the request did not arrive within {self.limits.request_timeout:g} s",
-                    408,
+                return _closing(
+                    error_response(
+                        "request_timeout",
+                        f"the request did not arrive within {self.limits.request_timeout:g} s",
+                        408,
+                    )
                 )
             except _BodyTooLarge as error:
-                response = error_response(
-                    "request_too_large", f"a request body may be at most {error} bytes", 400
+                return _closing(
+                    client_error(
+                        ClientError(
+                            "request_too_large", f"a request body may be at most {error} bytes"
+                        )
+                    )
                 )
             except ConnectionResetError as error:
                 # Nobody is left to answer: say so once, quietly.
@@ -406,11 +410,8 @@ class Listener:
                     error,
                 )
                 return web.Response(status=400)
-            else:
-                if connection is not None and connection.in_a_row >= MAX_PIPELINED:
-                    response.force_close()  # the client sends the rest on a new connection
-                return response
-            response.force_close()
+            if connection is not None and connection.in_a_row >= MAX_PIPELINED:
+                response.force_close()  # the client sends the rest on a new connection
             return response
 
         return guarded
@@ -424,6 +425,12 @@ class Listener:
         connection = self.connections.get(request.transport)  # type: ignore[arg-type]
         if connection is not None:
             connection.request_finished()
+
+
+def _closing(response: web.StreamResponse) -> web.StreamResponse:
+    """`response`, closing the connection after it: the body was not read to its end."""
+    response.force_close()
+    return response
 
 
 class _BodyTimeout(Exception):

@@ -20,14 +20,14 @@ import contextlib
 import time
 
 from aiohttp import web
-from sqlalchemy.exc import SQLAlchemyError
 
 from efd.config import Settings
+from efd.errors import StoreError
 from efd.http import server
-from efd.http.server import json_response
+from efd.http.responses import json_response
 from efd.observe.metrics import CONTENT_TYPE, Metrics
 from efd.rules.selection import unconfigured
-from efd.store.lanes import LanesStore
+from efd.store.health import Health, HealthStore
 from efd.store.runner import AsyncStore
 
 PROBE_EVERY = 1.0  # seconds a probe's outcome is the answer
@@ -41,6 +41,7 @@ class Status:
     ) -> None:
         self._settings = settings
         self._db = db
+        self._health: Health = HealthStore(db.store)
         self._metrics = metrics
         self._owner = owner
         self._probe: asyncio.Future[None] | None = None
@@ -59,8 +60,8 @@ class Status:
     async def _healthz(self, _request: web.Request) -> web.Response:
         try:
             async with asyncio.timeout(2):
-                await self._db.read(self._db.store.ping)
-        except (SQLAlchemyError, TimeoutError) as error:
+                await self._db.read(self._health.ping)
+        except (StoreError, TimeoutError) as error:
             return json_response({"status": "unavailable", "store": str(error)[:200]}, 503)
         return json_response({"status": "ok"})
 
@@ -82,7 +83,7 @@ class Status:
         probe = self._probe
         if probe is None or probe.done():
             probe = self._probe = asyncio.ensure_future(
-                db.write(db.store.write_probe, self._owner, time.time())
+                db.write(db.store.jobs.write_probe, self._owner, time.time())
             )
             probe.add_done_callback(self._note)
         try:
@@ -90,7 +91,7 @@ class Status:
                 await asyncio.shield(probe)
         except TimeoutError:
             return f"the store did not complete a write within {PROBE_TIMEOUT:g} s"
-        except SQLAlchemyError as error:
+        except StoreError as error:
             return f"a write to the store failed: {str(error).splitlines()[0][:200]}"
         return None
 
@@ -107,12 +108,10 @@ class Status:
         # Open while no admin token is configured, unlike the admin endpoints: a scraper on
         # a private interface needs no secret.
         if self._settings.server.admin_token is not None:
-            refused = server.require_admin(self._settings, request)
-            if refused is not None:
-                return refused
-        with contextlib.suppress(SQLAlchemyError, TimeoutError):
+            server.require_admin(self._settings, request)
+        with contextlib.suppress(StoreError, TimeoutError):
             async with asyncio.timeout(5):
-                backlog = await self._db.read(self._db.store.backlog)
+                backlog = await self._db.read(self._db.store.queue.backlog)
                 # Every configured destination, and those no longer configured that still
                 # have pending deliveries (never sent: see efd discard).
                 configured = {d.name: backlog.get(d.name, 0) for d in self._settings.destinations}
@@ -126,7 +125,7 @@ class Status:
             ordered = [d.name for d in self._settings.destinations if d.ordering == "per_user"]
             if ordered:
                 async with asyncio.timeout(5):
-                    blocked = await self._db.read(LanesStore(self._db.store).blocked)
+                    blocked = await self._db.read(self._db.store.lanes.blocked)
                 self._metrics.lanes_blocked = {
                     name: blocked[name].count if name in blocked else 0 for name in ordered
                 }

@@ -1,5 +1,5 @@
 """Profile capture: one group commit's messages folded into profiles, identity links and
-kept events, inside the ingestion transaction (efd/store/queue.py calls it), in message
+kept events, inside the ingestion transaction (efd/store/ingestion.py calls it), in message
 order and with few statements (the SQL is efd/store/profiles.py).
 
 Identity rules: a message with a userId belongs to that user's profile; an anonymousId
@@ -15,11 +15,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection
-
 from efd.personas.profiles import ANONYMOUS, USER, ProfileState, event_of, merge_into, set_traits
 from efd.rows import NewMessage
-from efd.store.profiles import ProfilesStore
+from efd.store.database import Transaction
+from efd.store.profiles import Profiles
 from efd.store.statements import dumps
 
 _CAPTURED = frozenset({"identify", "track", "page", "screen", "alias"})
@@ -28,10 +27,10 @@ _CAPTURED = frozenset({"identify", "track", "page", "screen", "alias"})
 class Capture:
     """The store's capture step (`Store.capture`) while audiences or traits are configured."""
 
-    def __init__(self, profiles: ProfilesStore) -> None:
+    def __init__(self, profiles: Profiles) -> None:
         self._profiles = profiles
 
-    def __call__(self, conn: Connection, rows: Sequence[NewMessage]) -> None:
+    def __call__(self, conn: Transaction, rows: Sequence[NewMessage]) -> None:
         items = [(row, json.loads(row.body)) for row in rows if row.type in _CAPTURED]
         if items:
             _Batch(self._profiles, conn, items).run()
@@ -41,7 +40,7 @@ class _Batch:
     """One group commit's messages, applied to the profiles they touch."""
 
     def __init__(
-        self, profiles: ProfilesStore, conn: Connection, items: list[tuple[NewMessage, Any]]
+        self, profiles: Profiles, conn: Transaction, items: list[tuple[NewMessage, Any]]
     ) -> None:
         self.profiles = profiles
         self.conn = conn

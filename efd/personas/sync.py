@@ -29,7 +29,7 @@ from efd.rules.audiences import (
     parse_expression,
 )
 from efd.rules.messages import Message
-from efd.store.computations import ComputationsStore, SyncChunk
+from efd.store.computations import Computations, SyncChunk
 from efd.store.runner import AsyncStore
 from efd.store.statements import loads
 
@@ -240,7 +240,7 @@ def _plan(
 
 async def run_sync(
     db: AsyncStore,
-    personas: ComputationsStore,
+    personas: Computations,
     computation: Computation,
     now: float | None = None,
     on_sent: Callable[[], None] | None = None,
@@ -293,7 +293,7 @@ class Preview:
 
 
 def preview(
-    personas: ComputationsStore,
+    personas: Computations,
     computation: Computation,
     now: float | None = None,
     sample: int = 10,

@@ -1,7 +1,7 @@
 """Validation and normalisation of incoming Segment messages (pure: no I/O).
 
 A request is all or nothing: the first invalid message rejects the whole request with a
-`Rejection` that names the rule, the field and, in a batch, the message's index.
+`ClientError` that names the rule, the field and, in a batch, the message's index.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from efd.errors import ClientError
 from efd.rules import jsonjs
 
 MAX_MESSAGE_BYTES = 32 * 1024
@@ -26,34 +27,6 @@ MAX_MESSAGE_ID_CHARS = 100
 TYPES = frozenset({"identify", "track", "page", "screen", "group", "alias"})
 # Types that need a userId or an anonymousId (alias needs userId and previousId instead).
 _NEEDS_IDENTITY = frozenset({"identify", "track", "page", "screen", "group"})
-
-
-class Rejection(Exception):
-    """An invalid request: answered with `status` and a JSON error, nothing stored."""
-
-    def __init__(
-        self,
-        code: str,
-        message: str,
-        *,
-        field: str | None = None,
-        index: int | None = None,
-        status: int = 400,
-    ) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.field = field
-        self.index = index
-        self.status = status
-
-    def as_json(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"success": False, "code": self.code, "message": self.message}
-        if self.field is not None:
-            body["field"] = self.field
-        if self.index is not None:
-            body["index"] = self.index
-        return body
 
 
 @dataclass(slots=True)  # not frozen: built on the hot path, where frozen __init__ costs
@@ -83,13 +56,13 @@ _TIMESTAMP = re.compile(
 def parse_timestamp(value: Any, field: str) -> datetime:
     """Parse `YYYY-MM-DDTHH:MM:SS[.fraction][Z|+HH:MM|+HHMM]` (no offset: UTC)."""
     if not isinstance(value, str):
-        raise Rejection("invalid_field", f"{field} must be an ISO 8601 string", field=field)
+        raise ClientError("invalid_field", f"{field} must be an ISO 8601 string", field=field)
     try:
         if _TIMESTAMP.fullmatch(value) is None:
             raise ValueError(value)
         parsed = datetime.fromisoformat(value)
     except ValueError:
-        raise Rejection(
+        raise ClientError(
             "invalid_field",
             f"{field} is not an ISO 8601 date-time such as 2026-11-24T10:00:00.000Z: "
             f"{value[:40]!r}",
@@ -100,7 +73,7 @@ def parse_timestamp(value: Any, field: str) -> datetime:
     try:
         return parsed.astimezone(UTC)
     except OverflowError:
-        raise Rejection("invalid_field", f"{field} is out of range", field=field) from None
+        raise ClientError("invalid_field", f"{field} is out of range", field=field) from None
 
 
 @functools.lru_cache(maxsize=256)  # a batch's messages often share one time
@@ -113,7 +86,7 @@ def format_timestamp(value: datetime) -> str:
 def _no_surrogates(value: str, key: str) -> str:
     # The store writes identifiers into columns: text there must be valid Unicode.
     if jsonjs.has_lone_surrogate(value):
-        raise Rejection(
+        raise ClientError(
             "invalid_field", f"{key} holds an unpaired surrogate (\\ud800-\\udfff)", field=key
         )
     return value
@@ -127,7 +100,7 @@ _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 def _no_controls(value: str, key: str) -> str:
     found = _CONTROL.search(value)
     if found is not None:
-        raise Rejection(
+        raise ClientError(
             "invalid_field",
             f"{key} holds a control character (U+{ord(found.group()):04X} at position "
             f"{found.start()}); C0 (U+0000-U+001F), DEL (U+007F) and C1 (U+0080-U+009F) "
@@ -146,10 +119,10 @@ def _identity(raw: Mapping[str, Any], key: str) -> str | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise Rejection("invalid_field", f"{key} must be a string", field=key)
+        raise ClientError("invalid_field", f"{key} must be a string", field=key)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise Rejection("invalid_field", f"{key} must be a string", field=key)
+            raise ClientError("invalid_field", f"{key} must be a string", field=key)
         return jsonjs.js_number(value)
     return value if isinstance(value, str) else str(value)
 
@@ -159,14 +132,14 @@ def _object(raw: Mapping[str, Any], key: str) -> dict[str, Any] | None:
     if value is None:
         return None
     if not isinstance(value, dict):
-        raise Rejection("invalid_field", f"{key} must be an object", field=key)
+        raise ClientError("invalid_field", f"{key} must be an object", field=key)
     return value
 
 
 def _required_string(raw: Mapping[str, Any], key: str, type_: str) -> str:
     value = _identity(raw, key)
     if value is None:
-        raise Rejection("missing_field", f"{type_} needs {key}", field=key)
+        raise ClientError("missing_field", f"{type_} needs {key}", field=key)
     return value
 
 
@@ -179,19 +152,19 @@ def normalise(
     batch_integrations: Mapping[str, Any] | None = None,
     batch_sent_at: datetime | None = None,
 ) -> Message:
-    """Validate one message and return its normalised form, or raise `Rejection`.
+    """Validate one message and return its normalised form, or raise `ClientError`.
 
     `type_` is set by the single-message endpoints (/v1/track …); in a batch each message
     carries its own. Batch-level context and integrations are merged underneath the
     message's own keys; batch sentAt applies when the message has none.
     """
     if not isinstance(raw, dict):
-        raise Rejection("invalid_message", "a message must be a JSON object")
+        raise ClientError("invalid_message", "a message must be a JSON object")
     msg_type = type_ or raw.get("type")
     if not isinstance(msg_type, str) or msg_type not in TYPES:
         if msg_type is None:
-            raise Rejection("missing_field", "message needs a type", field="type")
-        raise Rejection(
+            raise ClientError("missing_field", "message needs a type", field="type")
+        raise ClientError(
             "invalid_field",
             f"type must be one of {', '.join(sorted(TYPES))}",
             field="type",
@@ -201,15 +174,17 @@ def normalise(
     user_id = _identity(raw, "userId")
     anonymous_id = _identity(raw, "anonymousId")
     if msg_type in _NEEDS_IDENTITY and user_id is None and anonymous_id is None:
-        raise Rejection("missing_field", f"{msg_type} needs userId or anonymousId", field="userId")
+        raise ClientError(
+            "missing_field", f"{msg_type} needs userId or anonymousId", field="userId"
+        )
 
     message_id = raw.get("messageId")
     if message_id is None or message_id == "":
         message_id = str(uuid.uuid4())
     elif not isinstance(message_id, str):
-        raise Rejection("invalid_field", "messageId must be a string", field="messageId")
+        raise ClientError("invalid_field", "messageId must be a string", field="messageId")
     elif len(message_id) > MAX_MESSAGE_ID_CHARS:
-        raise Rejection(
+        raise ClientError(
             "invalid_field",
             f"messageId is longer than {MAX_MESSAGE_ID_CHARS} characters",
             field="messageId",
@@ -262,7 +237,7 @@ def _corrected_timestamp(
     try:
         return received_at + (timestamp - sent_at), timestamp
     except OverflowError:
-        raise Rejection(
+        raise ClientError(
             "invalid_field",
             "timestamp is out of range after the sentAt correction",
             field="timestamp",
@@ -273,9 +248,9 @@ def _type_fields(msg_type: str, raw: Mapping[str, Any], user_id: str | None) -> 
     if msg_type == "track":
         event = raw.get("event")
         if event is None or event == "":
-            raise Rejection("missing_field", "track needs event", field="event")
+            raise ClientError("missing_field", "track needs event", field="event")
         if not isinstance(event, str):
-            raise Rejection("invalid_field", "event must be a string", field="event")
+            raise ClientError("invalid_field", "event must be a string", field="event")
         return {
             "event": event if event.isascii() else _no_surrogates(event, "event"),
             "properties": _object(raw, "properties") or {},
@@ -287,7 +262,7 @@ def _type_fields(msg_type: str, raw: Mapping[str, Any], user_id: str | None) -> 
         return {"groupId": group_id, "traits": _object(raw, "traits") or {}}
     if msg_type == "alias":
         if user_id is None:
-            raise Rejection("missing_field", "alias needs userId", field="userId")
+            raise ClientError("missing_field", "alias needs userId", field="userId")
         return {"previousId": _required_string(raw, "previousId", "alias")}
     if msg_type == "page":
         properties = dict(_object(raw, "properties") or {})
@@ -301,7 +276,7 @@ def _type_fields(msg_type: str, raw: Mapping[str, Any], user_id: str | None) -> 
     # screen
     name = raw.get("name")
     if name is not None and not isinstance(name, str):
-        raise Rejection("invalid_field", "name must be a string", field="name")
+        raise ClientError("invalid_field", "name must be a string", field="name")
     fields: dict[str, Any] = {"name": name or ""}
     screen_properties = _object(raw, "properties")
     if screen_properties:
@@ -325,23 +300,23 @@ def normalise_request(
 ) -> list[Message]:
     """Validate a whole request: a batch (type_ is None) or one message of type `type_`."""
     if not isinstance(payload, dict):
-        raise Rejection("invalid_body", "the request body must be a JSON object")
+        raise ClientError("invalid_body", "the request body must be a JSON object")
     if type_ is not None:
         if body_bytes > MAX_MESSAGE_BYTES and message_size(payload) > MAX_MESSAGE_BYTES:
-            raise Rejection(
+            raise ClientError(
                 "message_too_large", f"a message may be at most {MAX_MESSAGE_BYTES} bytes"
             )
         return [normalise(payload, received_at=received_at, type_=type_)]
 
     batch = payload.get("batch")
     if batch is None:
-        raise Rejection("missing_field", "a batch request needs a batch array", field="batch")
+        raise ClientError("missing_field", "a batch request needs a batch array", field="batch")
     if not isinstance(batch, list):
-        raise Rejection("invalid_field", "batch must be an array", field="batch")
+        raise ClientError("invalid_field", "batch must be an array", field="batch")
     if not batch:
-        raise Rejection("invalid_field", "batch is empty", field="batch")
+        raise ClientError("invalid_field", "batch is empty", field="batch")
     if len(batch) > MAX_BATCH_MESSAGES:
-        raise Rejection(
+        raise ClientError(
             "batch_too_large",
             f"a batch may hold at most {MAX_BATCH_MESSAGES} messages, got {len(batch)}",
             field="batch",
@@ -357,7 +332,7 @@ def normalise_request(
     for index, raw in enumerate(batch):
         try:
             if check_size and message_size(raw) > MAX_MESSAGE_BYTES:
-                raise Rejection(
+                raise ClientError(
                     "message_too_large", f"a message may be at most {MAX_MESSAGE_BYTES} bytes"
                 )
             messages.append(
@@ -369,7 +344,7 @@ def normalise_request(
                     batch_sent_at=sent_at,
                 )
             )
-        except Rejection as rejection:
+        except ClientError as rejection:
             rejection.index = index
             rejection.message = f"batch[{index}]: {rejection.message}"
             raise

@@ -2,7 +2,7 @@
 
 The daemon runs it for small bodies and the parser processes (efd/processes/parsers.py) for large
 ones; both give the same answer, error for error. A request is all or nothing: the first
-invalid message rejects it with a `Rejection` naming the rule, the field and, in a batch,
+invalid message rejects it with a `ClientError` naming the rule, the field and, in a batch,
 the message's index.
 """
 
@@ -19,19 +19,19 @@ from datetime import UTC, datetime
 from operator import attrgetter
 from typing import Any, Generic, Protocol, TypeVar
 
+from efd.errors import ClientError
 from efd.rows import NewMessage
 from efd.rules import jsonjs, routing, webhooks
 from efd.rules.messages import (
     MAX_MESSAGE_BYTES,
     MAX_REQUEST_BYTES,
     Message,
-    Rejection,
     normalise_request,
 )
 
 
-def too_large() -> Rejection:
-    return Rejection("request_too_large", f"a request may be at most {MAX_REQUEST_BYTES} bytes")
+def too_large() -> ClientError:
+    return ClientError("request_too_large", f"a request may be at most {MAX_REQUEST_BYTES} bytes")
 
 
 # Bytes as sent, before decompression: the 500 KiB limit plus room for gzip's framing on
@@ -47,13 +47,13 @@ def gunzip(data: bytes) -> bytes:
     try:
         data = inflater.decompress(data, MAX_REQUEST_BYTES + 1)
     except zlib.error as error:
-        raise Rejection("invalid_body", f"the body is not valid gzip: {error}") from None
+        raise ClientError("invalid_body", f"the body is not valid gzip: {error}") from None
     if len(data) > MAX_REQUEST_BYTES or inflater.unconsumed_tail:
         raise too_large()
     if not inflater.eof:
-        raise Rejection("invalid_body", "the gzip body is truncated: its trailer is missing")
+        raise ClientError("invalid_body", "the gzip body is truncated: its trailer is missing")
     if inflater.unused_data:
-        raise Rejection(
+        raise ClientError(
             "invalid_body", "the gzip body has bytes after its end (one gzip member only)"
         )
     return data
@@ -115,14 +115,14 @@ def decode_basic(value: str) -> str:
     nothing else (no URL-safe alphabet, no missing or extra padding)."""
     value = value.strip()
     if not value.isascii() or len(value) % 4 or not _BASE64.fullmatch(value):
-        raise Rejection("unauthorized", "malformed Basic credentials", status=401)
+        raise ClientError("unauthorized", "malformed Basic credentials", status=401)
     try:
         raw = base64.b64decode(value, validate=True)
         if base64.b64encode(raw).decode("ascii") != value:
             raise ValueError("non-canonical base64")
         return raw.decode("utf-8").partition(":")[0]
     except (binascii.Error, ValueError):
-        raise Rejection("unauthorized", "malformed Basic credentials", status=401) from None
+        raise ClientError("unauthorized", "malformed Basic credentials", status=401) from None
 
 
 _row_values = attrgetter(*(field.name for field in fields(NewMessage)))
@@ -142,7 +142,7 @@ def parse_request(
     type_: str | None,
     received_at: datetime,
 ) -> tuple[S, list[NewMessage]]:
-    """The body of an ingestion request → the rows to store (pure; raises Rejection).
+    """The body of an ingestion request → the rows to store (pure; raises ClientError).
 
     `source` is the one named by the Basic auth header, if any; otherwise the body's
     writeKey is looked up in `keys`.
@@ -150,20 +150,20 @@ def parse_request(
     try:
         payload, plain = jsonjs.loads_checked(data)
     except jsonjs.TooDeep as error:
-        raise Rejection("too_deep", f"the body is nested too deeply: {error}") from None
+        raise ClientError("too_deep", f"the body is nested too deeply: {error}") from None
     except (ValueError, UnicodeDecodeError) as error:
-        raise Rejection("invalid_json", f"the body is not valid JSON: {error}") from None
+        raise ClientError("invalid_json", f"the body is not valid JSON: {error}") from None
     if source is None:
         key = payload.get("writeKey") if isinstance(payload, dict) else None
         if not isinstance(key, str) or not key:
-            raise Rejection(
+            raise ClientError(
                 "unauthorized",
                 "no write key: use HTTP Basic auth or writeKey in the body",
                 status=401,
             )
         source = keys.find(key)
         if source is None:
-            raise Rejection("unauthorized", "unknown write key", status=401)
+            raise ClientError("unauthorized", "unknown write key", status=401)
     messages = normalise_request(
         payload, received_at=received_at, type_=type_, body_bytes=len(data)
     )
@@ -171,7 +171,7 @@ def parse_request(
     for index, message in enumerate(messages):
         try:
             rows.append(message_row(source, message, received_at, plain))
-        except Rejection as rejection:
+        except ClientError as rejection:
             if type_ is None:  # a batch: say which message
                 rejection.index = index
                 rejection.message = f"batch[{index}]: {rejection.message}"
@@ -199,7 +199,7 @@ class ChildParser:
                 type_=type_,
                 received_at=datetime.fromtimestamp(received_at, UTC),
             )
-        except Rejection as r:
+        except ClientError as r:
             return ("rejected", r.code, r.message, r.field, r.index, r.status)
         return ("ok", source.name, [_row_values(row) for row in rows])
 
@@ -209,7 +209,7 @@ def message_row(source: Source, message: Message, received_at: datetime, plain: 
     if len(data) > MAX_MESSAGE_BYTES:
         # Checked as stored and sent: a batch's shared context and integrations are merged
         # into each message, so small messages can grow past the limit here.
-        raise Rejection(
+        raise ClientError(
             "message_too_large",
             f"a message may be at most {MAX_MESSAGE_BYTES} bytes as delivered; this one is "
             f"{len(data)} bytes with the batch's context and integrations merged in",
@@ -233,9 +233,9 @@ def message_row(source: Source, message: Message, received_at: datetime, plain: 
 
 
 def from_child(result: tuple[Any, ...]) -> tuple[str, list[NewMessage]]:
-    """A ChildParser answer as parse_request's: (source name, rows), or the Rejection."""
+    """A ChildParser answer as parse_request's: (source name, rows), or the ClientError."""
     if result[0] == "rejected":
         _, code, message, field, index, status = result
-        raise Rejection(code, message, field=field, index=index, status=status)
+        raise ClientError(code, message, field=field, index=index, status=status)
     _, name, rows = result
     return name, [NewMessage(*row) for row in rows]

@@ -1,7 +1,9 @@
 """The operator's rules (pure): times given as ISO 8601 or `2h`, the filters of
 `efd deliveries` / `efd redrive` and of /admin/*, which destinations a replay goes to, and
 the JSON an operator sees. The CLI and the admin API share them, so both accept and answer
-the same."""
+the same: a bad filter or body raises a `ClientError` that always names the field, answered
+400 for input that breaks a rule, 404 for a name that refers to nothing, 409 for a request
+the current state refuses (a rule the OpenAPI schema cannot state); the CLI exits 2."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from efd.errors import ClientError
 from efd.rows import (
     AttemptRecord,
     BlockedLanes,
@@ -47,21 +50,6 @@ _RELATIVE = re.compile(r"(\d{1,9})([smhd])")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-class Invalid(Exception):
-    """A bad filter or body: the field and why. The API answers `status`, the CLI exits 2:
-    400 for input that breaks a rule, 404 for a name that refers to nothing, 409 for a
-    request the current state refuses (a rule the OpenAPI schema cannot state)."""
-
-    def __init__(
-        self, field: str, message: str, code: str = "invalid_field", status: int = 400
-    ) -> None:
-        super().__init__(message)
-        self.field = field
-        self.message = message
-        self.code = code
-        self.status = status
-
-
 def iso(value: float | None) -> str | None:
     return None if value is None else format_timestamp(datetime.fromtimestamp(value, UTC))
 
@@ -70,7 +58,11 @@ def parse_time(value: Any, field: str, now: float) -> float:
     """UNIX seconds from ISO 8601 (a time without an offset is UTC) or a relative
     `<n>s|m|h|d`, meaning that long before `now`."""
     if not isinstance(value, str) or not value.strip():
-        raise Invalid(field, f"{field} must be ISO 8601 or relative such as 2h, 30m, 1d")
+        raise ClientError(
+            "invalid_field",
+            f"{field} must be ISO 8601 or relative such as 2h, 30m, 1d",
+            field=field,
+        )
     text = value.strip()
     relative = _RELATIVE.fullmatch(text)
     if relative is not None:
@@ -81,8 +73,10 @@ def parse_time(value: Any, field: str, now: float) -> float:
             parsed = parsed.replace(tzinfo=UTC)
         return parsed.timestamp()
     except (ValueError, OverflowError, OSError):
-        raise Invalid(
-            field, f"{field}: {text[:60]!r} is neither ISO 8601 nor relative (2h, 30m, 1d)"
+        raise ClientError(
+            "invalid_field",
+            f"{field}: {text[:60]!r} is neither ISO 8601 nor relative (2h, 30m, 1d)",
+            field=field,
         ) from None
 
 
@@ -94,16 +88,20 @@ def text(value: Any, field: str) -> str:
 
 def _text(value: Any, field: str) -> str:
     if not isinstance(value, str) or not value or len(value) > MAX_TEXT:
-        raise Invalid(field, f"{field} must be a non-empty string of at most {MAX_TEXT} characters")
+        raise ClientError(
+            "invalid_field",
+            f"{field} must be a non-empty string of at most {MAX_TEXT} characters",
+            field=field,
+        )
     if any(0xD800 <= ord(c) <= 0xDFFF for c in value) or "\x00" in value:
-        raise Invalid(field, f"{field} must be valid Unicode text")
+        raise ClientError("invalid_field", f"{field} must be valid Unicode text", field=field)
     return value
 
 
 def _status(value: Any, field: str, allowed: Collection[DeliveryStatus]) -> DeliveryStatus:
     names = "|".join(s.value for s in allowed)
     if not isinstance(value, str) or value not in {s.value for s in allowed}:
-        raise Invalid(field, f"{field} must be one of {names}")
+        raise ClientError("invalid_field", f"{field} must be one of {names}", field=field)
     return DeliveryStatus(value)
 
 
@@ -111,7 +109,11 @@ def list_query(params: Mapping[str, str], now: float) -> tuple[DeliveryQuery, in
     """(query, limit, cursor) from `efd deliveries`' options or /admin/deliveries' query."""
     for key in params:
         if key not in LIST_FILTERS:
-            raise Invalid(key, f"unknown filter {key!r}; known: {', '.join(LIST_FILTERS)}")
+            raise ClientError(
+                "invalid_field",
+                f"unknown filter {key!r}; known: {', '.join(LIST_FILTERS)}",
+                field=key,
+            )
     get = params.get
     since = parse_time(get("since"), "since", now) if get("since") is not None else None
     until = parse_time(get("until"), "until", now) if get("until") is not None else None
@@ -142,7 +144,9 @@ def _integer(value: Any, field: str, low: int, high: int) -> int:
         number = int(value)
         if low <= number <= high:
             return number
-    raise Invalid(field, f"{field} must be an integer from {low} to {high}")
+    raise ClientError(
+        "invalid_field", f"{field} must be an integer from {low} to {high}", field=field
+    )
 
 
 def redrive_query(
@@ -152,19 +156,23 @@ def redrive_query(
     options. Only configured destinations are redriven: a delivery to one no longer
     configured would stay pending."""
     if not isinstance(payload, dict):
-        raise Invalid("body", "the request body must be a JSON object", code="invalid_body")
+        raise ClientError("invalid_body", "the request body must be a JSON object", field="body")
     for key in payload:
         if key not in REDRIVE_FIELDS:
-            raise Invalid(str(key), f"unknown field {key!r}; known: {', '.join(REDRIVE_FIELDS)}")
+            raise ClientError(
+                "invalid_field",
+                f"unknown field {key!r}; known: {', '.join(REDRIVE_FIELDS)}",
+                field=str(key),
+            )
     destinations = tuple(sorted(configured))
     if payload.get("destination") is not None:
         name = _text(payload["destination"], "destination")
         if name not in configured:
-            raise Invalid(
-                "destination",
-                f"no destination named {name!r} is configured",
+            raise ClientError(
                 "unknown_destination",
-                404,
+                f"no destination named {name!r} is configured",
+                field="destination",
+                status=404,
             )
         destinations = (name,)
     statuses: tuple[DeliveryStatus, ...] = REDRIVABLE
@@ -174,7 +182,7 @@ def redrive_query(
     until = parse_time(payload["until"], "until", now) if payload.get("until") is not None else None
     dry_run = payload.get("dry_run", False)
     if not isinstance(dry_run, bool):
-        raise Invalid("dry_run", "dry_run must be true or false")
+        raise ClientError("invalid_field", "dry_run must be true or false", field="dry_run")
     return DeliveryQuery(destinations, statuses, since, until), dry_run
 
 
@@ -185,31 +193,35 @@ def discard_query(
     options: the pending deliveries to one destination that is not configured. A configured
     destination's deliveries are being sent, so they cannot be discarded."""
     if not isinstance(payload, dict):
-        raise Invalid("body", "the request body must be a JSON object", code="invalid_body")
+        raise ClientError("invalid_body", "the request body must be a JSON object", field="body")
     for key in payload:
         if key not in DISCARD_FIELDS:
-            raise Invalid(str(key), f"unknown field {key!r}; known: {', '.join(DISCARD_FIELDS)}")
+            raise ClientError(
+                "invalid_field",
+                f"unknown field {key!r}; known: {', '.join(DISCARD_FIELDS)}",
+                field=str(key),
+            )
     if payload.get("destination") is None:
-        raise Invalid(
-            "destination",
+        raise ClientError(
+            "missing_field",
             "destination is required: the destination, no longer configured, whose pending "
             "deliveries to discard",
-            "missing_field",
+            field="destination",
         )
     name = _text(payload["destination"], "destination")
     if name in configured:
-        raise Invalid(
-            "destination",
+        raise ClientError(
+            "destination_configured",
             f"{name!r} is configured, so its deliveries are being sent: only the pending "
             "deliveries of a destination removed from the configuration can be discarded",
-            "destination_configured",
-            409,
+            field="destination",
+            status=409,
         )
     since = parse_time(payload["since"], "since", now) if payload.get("since") is not None else None
     until = parse_time(payload["until"], "until", now) if payload.get("until") is not None else None
     dry_run = payload.get("dry_run", False)
     if not isinstance(dry_run, bool):
-        raise Invalid("dry_run", "dry_run must be true or false")
+        raise ClientError("invalid_field", "dry_run must be true or false", field="dry_run")
     return DeliveryQuery((name,), (DeliveryStatus.PENDING,), since, until), dry_run
 
 
@@ -224,13 +236,17 @@ def unconfigured(backlog: Mapping[str, int], configured: Collection[str]) -> dic
 def replay_request(payload: Any) -> tuple[str, str, str | None]:
     """(source, messageId, destination or None) from POST /admin/replay's body."""
     if not isinstance(payload, dict):
-        raise Invalid("body", "the request body must be a JSON object", code="invalid_body")
+        raise ClientError("invalid_body", "the request body must be a JSON object", field="body")
     for key in payload:
         if key not in REPLAY_FIELDS:
-            raise Invalid(str(key), f"unknown field {key!r}; known: {', '.join(REPLAY_FIELDS)}")
+            raise ClientError(
+                "invalid_field",
+                f"unknown field {key!r}; known: {', '.join(REPLAY_FIELDS)}",
+                field=str(key),
+            )
     for key in ("source", "messageId"):
         if key not in payload:
-            raise Invalid(key, f"{key} is required", code="missing_field")
+            raise ClientError("missing_field", f"{key} is required", field=key)
     destination = payload.get("destination")
     return (
         _text(payload["source"], "source"),
@@ -246,27 +262,27 @@ def replay_targets(
     to every configured destination the message was routed to."""
     if destination is not None:
         if destination not in configured:
-            raise Invalid(
-                "destination",
-                f"no destination named {destination!r} is configured",
+            raise ClientError(
                 "unknown_destination",
-                404,
+                f"no destination named {destination!r} is configured",
+                field="destination",
+                status=404,
             )
         if destination not in originals:
-            raise Invalid(
-                "destination",
-                f"the message was not routed to {destination!r}, so it cannot be sent there again",
+            raise ClientError(
                 "not_routed",
-                409,
+                f"the message was not routed to {destination!r}, so it cannot be sent there again",
+                field="destination",
+                status=409,
             )
         return [(originals[destination], destination)]
     targets = [(delivery_id, name) for name, delivery_id in originals.items() if name in configured]
     if not targets:
-        raise Invalid(
-            "destination",
-            "the message has no delivery to a destination configured now",
+        raise ClientError(
             "not_routed",
-            409,
+            "the message has no delivery to a destination configured now",
+            field="destination",
+            status=409,
         )
     return targets
 

@@ -3,7 +3,7 @@ trait syncs.
 
 APScheduler runs them (memory job store), and each runs once per cluster per interval:
 a process runs a job only after advancing its row in the `jobs` table, which one process
-wins (efd/store/queue.py, claim_job).
+wins (efd/store/jobs.py, claim_job).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Any
 
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
-from sqlalchemy.exc import SQLAlchemyError
 
 from efd.config import Settings
+from efd.errors import StoreError
 from efd.observe.metrics import Metrics
 from efd.personas.sync import (
     AUDIENCE,
@@ -31,9 +31,8 @@ from efd.personas.sync import (
     longest_lookback,
     run_sync,
 )
-from efd.store.computations import ComputationsStore
-from efd.store.lanes import LanesStore
-from efd.store.profiles import ProfilesStore
+from efd.store.computations import Computations
+from efd.store.profiles import Profiles
 from efd.store.runner import AsyncStore
 
 log = logging.getLogger(__name__)
@@ -66,8 +65,8 @@ class Periodic:
         settings: Settings,
         db: AsyncStore,
         computations: list[Computation],
-        computations_store: ComputationsStore,
-        profiles: ProfilesStore,
+        computations_store: Computations,
+        profiles: Profiles,
         metrics: Metrics,
         owner: str,
         on_sent: Callable[[], None],
@@ -146,12 +145,12 @@ class Periodic:
         store = self._db.store
         now = time.time()
         if not await self._db.write(
-            store.claim_job, "retention", interval=RETENTION_EVERY, owner=self._owner, now=now
+            store.jobs.claim_job, "retention", interval=RETENTION_EVERY, owner=self._owner, now=now
         ):
             return  # another process of the cluster has this turn
         days = self._settings.storage.retention_days
         # Small batches, each its own transaction, so ingestion never waits long.
-        total = await self._in_batches(store.purge_finished, now - days * 86400)
+        total = await self._in_batches(store.jobs.purge_finished, now - days * 86400)
         if total:
             log.info("retention: purged %d messages older than %s days", total, days)
         # Events: kept as long as the longest lookback needs; forever when one has none.
@@ -174,13 +173,13 @@ class Periodic:
         store = self._db.store
         try:
             if not await self._db.write(
-                store.claim_job, "lanes", interval=LANES_EVERY, owner=self._owner, now=now
+                store.jobs.claim_job, "lanes", interval=LANES_EVERY, owner=self._owner, now=now
             ):
                 return {}, 0
             ordered = [d.name for d in self._settings.destinations if d.ordering == "per_user"]
             window = self._settings.delivery.retry_window_seconds
-            expired, promoted = await self._db.write(LanesStore(store).tend, ordered, window, now)
-        except SQLAlchemyError as error:
+            expired, promoted = await self._db.write(store.lanes.tend, ordered, window, now)
+        except StoreError as error:
             log.warning("lanes: cannot tend them now: %s", str(error).splitlines()[0][:200])
             return {}, 0
         for name, count in expired.items():
@@ -239,7 +238,7 @@ class Periodic:
         """The periodic sync: once per cluster per interval."""
         try:
             if not await self._db.write(
-                self._db.store.claim_job,
+                self._db.store.jobs.claim_job,
                 f"sync:{computation.store_key}",
                 interval=computation.interval,
                 owner=self._owner,
@@ -251,7 +250,7 @@ class Periodic:
             raise
         except Exception as error:
             log.exception("sync %s failed", computation.store_key)
-            with contextlib.suppress(SQLAlchemyError):
+            with contextlib.suppress(StoreError):
                 await self._db.write(
                     self._computations.fail_sync, computation.store_key, f"{error}"[:1000]
                 )

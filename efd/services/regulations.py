@@ -16,19 +16,13 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from efd.config import Settings, SourceConfig
+from efd.errors import LeaseLost, StoreError
 from efd.observe.metrics import Metrics
 from efd.rows import NewMessage, RegulationStatus
 from efd.rules import webhooks
 from efd.rules.retry import Backoff
-from efd.store.regulations import (
-    DELETE_TYPES,
-    LeaseLost,
-    RegulationClaim,
-    RegulationsStore,
-)
+from efd.store.regulations import DELETE_TYPES, RegulationClaim, Regulations
 from efd.store.runner import AsyncStore
 
 log = logging.getLogger(__name__)
@@ -76,7 +70,7 @@ class RegulationRunner:
         self,
         *,
         db: AsyncStore,
-        regulations: RegulationsStore,
+        regulations: Regulations,
         settings: Settings,
         metrics: Metrics,
         owner: str,
@@ -111,7 +105,7 @@ class RegulationRunner:
         if self._task is not None:
             await self._task
         if self._current is not None:
-            with contextlib.suppress(SQLAlchemyError):
+            with contextlib.suppress(StoreError):
                 await self._db.write(self._regulations.release_regulation, self._current)
 
     async def _run(self) -> None:
@@ -124,7 +118,7 @@ class RegulationRunner:
                     self._regulations.claim_regulation, self._owner, now, now + self._lease
                 )
                 backoff.reset()
-            except SQLAlchemyError as error:
+            except StoreError as error:
                 log.error("regulations: cannot reach the store: %s; retrying", error)
                 await self._sleep(backoff.next())
                 continue
@@ -152,7 +146,7 @@ class RegulationRunner:
                 except LeaseLost:
                     log.warning("regulation %s was taken over by another process", claim.id)
                     return
-                except SQLAlchemyError as error:
+                except StoreError as error:
                     delay = backoff.next()
                     log.error(
                         "regulation %s: store error (%s); retrying in %.1f s",
@@ -163,7 +157,7 @@ class RegulationRunner:
                     await self._sleep(delay)
                 except Exception as error:
                     log.exception("regulation %s failed", claim.id)
-                    with contextlib.suppress(SQLAlchemyError, LeaseLost):
+                    with contextlib.suppress(StoreError, LeaseLost):
                         await self._db.write(
                             self._regulations.finish_regulation,
                             claim,

@@ -1,9 +1,44 @@
 """Persistence: tables, migrations and every SQL statement.
 
-`Store` (queue.py) holds the engines and the queue's statements; the feature stores
-(profiles.py, computations.py, regulations.py) run theirs on the same engines.
+`Store` builds the shared `Database` (engines, the dialect's backend, the error edge) and
+the parts every daemon needs: ingestion, the delivery queue, jobs and retention, the
+listener. The other parts (operations, health, regulations, suppressions, profiles,
+computations) take the Store and are built by whoever uses them. docs/architecture.md maps
+them.
 """
 
-from efd.store.queue import Store
+from __future__ import annotations
 
-__all__ = ["Store"]
+from efd.store.database import Database
+from efd.store.ingestion import Ingestion
+from efd.store.jobs import Jobs, JobsStore
+from efd.store.lanes import LanesStore
+from efd.store.listener import Listener, Listens
+from efd.store.queue import DeliveryQueue, Queue
+
+
+class Store:
+    """The store's front door: owns the Database and the core parts built on it. Holds no
+    SQL; each part owns its tables' statements."""
+
+    def __init__(self, url: str, *, synchronous: str = "FULL", pool_size: int = 5) -> None:
+        self.url = url
+        self.database = Database(url, synchronous=synchronous, pool_size=pool_size)
+        self.backend = self.database.backend
+        self.ingestion = Ingestion(self.database)
+        self.queue: Queue = DeliveryQueue(self.database)
+        self.jobs: Jobs = JobsStore(self.database)
+        self.listener: Listens = Listener(self.database)
+        self.lanes = LanesStore(self.database)
+
+    @property
+    def single_process(self) -> bool:
+        """One process per database: leases and regulations left by an earlier run are
+        released at start (efd holds the database's lock)."""
+        return self.backend.single_process
+
+    def dispose(self) -> None:
+        self.database.dispose()
+
+
+__all__ = ["Database", "Store"]

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import delete, func, select, update
 
 from efd.rows import Event, NewMessage, ProfileKind
-from efd.store.queue import Store
-from efd.store.regulations import Suppressions
 from efd.store.schema import computations, computed_values, events, profiles, suppressions
-from efd.store.statements import chunks, insert_for, loads, upsert
+from efd.store.statements import chunks, loads
+from efd.store.suppressions import Suppressions
+
+if TYPE_CHECKING:
+    from efd.store import Store
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,10 +43,48 @@ class ComputationRow:
     values: int  # members (audience) or profiles with a value (computed trait)
 
 
+class Computations(Protocol):
+    """What the audience and computed trait syncs ask of the store."""
+
+    def load_sync_chunk(
+        self,
+        key: str,
+        *,
+        after: str | None,
+        limit: int,
+        event_names: Collection[str],
+        since: float | None,
+        with_traits: bool,
+    ) -> SyncChunk: ...
+
+    def apply_sync_chunk(
+        self,
+        key: str,
+        outgoing: Sequence[NewMessage],
+        values: Sequence[tuple[str, str | None]],
+        now: float,
+    ) -> None: ...
+
+    def start_sync(
+        self, key: str, kind: str, name: str, definition_hash: str, now: float
+    ) -> None: ...
+
+    def finish_sync(self, key: str, now: float, sent: int) -> None: ...
+
+    def fail_sync(self, key: str, error: str) -> None: ...
+
+    def computation_rows(self) -> dict[str, ComputationRow]: ...
+
+
 class ComputationsStore:
+    """Owns the audience and computed-trait syncs' tables: what each sync last delivered
+    and its bookkeeping; reads profiles and events in chunks. Stores its identify messages
+    through ingestion's insert; never changes a profile."""
+
     def __init__(self, store: Store, suppressions: Suppressions) -> None:
-        self._store = store
-        self.sqlite = store.sqlite
+        self._db = store.database
+        self._backend = store.backend
+        self._ingestion = store.ingestion
         self._suppressions = suppressions
 
     def load_sync_chunk(
@@ -65,7 +105,7 @@ class ComputationsStore:
         if after is not None:
             query = query.where(profiles.c.id > after)
         query = query.order_by(profiles.c.id).limit(limit)
-        with self._store.reader.begin() as conn:
+        with self._db.snapshot() as conn:
             rows = conn.execute(query).all()
             last = rows[-1][0] if len(rows) == limit else None
 
@@ -130,8 +170,8 @@ class ComputationsStore:
     ) -> None:
         """In one transaction: the identify messages and their deliveries, and the new
         stored values (None deletes), so a crash can neither resend nor lose a change."""
-        with self._store.writer.begin() as conn:
-            self._store.insert_with_deliveries(conn, outgoing, now)
+        with self._db.write() as conn:
+            self._ingestion.insert_with_deliveries(conn, outgoing, now)
             upserts = [
                 {"computation": key, "profile_id": pid, "value": value, "updated_at": now}
                 for pid, value in values
@@ -139,7 +179,7 @@ class ComputationsStore:
             ]
             if upserts:
                 conn.execute(
-                    upsert(self.sqlite, computed_values, ["computation", "profile_id"]), upserts
+                    self._backend.upsert(computed_values, ["computation", "profile_id"]), upserts
                 )
             removed = [pid for pid, value in values if value is None]
             for chunk in chunks(removed):
@@ -151,10 +191,10 @@ class ComputationsStore:
                 )
 
     def start_sync(self, key: str, kind: str, name: str, definition_hash: str, now: float) -> None:
-        statement = insert_for(self.sqlite)(computations).values(
+        statement = self._backend.insert(computations).values(
             key=key, kind=kind, name=name, definition_hash=definition_hash, last_sync_at=now
         )
-        with self._store.writer.begin() as conn:
+        with self._db.write() as conn:
             conn.execute(
                 statement.on_conflict_do_update(
                     index_elements=["key"],
@@ -168,7 +208,7 @@ class ComputationsStore:
             )
 
     def finish_sync(self, key: str, now: float, sent: int) -> None:
-        with self._store.writer.begin() as conn:
+        with self._db.write() as conn:
             conn.execute(
                 update(computations)
                 .where(computations.c.key == key)
@@ -176,7 +216,7 @@ class ComputationsStore:
             )
 
     def fail_sync(self, key: str, error: str) -> None:
-        with self._store.writer.begin() as conn:
+        with self._db.write() as conn:
             conn.execute(
                 update(computations)
                 .where(computations.c.key == key)
@@ -184,7 +224,7 @@ class ComputationsStore:
             )
 
     def computation_rows(self) -> dict[str, ComputationRow]:
-        with self._store.reader.connect() as conn:
+        with self._db.read() as conn:
             counts: dict[str, int] = {
                 key: int(count)
                 for key, count in conn.execute(

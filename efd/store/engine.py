@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import fcntl
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
-
-from efd.store import dedupe
 
 
 def normalise_url(url: str) -> URL:
@@ -35,8 +34,16 @@ def safe_url(url: str) -> str:
     return normalise_url(url).render_as_string(hide_password=True)
 
 
-def make_engine(url: str, *, writer: bool, synchronous: str = "FULL", pool_size: int = 5) -> Engine:
-    """An engine. On SQLite, a `writer` engine opens every transaction with BEGIN IMMEDIATE.
+def make_engine(
+    url: str,
+    *,
+    writer: bool,
+    synchronous: str = "FULL",
+    pool_size: int = 5,
+    on_connect: Callable[[Any], None] | None = None,
+) -> Engine:
+    """An engine. On SQLite, a `writer` engine opens every transaction with BEGIN IMMEDIATE,
+    and `on_connect` prepares each new writer connection.
 
     A deferred SQLite transaction that reads and then writes fails with "database is
     locked" when another connection wrote in between, whatever busy_timeout says; taking the
@@ -66,8 +73,8 @@ def make_engine(url: str, *, writer: bool, synchronous: str = "FULL", pool_size:
         # rewrites the same index pages many times over: 30k -> 35k events/s raw
         # (bench/experiments/dedupe_index.py), about 10 % more end to end.
         cursor.execute("PRAGMA wal_autocheckpoint=10000")
-        if writer:
-            dedupe.attach(dbapi_connection)
+        if writer and on_connect is not None:
+            on_connect(dbapi_connection)
         cursor.close()
 
     @event.listens_for(engine, "begin")

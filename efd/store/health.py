@@ -2,9 +2,9 @@
 redacted) over a recent window, and the pending backlog per destination. Synchronous; the
 daemon runs it in a reader thread.
 
-The counts are exact. Percentiles are PostgreSQL's percentile_cont over the whole window;
-SQLite has no percentile function, so there they are computed from the newest
-`SAMPLE` attempts of the window, which bounds the rows read per hook.
+The counts are exact. Percentiles are the database's percentile_cont over the whole window
+where the backend has one; elsewhere they are computed from the newest `SAMPLE` attempts of
+the window, which bounds the rows read per hook.
 """
 
 from __future__ import annotations
@@ -12,12 +12,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
-from sqlalchemy import and_, case, func, select
+from sqlalchemy import and_, case, func, select, text
 
 from efd.rows import DeliveryStatus
-from efd.store.queue import Store
 from efd.store.schema import attempts, deliveries
+
+if TYPE_CHECKING:
+    from efd.store import Store
 
 SAMPLE = 10_000
 
@@ -46,13 +49,41 @@ def _percentile(sorted_values: Sequence[float], fraction: float) -> float | None
     return sorted_values[low] * (1 - weight) + sorted_values[high] * weight
 
 
+class Health(Protocol):
+    """What the status endpoints, the live API and the daemon ask about health."""
+
+    def ping(self) -> None: ...
+
+    def autovacuum_off(self) -> bool: ...
+
+    def backlog(self) -> dict[str, tuple[int, float | None]]: ...
+
+    def window(self, hooks: Sequence[str], since: float) -> dict[str, WindowStats]: ...
+
+    def last_errors(self, hooks: Sequence[str], since: float) -> dict[str, LastError]: ...
+
+
 class HealthStore:
+    """Owns the read-only questions about the store's and the endpoints' health: whether the
+    database answers, the backlog, per-hook windows of the attempt log. Writes nothing."""
+
     def __init__(self, store: Store) -> None:
-        self._store = store
+        self._db = store.database
+        self._percentiles = store.backend.percentiles
+        self._backend = store.backend
+
+    def ping(self) -> None:
+        with self._db.read() as conn:
+            conn.execute(text("SELECT 1"))
+
+    def autovacuum_off(self) -> bool:
+        """Whether the database server runs with autovacuum off."""
+        with self._db.read() as conn:
+            return self._backend.autovacuum_off(conn)
 
     def backlog(self) -> dict[str, tuple[int, float | None]]:
         """destination -> (pending deliveries, the oldest one's creation time)."""
-        with self._store.reader.connect() as conn:
+        with self._db.read() as conn:
             rows = conn.execute(
                 select(deliveries.c.destination, func.count(), func.min(deliveries.c.created_at))
                 .where(
@@ -71,16 +102,16 @@ class HealthStore:
         success = case((attempts.c.outcome == "success", 1), else_=0)
         recent = and_(attempts.c.hook_url.in_(hooks), attempts.c.attempted_at >= since)
         columns = [attempts.c.hook_url, func.count(), func.sum(success)]
-        if not self._store.sqlite:
+        if self._percentiles:
             columns += [
                 func.percentile_cont(0.5).within_group(attempts.c.duration_ms),
                 func.percentile_cont(0.99).within_group(attempts.c.duration_ms),
             ]
         result: dict[str, WindowStats] = {}
-        with self._store.reader.connect() as conn:
+        with self._db.read() as conn:
             for row in conn.execute(select(*columns).where(recent).group_by(attempts.c.hook_url)):
                 url, count, successes = row[0], int(row[1]), int(row[2] or 0)
-                if not self._store.sqlite:
+                if self._percentiles:
                     p50, p99 = row[3], row[4]
                 else:
                     durations = sorted(
@@ -103,7 +134,7 @@ class HealthStore:
     def last_errors(self, hooks: Sequence[str], since: float) -> dict[str, LastError]:
         """Each hook's latest failed attempt since `since`."""
         found: dict[str, LastError] = {}
-        with self._store.reader.connect() as conn:
+        with self._db.read() as conn:
             for url in hooks:
                 row = conn.execute(
                     select(

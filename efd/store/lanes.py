@@ -11,43 +11,42 @@ same commit as the deliveries that change it:
 - advance: after heads got an outcome (recorded, expired, discarded): each such lane takes
   its next waiting delivery as head, due now, or has no row any more (idle).
 
-On PostgreSQL several processes ingest and record at once. Both paths lock the lane's row
-before they look at its waiting deliveries (admit upserts it with ON CONFLICT DO UPDATE,
-advance selects it FOR UPDATE), in (destination, lane) order, so per lane they take turns:
-a delivery that joins a busy lane is committed before its head's outcome looks for the
-next, or it finds the lane idle and becomes the head itself. On SQLite the single writer
-gives the same turns.
+Where several processes ingest and record at once (a backend with row locks: PostgreSQL),
+both paths lock the lane's row before they look at its waiting deliveries (admit upserts it
+with ON CONFLICT DO UPDATE, advance selects it FOR UPDATE), in (destination, lane) order, so
+per lane they take turns: a delivery that joins a busy lane is committed before its head's
+outcome looks for the next, or it finds the lane idle and becomes the head itself. A single
+writer gives the same turns without locks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
-from typing import Any, Protocol
+from collections.abc import Collection, Sequence
+from typing import Any
 
 from sqlalchemy import (
     BindParameter,
     ColumnElement,
     Connection,
-    Engine,
     and_,
     bindparam,
     delete,
     func,
     or_,
     select,
-    text,
     true,
     update,
 )
 from sqlalchemy.orm import aliased
 
 from efd.rows import BlockedLanes, DeliveryStatus
+from efd.store.backends import Backend
+from efd.store.database import Database
 from efd.store.schema import deliveries, lanes, messages
 
 PENDING = DeliveryStatus.PENDING.value
 QUEUED = DeliveryStatus.QUEUED.value
-_CHUNK = 500  # bound IN lists well below SQLite's variable limit
-NOTIFY_CHANNEL = "efd_deliveries"  # efd/store/queue.py's: the dispatchers LISTEN on it
+_CHUNK = 500  # bound IN lists well below the variable limits
 
 # A lane's waiting deliveries, the next head (lowest id) first, through ix_deliveries_queued.
 _waiting = aliased(deliveries, name="waiting")
@@ -64,8 +63,8 @@ _NEXT = (
 
 # `status` behind a function: a condition the status indexes cannot serve, so that a scope
 # of a few rows (a message id range, delivery ids) picks the index. Without statistics (a
-# fresh SQLite file is never analyzed) the planner prefers `status = 'queued'` and reads
-# every waiting delivery, for each batch ingested.
+# database never analyzed) a planner prefers `status = 'queued'` and reads every waiting
+# delivery, for each batch ingested.
 _IS_QUEUED = func.coalesce(deliveries.c.status, "") == QUEUED
 
 
@@ -106,17 +105,17 @@ _CHOOSE = {
     .order_by(deliveries.c.destination, deliveries.c.lane)
     for k, v in _SCOPES.items()
 }
-_admits: dict[tuple[Any, bool, str], Any] = {}  # built once per dialect, lock and scope
+_admits: dict[tuple[str, str], Any] = {}  # built once per backend and scope
 
 
-def _admit_statement(insert: Callable[[Any], Any], lock: bool, scope: str) -> Any:
-    key = (insert, lock, scope)
+def _admit_statement(backend: Backend, scope: str) -> Any:
+    key = (backend.name, scope)
     if key not in _admits:
-        upsert = insert(lanes).from_select(["destination", "lane", "head"], _CHOOSE[scope])
+        upsert = backend.insert(lanes).from_select(["destination", "lane", "head"], _CHOOSE[scope])
         keys = ["destination", "lane"]
         _admits[key] = (
             upsert.on_conflict_do_update(index_elements=keys, set_={"head": lanes.c.head})
-            if lock
+            if backend.row_locks
             else upsert.on_conflict_do_nothing(index_elements=keys)
         )
     return _admits[key]
@@ -124,50 +123,43 @@ def _admit_statement(insert: Callable[[Any], Any], lock: bool, scope: str) -> An
 
 def admit(
     conn: Connection,
-    insert: Callable[[Any], Any],
+    backend: Backend,
     now: float,
     *,
     messages: tuple[int, int] | None = None,
     ids: Sequence[int] | None = None,
-    lock: bool,
-    notify: bool,
 ) -> int:
     """Give each lane of the queued deliveries of `messages` (a range of message ids) or
     with these delivery `ids` that has no head its lowest waiting delivery as head, pending
     and due now; return how many became heads.
 
-    `insert`: the dialect's INSERT (it has ON CONFLICT). A lane that has a head keeps it.
-    `lock` (several processes write, PostgreSQL): its row is locked until commit by a no-op
-    update, so its head's outcome cannot look for the next head before these deliveries are
-    visible. A single writer (SQLite) needs no lock and skips the write."""
+    A lane that has a head keeps it. Where rows lock (several processes write), its row is
+    locked until commit by a no-op update, so its head's outcome cannot look for the next
+    head before these deliveries are visible; a single writer needs no lock and skips the
+    write."""
     params: dict[str, Any]
     if messages is not None:
         scope, params = "messages", {"a_lo": messages[0], "a_hi": messages[1], "a_now": now}
     else:
         scope, params = "ids", {"a_ids": list(ids or ()), "a_now": now}
-    conn.execute(_admit_statement(insert, lock, scope), params)
-    promoted = int(conn.execute(_PROMOTE_HEADS[scope], params).rowcount)
-    if promoted and notify:
-        conn.execute(text("SELECT pg_notify(:channel, '')"), {"channel": NOTIFY_CHANNEL})
-    return promoted
+    conn.execute(_admit_statement(backend, scope), params)
+    return int(conn.execute(_PROMOTE_HEADS[scope], params).rowcount)
 
 
 def advance(
     conn: Connection,
+    backend: Backend,
     now: float,
     *,
     heads: Sequence[int] | None = None,
     destination: str | None = None,
     every: bool = False,
-    lock: bool,
-    notify: bool,
 ) -> int:
     """Move on each lane whose head has an outcome (is no longer pending, or is gone):
     among `heads` (delivery ids), every lane of `destination`, or `every` lane. Its lowest
-    waiting delivery becomes the head, pending and due now; a lane with none waiting is
-    dropped (idle). Returns how many deliveries became heads. `lock`: several processes
-    write (PostgreSQL); the lanes' rows are locked before their waiting deliveries are read.
-    """
+    waiting delivery becomes the head, pending and due now, and every process is woken; a
+    lane with none waiting is dropped (idle). Returns how many deliveries became heads.
+    Where rows lock, the lanes' rows are locked before their waiting deliveries are read."""
     head = aliased(deliveries, name="head")
     finished = or_(head.c.id.is_(None), head.c.status != PENDING)
     scopes: list[ColumnElement[bool]] = []
@@ -182,7 +174,7 @@ def advance(
     promoted = 0
     done = lanes.outerjoin(head, head.c.id == lanes.c.head)
     for scope in scopes:
-        if lock:
+        if backend.row_locks:
             # Locked first, read after: the next statement's snapshot sees every delivery
             # that joined the lane while another transaction held its row.
             locked = (
@@ -215,8 +207,8 @@ def advance(
             )
             params = {"a_ids": [n for _, n in following], "a_now": now}
             promoted += int(conn.execute(_PROMOTE, params).rowcount)
-    if promoted and notify:
-        conn.execute(text("SELECT pg_notify(:channel, '')"), {"channel": NOTIFY_CHANNEL})
+    if promoted:
+        backend.notify(conn)
     return promoted
 
 
@@ -310,12 +302,6 @@ def waiting_for(conn: Connection, delivery_ids: Sequence[int]) -> dict[int, str 
     return {int(delivery_id): message_id for delivery_id, message_id in rows}
 
 
-class _Engines(Protocol):
-    writer: Engine
-    reader: Engine
-    sqlite: bool
-
-
 class LanesStore:
     """What the daemon, the operators and housekeeping ask of lanes outside the queue's own
     transactions: blocked lanes, what a waiting delivery waits for, lanes of destinations no
@@ -323,22 +309,23 @@ class LanesStore:
     whose head finished outside a recorded outcome moved on). It owns the `lanes` table;
     of `deliveries` it changes only the status of queued rows and of heads it expires."""
 
-    def __init__(self, store: _Engines) -> None:
-        self._store = store
+    def __init__(self, database: Database) -> None:
+        self._db = database
+        self._backend = database.backend
 
     def blocked(self) -> dict[str, BlockedLanes]:
-        with self._store.reader.connect() as conn:
+        with self._db.read() as conn:
             return blocked(conn)
 
     def waiting_for(self, delivery_ids: Sequence[int]) -> dict[int, str | None]:
-        with self._store.reader.connect() as conn:
+        with self._db.read() as conn:
             return waiting_for(conn, delivery_ids)
 
     def dissolve(self, ordered: Collection[str], now: float) -> int:
-        with self._store.writer.begin() as conn:
+        with self._db.write() as conn:
             released = dissolve(conn, ordered, now)
-            if released and not self._store.sqlite:
-                conn.execute(text("SELECT pg_notify(:channel, '')"), {"channel": NOTIFY_CHANNEL})
+            if released:
+                self._backend.notify(conn)
             return released
 
     def tend(
@@ -346,8 +333,7 @@ class LanesStore:
     ) -> tuple[dict[str, int], int]:
         """Expire the waiting deliveries of `destinations` whose window closed, and move on
         every lane whose head has an outcome; returns ({destination: expired}, promoted)."""
-        with self._store.writer.begin() as conn:
+        with self._db.write() as conn:
             expired = {name: expire_waiting(conn, name, window, now) for name in destinations}
-            several = not self._store.sqlite
-            promoted = advance(conn, now, every=True, lock=several, notify=several)
+            promoted = advance(conn, self._backend, now, every=True)
             return expired, promoted

@@ -12,7 +12,9 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import text
 
-from efd.store.engine import is_sqlite, make_engine, normalise_url, safe_url
+from efd.store.backends import backend_for
+from efd.store.database import edge
+from efd.store.engine import make_engine, safe_url
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +42,7 @@ def head_revision() -> str | None:
 def current_revision(url: str) -> str | None:
     engine = make_engine(url, writer=False)
     try:
-        with engine.connect() as conn:
+        with edge(), engine.connect() as conn:
             return MigrationContext.configure(conn).get_current_revision()
     finally:
         engine.dispose()
@@ -51,9 +53,12 @@ def upgrade(url: str) -> None:
     nothing left to do: PostgreSQL through an advisory lock, SQLite through BEGIN IMMEDIATE."""
     engine = make_engine(url, writer=True)
     config = _config()
+    # Several processes may start at once: they take turns through an advisory lock; a
+    # single-process database's writer lock already serialises them.
+    locks = not backend_for(url).single_process
     try:
-        with engine.connect() as conn:
-            if not is_sqlite(normalise_url(url)):
+        with edge(), engine.connect() as conn:
+            if locks:
                 conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": _MIGRATION_LOCK})
                 conn.commit()
             try:
@@ -65,7 +70,7 @@ def upgrade(url: str) -> None:
                 if before != after:
                     log.info("migrated %s from %s to %s", safe_url(url), before, after)
             finally:
-                if not is_sqlite(normalise_url(url)):
+                if locks:
                     conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": _MIGRATION_LOCK})
                     conn.commit()
     finally:

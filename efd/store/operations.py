@@ -2,8 +2,8 @@
 list of deliveries (keyset pages, newest first), redrive and replay. Synchronous; the
 daemon runs it in threads (efd/store/runner.py), the CLI directly.
 
-Looking a message up by messageId uses the message_key index on PostgreSQL; SQLite keeps
-that index only in the writer's memory (efd/store/dedupe.py), so there it scans messages.
+Looking a message up by messageId uses the message_key index where the table has one; a
+backend that keeps it only in the writer's memory (efd/store/dedupe.py) scans messages.
 
 A redrive moves its deliveries in chunks of REDRIVE_CHUNK, each its own short write
 transaction, so that a large one never holds the single writer long: ingestion's commits
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from sqlalchemy import ColumnElement, Connection, and_, case, func, insert, select, text, update
+from sqlalchemy import ColumnElement, Connection, and_, case, func, insert, select, update
 
 from efd.rows import (
     AttemptRecord,
@@ -28,9 +28,10 @@ from efd.rows import (
 )
 from efd.store import lanes
 from efd.store.dedupe import message_key
-from efd.store.queue import NOTIFY_CHANNEL, Store
 from efd.store.schema import attempts, deliveries, messages
-from efd.store.statements import insert_for
+
+if TYPE_CHECKING:
+    from efd.store import Store
 
 REDRIVABLE = (DeliveryStatus.FAILED, DeliveryStatus.EXPIRED)
 # Deliveries moved by one transaction of a redrive: a few milliseconds of the writer.
@@ -121,9 +122,46 @@ def _discardable(query: DeliveryQuery) -> ColumnElement[bool]:
     return and_(*conditions)
 
 
+class Operations(Protocol):
+    """What operators ask of the store (the admin API, the CLI)."""
+
+    def message(self, source: str, message_id: str) -> MessageRecord | None: ...
+
+    def deliveries(
+        self, query: DeliveryQuery, *, limit: int, before: int | None = None
+    ) -> list[DeliveryRecord]: ...
+
+    def redrivable_ids(self, query: DeliveryQuery) -> Sequence[int]: ...
+
+    def count_redrivable(self, query: DeliveryQuery) -> int: ...
+
+    def count_discardable(self, query: DeliveryQuery) -> int: ...
+
+    def blocked_lanes(self) -> dict[str, BlockedLanes]: ...
+
+    def discard(self, query: DeliveryQuery, now: float, limit: int) -> int: ...
+
+    def redrive(self, query: DeliveryQuery, now: float, chunk: int | None = None) -> int: ...
+
+    def redrive_ids(self, query: DeliveryQuery, ids: Sequence[int], now: float) -> int: ...
+
+    def replay_sources(
+        self, source: str, message_id: str
+    ) -> tuple[int, bool, dict[str, int]] | None: ...
+
+    def replay(
+        self, message_pk: int, targets: Sequence[tuple[int, str]], now: float
+    ) -> list[tuple[int, str]]: ...
+
+
 class OperationsStore:
+    """Owns what operators read and do by hand: a message's story, delivery listings,
+    redrive, discard and replay. Never claims or records (the dispatcher's queue) and
+    never deletes rows (retention)."""
+
     def __init__(self, store: Store) -> None:
-        self._store = store
+        self._db = store.database
+        self._backend = store.backend
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -131,7 +169,7 @@ class OperationsStore:
         """The newest stored message with this source and messageId (one sent again after
         the 24-hour deduplication window is stored again), with its deliveries and
         attempts; None when there is none."""
-        with self._store.reader.connect() as conn:
+        with self._db.read() as conn:
             pk = self._message_pk(conn, source, message_id)
             if pk is None:
                 return None
@@ -212,13 +250,13 @@ class OperationsStore:
             .order_by(deliveries.c.id.desc())
             .limit(limit)
         )
-        with self._store.reader.connect() as conn:
+        with self._db.read() as conn:
             return [_delivery(r) for r in conn.execute(statement)]
 
     def redrivable_ids(self, query: DeliveryQuery) -> Sequence[int]:
         """The ids of the deliveries `redrive(query)` would move now, in order (compact:
         a redrive may cover millions)."""
-        with self._store.reader.connect() as conn:
+        with self._db.read() as conn:
             return array(
                 "q",
                 conn.execute(
@@ -228,7 +266,7 @@ class OperationsStore:
 
     def count_redrivable(self, query: DeliveryQuery) -> int:
         """How many deliveries `redrive(query)` would move now (a dry run)."""
-        with self._store.reader.connect() as conn:
+        with self._db.read() as conn:
             return int(
                 conn.execute(
                     select(func.count()).select_from(deliveries).where(_redrivable(query))
@@ -237,17 +275,12 @@ class OperationsStore:
 
     def count_discardable(self, query: DeliveryQuery) -> int:
         """How many deliveries `discard(query, …)` would mark now (a dry run)."""
-        with self._store.reader.connect() as conn:
+        with self._db.read() as conn:
             return int(
                 conn.execute(
                     select(func.count()).select_from(deliveries).where(_discardable(query))
                 ).scalar_one()
             )
-
-    def blocked_lanes(self) -> dict[str, BlockedLanes]:
-        """Per destination with lanes: its blocked lanes (efd/store/lanes.py)."""
-        with self._store.reader.connect() as conn:
-            return lanes.blocked(conn)
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -259,7 +292,7 @@ class OperationsStore:
         how many were marked; the caller repeats until fewer than `limit`, so the writer
         is never held for long."""
         chosen = select(deliveries.c.id).where(_discardable(query)).limit(limit)
-        with self._store.writer.begin() as conn:
+        with self._db.write() as conn:
             marked = conn.execute(
                 update(deliveries)
                 .where(deliveries.c.id.in_(chosen.scalar_subquery()))
@@ -273,9 +306,13 @@ class OperationsStore:
             ).rowcount
             if marked:
                 for name in query.destinations:
-                    several = not self._store.sqlite
-                    lanes.advance(conn, now, destination=name, lock=several, notify=several)
+                    lanes.advance(conn, self._backend, now, destination=name)
             return int(marked)
+
+    def blocked_lanes(self) -> dict[str, BlockedLanes]:
+        """Per destination with lanes: its blocked lanes (efd/store/lanes.py)."""
+        with self._db.read() as conn:
+            return lanes.blocked(conn)
 
     def redrive(self, query: DeliveryQuery, now: float, chunk: int | None = None) -> int:
         """Move the failed or expired deliveries matching `query` back to pending with a
@@ -297,7 +334,7 @@ class OperationsStore:
         ahead of the later messages that wait (lanes go lowest id first). Returns how many
         moved."""
         unordered = deliveries.c.lane.is_(None)
-        with self._store.writer.begin() as conn:
+        with self._db.write() as conn:
             moved = conn.execute(
                 update(deliveries)
                 .where(deliveries.c.id.in_(list(ids)), _redrivable(query))
@@ -315,9 +352,7 @@ class OperationsStore:
                 )
             ).rowcount
             if moved:
-                insert = insert_for(self._store.sqlite)
-                lock = not self._store.sqlite
-                lanes.admit(conn, insert, now, ids=ids, lock=lock, notify=False)
+                lanes.admit(conn, self._backend, now, ids=ids)
                 self._notify(conn)
             return int(moved)
 
@@ -327,7 +362,7 @@ class OperationsStore:
         """For a replay of the newest such message: (its pk, whether its payload is still
         there, {destination: its first delivery there that is not itself a replay}), or None
         when no such message is stored."""
-        with self._store.reader.connect() as conn:
+        with self._db.read() as conn:
             pk = self._message_pk(conn, source, message_id)
             if pk is None:
                 return None
@@ -349,7 +384,7 @@ class OperationsStore:
         """New pending deliveries of the message, one per (original delivery id,
         destination), due now; returns their (id, destination)."""
         created: list[tuple[int, str]] = []
-        with self._store.writer.begin() as conn:
+        with self._db.write() as conn:
             for original, destination in targets:
                 new_id = conn.execute(
                     insert(deliveries)
@@ -371,7 +406,6 @@ class OperationsStore:
         return created
 
     def _notify(self, conn: Connection) -> None:
-        """PostgreSQL: wake every daemon's dispatcher at commit (efd/store/queue.py). A
-        daemon on SQLite finds the work at its next poll, or is woken by the caller."""
-        if not self._store.sqlite:
-            conn.execute(text("SELECT pg_notify(:channel, '')"), {"channel": NOTIFY_CHANNEL})
+        """Wake every daemon's dispatcher at commit, where the backend notifies; elsewhere
+        the daemon finds the work at its next poll, or is woken by the caller."""
+        self._backend.notify(conn)

@@ -6,22 +6,51 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Connection, delete, insert, select, update
 
-from efd.store.queue import Store
 from efd.store.schema import computed_values, events, identities, profiles
-from efd.store.statements import chunks, insert_for, upsert
+from efd.store.statements import chunks
+
+if TYPE_CHECKING:
+    from efd.store import Store
 
 ProfileRow = tuple[str, str, str, str]  # (id, kind, traits JSON, trait_times JSON)
 
 
+class Profiles(Protocol):
+    """What profile capture and the periodic jobs ask of the profile tables."""
+
+    def links(self, conn: Connection, ids: Collection[str]) -> dict[str, str]: ...
+
+    def ensure(self, conn: Connection, kinds: dict[str, str], now: float) -> None: ...
+
+    def load(self, conn: Connection, ids: Collection[str]) -> list[ProfileRow]: ...
+
+    def merge(self, conn: Connection, source: str, target: str) -> None: ...
+
+    def save_links(self, conn: Connection, links: dict[str, str], now: float) -> None: ...
+
+    def save(self, conn: Connection, rows: Sequence[ProfileRow], now: float) -> None: ...
+
+    def add_events(self, conn: Connection, rows: Iterable[tuple[str, str, float, str]]) -> None: ...
+
+    def resolve(self, id_: str) -> str: ...
+
+    def profile(self, id_: str) -> tuple[str, str, dict[str, Any]] | None: ...
+
+    def purge_events(self, before: float, limit: int) -> int: ...
+
+
 class ProfilesStore:
+    """Owns profiles, identity links and kept events: the statements profile capture runs
+    inside the ingestion transaction, the reads, and the events' retention. Decides nothing
+    about identities (efd/personas/capture.py does)."""
+
     def __init__(self, store: Store) -> None:
-        self.sqlite = store.sqlite
-        self._reader = store.reader
-        self._writer = store.writer
+        self._backend = store.backend
+        self._db = store.database
 
     # -- inside the ingestion transaction ----------------------------------------------------
 
@@ -44,7 +73,7 @@ class ProfilesStore:
         if not kinds:
             return
         conn.execute(
-            insert_for(self.sqlite)(profiles).on_conflict_do_nothing(index_elements=["id"]),
+            self._backend.insert(profiles).on_conflict_do_nothing(index_elements=["id"]),
             [
                 {"id": i, "kind": k, "traits": "{}", "trait_times": "{}", "updated_at": now}
                 for i, k in sorted(kinds.items())
@@ -52,14 +81,14 @@ class ProfilesStore:
         )
 
     def load(self, conn: Connection, ids: Collection[str]) -> list[ProfileRow]:
-        """The profiles of `ids`; on PostgreSQL locked until commit (in id order, so
+        """The profiles of `ids`; locked until commit where rows lock (in id order, so
         concurrent ingestion in several processes cannot deadlock)."""
         rows: list[ProfileRow] = []
         for chunk in chunks(ids):
             query = select(
                 profiles.c.id, profiles.c.kind, profiles.c.traits, profiles.c.trait_times
             ).where(profiles.c.id.in_(chunk))
-            if not self.sqlite:
+            if self._backend.row_locks:
                 query = query.order_by(profiles.c.id).with_for_update()
             rows.extend((r[0], r[1], r[2], r[3]) for r in conn.execute(query))
         return rows
@@ -79,7 +108,7 @@ class ProfilesStore:
     def save_links(self, conn: Connection, links: dict[str, str], now: float) -> None:
         if links:
             conn.execute(
-                upsert(self.sqlite, identities, ["alias_id"], only=["canonical_id"]),
+                self._backend.upsert(identities, ["alias_id"], only=["canonical_id"]),
                 [
                     {"alias_id": a, "canonical_id": c, "created_at": now}
                     for a, c in sorted(links.items())
@@ -89,7 +118,7 @@ class ProfilesStore:
     def save(self, conn: Connection, rows: Sequence[ProfileRow], now: float) -> None:
         if rows:
             conn.execute(
-                upsert(self.sqlite, profiles, ["id"]),
+                self._backend.upsert(profiles, ["id"]),
                 [
                     {"id": i, "kind": k, "traits": t, "trait_times": tt, "updated_at": now}
                     for i, k, t, tt in sorted(rows)
@@ -108,7 +137,7 @@ class ProfilesStore:
     # -- reads and housekeeping --------------------------------------------------------------
 
     def resolve(self, id_: str) -> str:
-        with self._reader.connect() as conn:
+        with self._db.read() as conn:
             canonical = conn.execute(
                 select(identities.c.canonical_id).where(identities.c.alias_id == id_)
             ).scalar()
@@ -117,7 +146,7 @@ class ProfilesStore:
     def profile(self, id_: str) -> tuple[str, str, dict[str, Any]] | None:
         """(canonical id, kind, traits) of the profile `id_` belongs to, or None."""
         canonical = self.resolve(id_)
-        with self._reader.connect() as conn:
+        with self._db.read() as conn:
             row = conn.execute(
                 select(profiles.c.kind, profiles.c.traits).where(profiles.c.id == canonical)
             ).first()
@@ -125,7 +154,7 @@ class ProfilesStore:
 
     def purge_events(self, before: float, limit: int) -> int:
         """Delete up to `limit` events older than `before`; the retention job's step."""
-        with self._writer.begin() as conn:
+        with self._db.write() as conn:
             ids = (
                 conn.execute(select(events.c.id).where(events.c.timestamp < before).limit(limit))
                 .scalars()

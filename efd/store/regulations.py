@@ -11,25 +11,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from sqlalchemy import (
-    Connection,
-    Text,
-    and_,
-    bindparam,
-    delete,
-    func,
-    insert,
-    literal,
-    or_,
-    select,
-    update,
-)
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy import Connection, and_, delete, func, insert, literal, or_, select, update
 
+from efd.errors import LeaseLost
 from efd.rows import NewMessage, RegulationStatus
-from efd.store.queue import Store
 from efd.store.schema import (
     attempts,
     computed_values,
@@ -42,15 +29,15 @@ from efd.store.schema import (
     regulations,
     suppressions,
 )
-from efd.store.statements import chunks, insert_for, upsert
+from efd.store.statements import chunks
+from efd.store.suppressions import Suppressions
+
+if TYPE_CHECKING:
+    from efd.store import Store
 
 REGULATION_TYPES = ("DELETE_ONLY", "SUPPRESS_WITH_DELETE", "SUPPRESS_ONLY", "UNSUPPRESS")
 DELETE_TYPES = frozenset({"DELETE_ONLY", "SUPPRESS_WITH_DELETE"})
 SUPPRESS_TYPES = frozenset({"SUPPRESS_ONLY", "SUPPRESS_WITH_DELETE"})
-
-
-class LeaseLost(Exception):
-    """Another process took the regulation over; this one must stop working on it."""
 
 
 @dataclass(slots=True)
@@ -63,46 +50,69 @@ class RegulationClaim:
     progress: dict[str, Any] = field(default_factory=dict)
 
 
-class Suppressions:
-    """Which ids are suppressed: the store's suppression step (`Store.suppressions`) and the
-    syncs' check. SQLite serves one process, so this process sees every change and skips
-    the check while there are none; on PostgreSQL it always asks."""
+class Regulations(Protocol):
+    """What the regulations API and the regulation runner ask of the store."""
 
-    def __init__(self, store: Store) -> None:
-        self.sqlite = store.sqlite
-        self.none = False
-        if store.sqlite:
-            with store.reader.connect() as conn:
-                self.none = self._empty(conn)
-        self._any = select(suppressions.c.subject_id).where(
-            suppressions.c.subject_id == func.any(bindparam("ids", type_=ARRAY(Text)))
-        )
+    def create_regulation(
+        self, reg_id: str, type_: str, scope: str | None, subject_ids: Sequence[str], now: float
+    ) -> None: ...
 
-    def suppressed(self, conn: Connection, ids: set[str]) -> set[str]:
-        """Which of these userIds/anonymousIds are suppressed."""
-        if self.none:
-            return set()
-        if not self.sqlite:
-            # One statement whatever the count: = ANY(array) is also cheaper than IN lists.
-            return set(conn.execute(self._any, {"ids": list(ids)}).scalars())
-        found: set[str] = set()
-        for chunk in chunks(ids):
-            found.update(
-                conn.execute(
-                    select(suppressions.c.subject_id).where(suppressions.c.subject_id.in_(chunk))
-                ).scalars()
-            )
-        return found
+    def release_regulation_leases(self) -> int: ...
 
-    @staticmethod
-    def _empty(conn: Connection) -> bool:
-        return conn.execute(select(suppressions.c.subject_id).limit(1)).first() is None
+    def claim_regulation(
+        self, owner: str, now: float, lease_until: float
+    ) -> RegulationClaim | None: ...
+
+    def requested_subjects(self, claim: RegulationClaim) -> list[str]: ...
+
+    def record_notifications(
+        self,
+        claim: RegulationClaim,
+        source: str,
+        destinations: Sequence[str],
+        rows: Sequence[NewMessage],
+        *,
+        now: float,
+        lease_until: float,
+    ) -> int: ...
+
+    def link_subjects(self, claim: RegulationClaim, lease_until: float) -> int: ...
+
+    def max_message_pk(self) -> int: ...
+
+    def link_anonymous_ids(
+        self, claim: RegulationClaim, low: int, high: int, lease_until: float
+    ) -> None: ...
+
+    def purge_messages(
+        self, claim: RegulationClaim, low: int, high: int, lease_until: float
+    ) -> int: ...
+
+    def purge_profiles(self, claim: RegulationClaim, lease_until: float) -> dict[str, int]: ...
+
+    def finish_regulation(
+        self,
+        claim: RegulationClaim,
+        status: str,
+        progress: dict[str, Any],
+        now: float,
+        error: str | None = None,
+    ) -> None: ...
+
+    def release_regulation(self, claim: RegulationClaim) -> None: ...
+
+    def regulation(self, reg_id: str) -> dict[str, Any] | None: ...
 
 
 class RegulationsStore:
+    """Owns the regulations and their subjects, each step fenced by the regulation's lease,
+    and the suppressions a regulation starts or ends. Stores delete notifications through
+    ingestion's insert; never claims deliveries."""
+
     def __init__(self, store: Store, suppressions: Suppressions) -> None:
-        self._store = store
-        self.sqlite = store.sqlite
+        self._db = store.database
+        self._backend = store.backend
+        self._ingestion = store.ingestion
         self._suppressions = suppressions
 
     def create_regulation(
@@ -110,7 +120,7 @@ class RegulationsStore:
     ) -> None:
         """Record a regulation. Suppressions start (or end) here, with the request, so
         every message stored after the answer is already checked against them."""
-        with self._store.writer.begin() as conn:
+        with self._db.write() as conn:
             conn.execute(
                 insert(regulations).values(
                     id=reg_id,
@@ -131,7 +141,7 @@ class RegulationsStore:
                     {"subject_id": s, "user_id": u, "regulation_id": reg_id, "created_at": now}
                     for s, u in self._identity_graph(conn, subject_ids).items()
                 ]
-                conn.execute(upsert(self.sqlite, suppressions, ["subject_id"]), rows)
+                conn.execute(self._backend.upsert(suppressions, ["subject_id"]), rows)
                 none_left = False
             elif type_ == "UNSUPPRESS":
                 for chunk in chunks(subject_ids):
@@ -143,11 +153,10 @@ class RegulationsStore:
                             )
                         )
                     )
-                none_left = Suppressions._empty(conn)
+                none_left = Suppressions.empty(conn)
             else:
                 none_left = self._suppressions.none
-        if self.sqlite:
-            self._suppressions.none = none_left
+        self._suppressions.changed(none_left)
 
     def _identity_graph(self, conn: Connection, user_ids: Sequence[str]) -> dict[str, str]:
         """Each requested userId, and every id linked to it in the profile store, mapped to
@@ -176,8 +185,8 @@ class RegulationsStore:
 
     def release_regulation_leases(self) -> int:
         """Make every running regulation resumable now. Only safe when no other process
-        is running (SQLite, where efd holds an exclusive lock on the database file)."""
-        with self._store.writer.begin() as conn:
+        is running (a single-process backend, where efd holds the database's lock)."""
+        with self._db.write() as conn:
             return conn.execute(
                 update(regulations)
                 .where(regulations.c.status == RegulationStatus.RUNNING)
@@ -203,7 +212,7 @@ class RegulationsStore:
             .limit(1)
             .with_for_update(skip_locked=True)
         )
-        with self._store.writer.begin() as conn:
+        with self._db.write() as conn:
             row = conn.execute(
                 update(regulations)
                 .where(regulations.c.id.in_(due.scalar_subquery()))
@@ -259,7 +268,7 @@ class RegulationsStore:
 
     def requested_subjects(self, claim: RegulationClaim) -> list[str]:
         """The userIds the regulation names, in order (they never change once recorded)."""
-        with self._store.reader.connect() as conn:
+        with self._db.read() as conn:
             return list(
                 conn.execute(
                     select(regulation_subjects.c.subject_id)
@@ -286,9 +295,9 @@ class RegulationsStore:
         """In ONE transaction: the source's delete notifications (`rows`, one per requested
         user, to each of its destinations) and the source recorded as done. The fence makes
         a regulation taken over by another process refuse this, so none is sent twice."""
-        with self._store.writer.begin() as conn:
+        with self._db.write() as conn:
             self._fence(conn, claim, lease_until)
-            pks = self._store.insert_with_deliveries(conn, rows, now)
+            pks = self._ingestion.insert_with_deliveries(conn, rows, now)
             progress = json.loads(json.dumps(claim.progress))
             progress.setdefault("sources", {})[source] = {
                 "status": RegulationStatus.FINISHED,
@@ -310,7 +319,7 @@ class RegulationsStore:
     def link_subjects(self, claim: RegulationClaim, lease_until: float) -> int:
         """Add the ids the profile store links to the requested users; the purge covers
         them too. Returns how many were added."""
-        with self._store.writer.begin() as conn:
+        with self._db.write() as conn:
             self._fence(conn, claim, lease_until)
             requested = (
                 conn.execute(
@@ -324,7 +333,7 @@ class RegulationsStore:
             )
             linked = set(self._identity_graph(conn, requested)) - set(requested)
             if linked:
-                statement = insert_for(self.sqlite)(regulation_subjects)
+                statement = self._backend.insert(regulation_subjects)
                 conn.execute(
                     statement.on_conflict_do_nothing(
                         index_elements=["regulation_id", "subject_id"]
@@ -337,7 +346,7 @@ class RegulationsStore:
             return len(linked)
 
     def max_message_pk(self) -> int:
-        with self._store.reader.connect() as conn:
+        with self._db.read() as conn:
             return int(conn.execute(select(func.coalesce(func.max(messages.c.id), 0))).scalar_one())
 
     def link_anonymous_ids(
@@ -356,11 +365,11 @@ class RegulationsStore:
             .distinct()
         )
         statement = (
-            insert_for(self.sqlite)(regulation_subjects)
+            self._backend.insert(regulation_subjects)
             .from_select(["regulation_id", "subject_id", "requested"], found)
             .on_conflict_do_nothing(index_elements=["regulation_id", "subject_id"])
         )
-        with self._store.writer.begin() as conn:
+        with self._db.write() as conn:
             self._fence(conn, claim, lease_until)
             conn.execute(statement)
 
@@ -384,7 +393,7 @@ class RegulationsStore:
                 and_(messages.c.user_id.is_(None), messages.c.anonymous_id.in_(subjects)),
             ),
         )
-        with self._store.writer.begin() as conn:
+        with self._db.write() as conn:
             self._fence(conn, claim, lease_until)
             their_deliveries = select(deliveries.c.id).where(
                 deliveries.c.message_pk.in_(select(messages.c.id).where(*targets))
@@ -407,7 +416,7 @@ class RegulationsStore:
         """Delete the subjects' profiles, identity links, events and memberships: the last
         purge step, so it also marks the purge done."""
         subjects = self._subjects(claim)
-        with self._store.writer.begin() as conn:
+        with self._db.write() as conn:
             self._fence(conn, claim, lease_until)
             counts = {
                 "events": conn.execute(
@@ -452,7 +461,7 @@ class RegulationsStore:
         now: float,
         error: str | None = None,
     ) -> None:
-        with self._store.writer.begin() as conn:
+        with self._db.write() as conn:
             self._fence(conn, claim, now)
             conn.execute(
                 update(regulations)
@@ -477,7 +486,7 @@ class RegulationsStore:
 
     def release_regulation(self, claim: RegulationClaim) -> None:
         """Give a regulation back (graceful stop): resumable at once by any process."""
-        with self._store.writer.begin() as conn:
+        with self._db.write() as conn:
             conn.execute(
                 update(regulations)
                 .where(
@@ -490,7 +499,7 @@ class RegulationsStore:
 
     def regulation(self, reg_id: str) -> dict[str, Any] | None:
         """The regulation's row, with live delivery counts of its notifications."""
-        with self._store.reader.connect() as conn:
+        with self._db.read() as conn:
             row = conn.execute(select(regulations).where(regulations.c.id == reg_id)).first()
             if row is None:
                 return None

@@ -17,10 +17,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar
 
-from sqlalchemy.exc import SQLAlchemyError
-
+from efd.errors import StoreError
 from efd.rows import AttemptRow, Claimed, Outcome
-from efd.store.queue import Store
+from efd.store import Store
+from efd.store.database import edge
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -59,9 +59,11 @@ class _WriterThread:
                 fn, future = queue.popleft()
             if future.set_running_or_notify_cancel():
                 try:
-                    future.set_result(fn())
+                    with edge():
+                        result = fn()
+                    future.set_result(result)
                 except BaseException as error:
-                    if isinstance(error, SQLAlchemyError):
+                    if isinstance(error, StoreError):
                         self.failed = (time.monotonic(), str(error).splitlines()[0][:200])
                     future.set_exception(error)
 
@@ -74,6 +76,9 @@ class _WriterThread:
 
 
 class AsyncStore:
+    """The store off the event loop: writes in order on one thread, reads on a small pool.
+    Anything the driver raises reaches the caller as efd.errors.StoreError."""
+
     def __init__(self, store: Store) -> None:
         self.store = store
         self._writer = _WriterThread()
@@ -95,12 +100,19 @@ class AsyncStore:
 
     async def read(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._reader, functools.partial(fn, *args, **kwargs))
+        return await loop.run_in_executor(
+            self._reader, _at_edge, functools.partial(fn, *args, **kwargs)
+        )
 
     def close(self) -> None:
         self._writer.shutdown()
         self._reader.shutdown(wait=True)
         self.store.dispose()
+
+
+def _at_edge(call: Callable[[], R]) -> R:
+    with edge():
+        return call()
 
 
 class AsyncDeliveries:
@@ -121,7 +133,7 @@ class AsyncDeliveries:
         due_by: float | None = None,
     ) -> list[Claimed]:
         return await self._db.write(
-            self._db.store.claim,
+            self._db.store.queue.claim,
             destination,
             limit,
             owner=owner,
@@ -131,16 +143,16 @@ class AsyncDeliveries:
         )
 
     async def record(self, outcomes: Sequence[Outcome], attempts: Sequence[AttemptRow]) -> int:
-        return await self._db.write(self._db.store.record, outcomes, attempts)
+        return await self._db.write(self._db.store.queue.record, outcomes, attempts)
 
     async def release(self, leases: Sequence[tuple[int, int]], now: float) -> None:
-        await self._db.write(self._db.store.release, leases, now)
+        await self._db.write(self._db.store.queue.release, leases, now)
 
     async def next_due(self, destination: str) -> float | None:
-        return await self._db.read(self._db.store.next_due, destination)
+        return await self._db.read(self._db.store.queue.next_due, destination)
 
     async def wake(self, destination: str, hook: Sequence[str], now: float) -> int:
-        return await self._db.write(self._db.store.wake, destination, hook, now)
+        return await self._db.write(self._db.store.queue.wake, destination, hook, now)
 
     async def expire_waiting(self, destination: str, window: float, now: float) -> int:
-        return await self._db.write(self._db.store.expire_waiting, destination, window, now)
+        return await self._db.write(self._db.store.queue.expire_waiting, destination, window, now)

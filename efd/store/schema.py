@@ -50,7 +50,7 @@ messages = Table(
     # efd/store/dedupe.py: hash of (source, message_id), set on every insert. Nullable only
     # because SQLite cannot add a NOT NULL column to a table that has rows.
     Column("message_key", BigInteger),
-    # On SQLite the writer indexes the keys in memory instead (efd/store/dedupe.py).
+    # On SQLite the writer indexes the keys in memory instead (efd/store/backends/sqlite.py).
     Index("ix_messages_message_key", "message_key").ddl_if(dialect="postgresql"),
     Index("ix_messages_received_at", "received_at"),
 )

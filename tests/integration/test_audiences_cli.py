@@ -6,10 +6,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from efd import config
-from efd.config import ConfigError
 from tests.conftest import post, settings_dict, sql, write_toml
 from tests.integration.test_audiences import (
     HIGH_VALUE,
@@ -131,31 +127,3 @@ async def test_audiences_lists_counts_and_last_sync_and_previews_without_deliver
     # Previews neither deliver nor store anything.
     assert sql(db_url, "SELECT count(*) FROM messages WHERE source = 'personas'") == sent
     assert sql(db_url, "SELECT count(*) FROM computed_values") == [(1,)]
-
-
-@pytest.mark.parametrize(
-    "condition",
-    [
-        "__import__('os').system('touch /tmp/efd-pwned')",
-        "trait('plan') = 'pro'; import os",
-        "eval('1') = 1",
-    ],
-)
-def test_conditions_are_parsed_never_run(condition, tmp_path: Path):
-    settings = settings_dict("sqlite:///unused.db")
-    settings["audiences"] = [{"name": "A", "destinations": ["hooks"], "condition": condition}]
-    with pytest.raises(ConfigError) as error:
-        config.load(None, **settings)
-    [problem] = error.value.problems
-    assert problem.startswith("audiences[0].condition: line 1, column ")
-    assert not Path("/tmp/efd-pwned").exists()
-
-
-def test_the_personas_source_name_is_reserved():
-    settings = settings_dict("sqlite:///unused.db")
-    settings["sources"][0]["name"] = "personas"
-    with pytest.raises(ConfigError) as error:
-        config.load(None, **settings)
-    assert any(
-        p.startswith("sources[0].name: 'personas' is reserved") for p in error.value.problems
-    )

@@ -207,7 +207,7 @@ def test_message_key_and_received_at_find_a_message_through_an_index(db_url):
     store = Store(db_url)
     now = time.time()
     try:
-        store.insert_messages(
+        store.ingestion.insert_messages(
             [
                 NewMessage("web", mid, "track", "u", None, "E", now, now, "{}", ("d",))
                 for mid in ("audit-me", "other")

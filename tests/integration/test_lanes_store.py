@@ -15,7 +15,6 @@ import pytest
 from efd.rows import AttemptRow, Claimed, DeliveryQuery, DeliveryStatus, NewMessage, Outcome
 from efd.rules.lanes import Lanes
 from efd.store import Store, migrate
-from efd.store.lanes import LanesStore
 from efd.store.operations import OperationsStore
 from tests.conftest import sql
 
@@ -26,9 +25,15 @@ ORDERED, PLAIN = "crm", "log"
 def store(db_url: str) -> Iterator[Store]:
     migrate.upgrade(db_url)
     s = Store(db_url)
-    s.lanes = Lanes([ORDERED])
+    ordered(s)
     yield s
     s.dispose()
+
+
+def ordered(s: Store, on: bool = True) -> None:
+    """As the daemon sets a store up while ORDERED has ordering = "per_user" (or not)."""
+    s.ingestion.lanes = Lanes([ORDERED]) if on else None
+    s.queue.ordered = on
 
 
 def message(
@@ -56,7 +61,7 @@ def message(
 
 def claim(store: Store, destination: str = ORDERED, now: float | None = None) -> list[Claimed]:
     now = time.time() if now is None else now
-    return store.claim(destination, 1000, owner="t", now=now, lease_until=now + 60)
+    return store.queue.claim(destination, 1000, owner="t", now=now, lease_until=now + 60)
 
 
 def outcome(c: Claimed, status: DeliveryStatus, *, retry_at: float | None = None) -> Outcome:
@@ -79,7 +84,7 @@ def attempt(c: Claimed, result: str) -> AttemptRow:
 
 
 def deliver(store: Store, claimed: Sequence[Claimed]) -> None:
-    store.record([outcome(c, DeliveryStatus.DELIVERED) for c in claimed], [])
+    store.queue.record([outcome(c, DeliveryStatus.DELIVERED) for c in claimed], [])
 
 
 def lane_of(db_url: str, delivery_id: int) -> str:
@@ -98,7 +103,7 @@ def statuses(db_url: str, destination: str = ORDERED) -> dict[str, str]:
 
 
 def test_only_each_lanes_first_message_is_claimable(store: Store, db_url: str) -> None:
-    store.insert_messages(
+    store.ingestion.insert_messages(
         [message(f"{u}{i}", u) for i in range(3) for u in ("a", "b", "c")], time.time()
     )
     first = claim(store)
@@ -114,7 +119,7 @@ def test_each_lane_is_sent_in_the_order_efd_acknowledged_it(store: Store) -> Non
     # change nothing: the order is the acknowledgement's.
     base = time.time()
     for batch in range(4):
-        store.insert_messages(
+        store.ingestion.insert_messages(
             [
                 message(f"{u}-{batch}-{i}", u, received_at=base - batch * 10 - i)
                 for i in range(2)
@@ -133,12 +138,14 @@ def test_each_lane_is_sent_in_the_order_efd_acknowledged_it(store: Store) -> Non
 
 
 def test_a_retrying_head_holds_only_its_own_lane(store: Store, db_url: str) -> None:
-    store.insert_messages([message(f"{u}{i}", u) for i in range(3) for u in ("ok", "bad")], 0)
+    store.ingestion.insert_messages(
+        [message(f"{u}{i}", u) for i in range(3) for u in ("ok", "bad")], 0
+    )
     sent: list[str] = []
     for _ in range(4):
         claimed = claim(store)
         sent += [c.message_id for c in claimed]
-        store.record(
+        store.queue.record(
             [
                 outcome(c, DeliveryStatus.PENDING, retry_at=0.0)
                 if c.message_id.startswith("bad")
@@ -150,7 +157,7 @@ def test_a_retrying_head_holds_only_its_own_lane(store: Store, db_url: str) -> N
     assert [m for m in sent if m.startswith("ok")] == ["ok0", "ok1", "ok2"]
     assert [m for m in sent if m.startswith("bad")] == ["bad0"] * 4  # the head, again
     assert statuses(db_url)["bad1"] == statuses(db_url)["bad2"] == "queued"
-    blocked = LanesStore(store).blocked()[ORDERED]
+    blocked = store.lanes.blocked()[ORDERED]
     assert blocked.count == 1
     assert blocked.oldest_message_id == "bad0"
     waiting = sql(
@@ -158,7 +165,7 @@ def test_a_retrying_head_holds_only_its_own_lane(store: Store, db_url: str) -> N
         "SELECT d.id FROM deliveries d JOIN messages m ON m.id = d.message_pk"
         " WHERE m.message_id = 'bad2'",
     )
-    assert LanesStore(store).waiting_for([waiting[0][0]]) == {waiting[0][0]: "bad0"}
+    assert store.lanes.waiting_for([waiting[0][0]]) == {waiting[0][0]: "bad0"}
 
 
 @pytest.mark.parametrize(
@@ -167,9 +174,9 @@ def test_a_retrying_head_holds_only_its_own_lane(store: Store, db_url: str) -> N
 def test_any_outcome_of_the_head_hands_the_lane_on(
     store: Store, db_url: str, final: DeliveryStatus
 ) -> None:
-    store.insert_messages([message("m1", "u"), message("m2", "u")], time.time())
+    store.ingestion.insert_messages([message("m1", "u"), message("m2", "u")], time.time())
     [head] = claim(store)
-    store.record([outcome(head, final)], [])
+    store.queue.record([outcome(head, final)], [])
     [following] = claim(store)
     assert following.message_id == "m2"
     deliver(store, [following])
@@ -178,28 +185,28 @@ def test_any_outcome_of_the_head_hands_the_lane_on(
 
 def test_a_stale_outcome_hands_nothing_on(store: Store) -> None:
     now = time.time()
-    store.insert_messages([message("m1", "u"), message("m2", "u")], now)
-    [first] = store.claim(ORDERED, 10, owner="A", now=now, lease_until=now + 1)
+    store.ingestion.insert_messages([message("m1", "u"), message("m2", "u")], now)
+    [first] = store.queue.claim(ORDERED, 10, owner="A", now=now, lease_until=now + 1)
     # A's lease lapses; B claims the head again and still holds it.
-    [again] = store.claim(ORDERED, 10, owner="B", now=now + 2, lease_until=now + 60)
+    [again] = store.queue.claim(ORDERED, 10, owner="B", now=now + 2, lease_until=now + 60)
     assert again.delivery_id == first.delivery_id
-    assert store.record([outcome(first, DeliveryStatus.DELIVERED)], []) == 1  # stale
+    assert store.queue.record([outcome(first, DeliveryStatus.DELIVERED)], []) == 1  # stale
     assert claim(store, now=now + 3) == []  # m2 still waits for B's outcome
     deliver(store, [again])
     assert [c.message_id for c in claim(store, now=now + 3)] == ["m2"]
 
 
 def test_a_message_joining_an_idle_lane_is_due_at_once(store: Store) -> None:
-    store.insert_messages([message("m1", "u")], time.time())
+    store.ingestion.insert_messages([message("m1", "u")], time.time())
     deliver(store, claim(store))
-    store.insert_messages([message("m2", "u")], time.time())
+    store.ingestion.insert_messages([message("m2", "u")], time.time())
     assert [c.message_id for c in claim(store)] == ["m2"]
 
 
 def test_lanes_are_per_destination_and_unordered_destinations_are_untouched(
     store: Store, db_url: str
 ) -> None:
-    store.insert_messages(
+    store.ingestion.insert_messages(
         [message(f"m{i}", "u", destinations=(ORDERED, PLAIN)) for i in range(3)], time.time()
     )
     assert len(claim(store, PLAIN)) == 3
@@ -210,7 +217,7 @@ def test_lanes_are_per_destination_and_unordered_destinations_are_untouched(
 
 
 def test_the_anonymous_id_is_the_lane_without_a_user_id(store: Store, db_url: str) -> None:
-    store.insert_messages(
+    store.ingestion.insert_messages(
         [message("a1", None, anonymous="anon"), message("a2", "user", anonymous="anon")],
         time.time(),
     )
@@ -222,9 +229,9 @@ def test_the_anonymous_id_is_the_lane_without_a_user_id(store: Store, db_url: st
 def test_redrive_puts_a_message_back_into_its_lane_ahead_of_later_ones(
     store: Store, db_url: str
 ) -> None:
-    store.insert_messages([message(f"m{i}", "u") for i in range(1, 5)], time.time())
+    store.ingestion.insert_messages([message(f"m{i}", "u") for i in range(1, 5)], time.time())
     [m1] = claim(store)
-    store.record([outcome(m1, DeliveryStatus.FAILED)], [])
+    store.queue.record([outcome(m1, DeliveryStatus.FAILED)], [])
     [m2] = claim(store)
     # m2 is the head now: a redriven m1 waits, but before m3 and m4.
     ops = OperationsStore(store)
@@ -251,11 +258,11 @@ def test_waiting_messages_expire_from_receipt_and_expired_heads_hand_on(
 ) -> None:
     window = 100.0
     now = time.time()
-    store.insert_messages([message(f"m{i}", "u") for i in range(1, 4)], now - 150)
-    store.insert_messages([message("m4", "u")], now - 10)
+    store.ingestion.insert_messages([message(f"m{i}", "u") for i in range(1, 4)], now - 150)
+    store.ingestion.insert_messages([message("m4", "u")], now - 10)
     # Every hook's circuit is open: the waiting head and m2, m3 received too long ago expire,
     # m4 (received 10 s ago) becomes the head.
-    store.expire_waiting(ORDERED, window, now)
+    store.queue.expire_waiting(ORDERED, window, now)
     assert statuses(db_url) == {
         "m1": "expired",
         "m2": "expired",
@@ -267,21 +274,21 @@ def test_waiting_messages_expire_from_receipt_and_expired_heads_hand_on(
 
 def test_tending_expires_waiting_messages_and_repairs_lanes(store: Store, db_url: str) -> None:
     now = time.time()
-    store.insert_messages([message(f"m{i}", "u") for i in range(1, 4)], now - 150)
-    store.insert_messages([message("m4", "u")], now)
+    store.ingestion.insert_messages([message(f"m{i}", "u") for i in range(1, 4)], now - 150)
+    store.ingestion.insert_messages([message("m4", "u")], now)
     [head] = claim(store, now=now)
     # An outcome recorded by a process that did not know the destination was ordered.
-    store.lanes = None
+    ordered(store, False)
     deliver(store, [head])
-    store.lanes = Lanes([ORDERED])
+    ordered(store)
     assert claim(store, now=now) == []
-    expired, promoted = LanesStore(store).tend([ORDERED], 100.0, now)
+    expired, promoted = store.lanes.tend([ORDERED], 100.0, now)
     assert (expired, promoted) == ({ORDERED: 2}, 1)
     assert [c.message_id for c in claim(store, now=now)] == ["m4"]
 
 
 def test_discard_takes_waiting_messages_and_clears_the_lanes(store: Store, db_url: str) -> None:
-    store.insert_messages([message(f"m{i}", "u") for i in range(3)], time.time())
+    store.ingestion.insert_messages([message(f"m{i}", "u") for i in range(3)], time.time())
     ops = OperationsStore(store)
     query = DeliveryQuery(destinations=(ORDERED,))
     assert ops.count_discardable(query) == 3
@@ -291,18 +298,18 @@ def test_discard_takes_waiting_messages_and_clears_the_lanes(store: Store, db_ur
 
 
 def test_turning_ordering_off_releases_every_waiting_message(store: Store, db_url: str) -> None:
-    store.insert_messages([message(f"m{i}", "u") for i in range(3)], time.time())
-    assert LanesStore(store).dissolve([], time.time()) == 2
+    store.ingestion.insert_messages([message(f"m{i}", "u") for i in range(3)], time.time())
+    assert store.lanes.dissolve([], time.time()) == 2
     assert len(claim(store)) == 3
     assert sql(db_url, "SELECT count(*) FROM lanes") == [(0,)]
 
 
 def test_waiting_messages_are_backlog_and_never_purged(store: Store, db_url: str) -> None:
-    store.insert_messages([message(f"m{i}", "u") for i in range(3)], time.time() - 86400)
-    assert store.backlog() == {ORDERED: 3}
+    store.ingestion.insert_messages([message(f"m{i}", "u") for i in range(3)], time.time() - 86400)
+    assert store.queue.backlog() == {ORDERED: 3}
     [head] = claim(store)
     deliver(store, [head])
-    store.purge_finished(time.time(), 100)
+    store.jobs.purge_finished(time.time(), 100)
     assert sorted(statuses(db_url)) == ["m1", "m2"]  # m0, finished, purged
 
 
@@ -313,16 +320,16 @@ def test_an_outcome_waits_for_a_message_joining_its_lane_to_commit(
     the head's outcome. The outcome must wait for that commit and then hand the lane to m2;
     without the lane's row lock it would find no waiting message, drop the lane, and m2
     would wait forever."""
-    if store.sqlite:
+    if store.single_process:
         pytest.skip("one writer on SQLite: nothing runs at once")
-    store.insert_messages([message("m1", "u")], time.time())
+    store.ingestion.insert_messages([message("m1", "u")], time.time())
     [head] = claim(store)
     other = Store(db_url)
-    other.lanes = Lanes([ORDERED])
+    ordered(other)
     recorder: threading.Thread | None = None
     try:
-        with other.writer.begin() as conn:
-            other.insert_with_deliveries(conn, [message("m2", "u")], time.time())
+        with other.database.write() as conn:
+            other.ingestion.insert_with_deliveries(conn, [message("m2", "u")], time.time())
             recorder = threading.Thread(target=deliver, args=(store, [head]))
             recorder.start()
             # Until the recorder either finished or waits on a lock (the lane's row).
@@ -343,11 +350,11 @@ def test_an_outcome_waits_for_a_message_joining_its_lane_to_commit(
 def test_writers_at_once_take_turns_per_lane(store: Store, db_url: str) -> None:
     """Ingestion from several processes, and outcomes recorded meanwhile: every lane always
     has exactly one head while it has messages, and each is sent in the order stored."""
-    if store.sqlite:
+    if store.single_process:
         pytest.skip("one writer on SQLite: nothing runs at once")
     writers = [Store(db_url) for _ in range(3)]
     for w in writers:
-        w.lanes = Lanes([ORDERED])
+        ordered(w)
     users = [f"u{i}" for i in range(4)]
     per_writer = 40
     errors: list[BaseException] = []
@@ -355,7 +362,9 @@ def test_writers_at_once_take_turns_per_lane(store: Store, db_url: str) -> None:
     def ingest(w: Store, n: int) -> None:
         try:
             for i in range(per_writer):
-                w.insert_messages([message(f"w{n}-{i}-{u}", u) for u in users], time.time())
+                w.ingestion.insert_messages(
+                    [message(f"w{n}-{i}-{u}", u) for u in users], time.time()
+                )
         except BaseException as error:
             errors.append(error)
 

@@ -17,7 +17,8 @@ from efd.rules.messages import normalise
 from efd.rules.payload import message_row
 from efd.store import Store, migrate
 from efd.store.profiles import ProfilesStore
-from efd.store.regulations import RegulationsStore, Suppressions
+from efd.store.regulations import RegulationsStore
+from efd.store.suppressions import Suppressions
 from tests.conftest import sql
 
 WEB = SourceConfig(name="web", write_key="k", destinations=["d"])
@@ -41,9 +42,9 @@ class Stores:
 def stores(store):  # type: ignore[no-untyped-def]
     """The store as the daemon sets it up while audiences or traits are configured."""
     suppressions = Suppressions(store)
-    store.suppressions = suppressions
+    store.ingestion.suppressions = suppressions
     profiles = ProfilesStore(store)
-    store.capture = Capture(profiles)
+    store.ingestion.capture = Capture(profiles)
     return Stores(profiles, RegulationsStore(store, suppressions))
 
 
@@ -58,7 +59,7 @@ def row(raw: dict[str, Any]) -> NewMessage:
 
 
 def ingest(store: Store, *raws: dict[str, Any]) -> list[str]:
-    return store.insert_messages([row(r) for r in raws], time.time())
+    return store.ingestion.insert_messages([row(r) for r in raws], time.time())
 
 
 def event_rows(db_url: str) -> list[tuple[str, str]]:
@@ -205,7 +206,7 @@ def test_capture_shares_the_ingestion_transaction(store, stores, db_url):
     def broken(conn, rows):  # type: ignore[no-untyped-def]
         raise RuntimeError("capture failed")
 
-    store.capture = broken
+    store.ingestion.capture = broken
     with pytest.raises(RuntimeError):
         ingest(store, {"type": "track", "userId": "u1", "event": "E"})
     assert sql(db_url, "SELECT count(*) FROM messages") == [(0,)]

@@ -17,7 +17,8 @@ from aiohttp import web
 from efd.rules import webhooks
 from efd.services.regulations import delete_notifications
 from efd.store import Store, migrate
-from efd.store.regulations import RegulationsStore, Suppressions
+from efd.store.regulations import RegulationsStore
+from efd.store.suppressions import Suppressions
 from tests.conftest import (
     SECRET,
     DaemonProcess,

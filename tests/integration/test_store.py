@@ -20,7 +20,8 @@ from psycopg import sql as psql
 from sqlalchemy import create_engine, event, inspect
 
 from efd.rows import AttemptRow, DeliveryQuery, DeliveryStatus, NewMessage, Outcome
-from efd.store import Store, dedupe, migrate
+from efd.store import Store, migrate
+from efd.store.backends import sqlite as sqlite_backend
 from efd.store.dedupe import message_key
 from efd.store.engine import make_engine, normalise_url
 from efd.store.operations import REDRIVABLE, OperationsStore
@@ -53,7 +54,7 @@ def message(mid: str, source: str = "web", destinations: tuple[str, ...] = ("d",
 
 
 def test_insert_stores_messages_and_one_delivery_per_destination(store, db_url):
-    assert store.insert_messages(
+    assert store.ingestion.insert_messages(
         [message("a", destinations=("d", "e")), message("b")], time.time()
     ) == ["stored", "stored"]
     assert sql(db_url, "SELECT count(*) FROM messages") == [(2,)]
@@ -62,26 +63,29 @@ def test_insert_stores_messages_and_one_delivery_per_destination(store, db_url):
 
 def test_dedupe_within_24_hours_per_source(store, db_url):
     now = time.time()
-    assert store.insert_messages([message("a"), message("a")], now) == ["stored", "duplicate"]
-    assert store.insert_messages([message("a")], now) == ["duplicate"]
-    assert store.insert_messages([message("a", source="other")], now) == ["stored"]
+    assert store.ingestion.insert_messages([message("a"), message("a")], now) == [
+        "stored",
+        "duplicate",
+    ]
+    assert store.ingestion.insert_messages([message("a")], now) == ["duplicate"]
+    assert store.ingestion.insert_messages([message("a", source="other")], now) == ["stored"]
     # Older than the window: accepted again.
     sql(db_url, "UPDATE messages SET received_at = :t", t=now - 25 * 3600)
-    assert store.insert_messages([message("a")], now) == ["stored"]
+    assert store.ingestion.insert_messages([message("a")], now) == ["stored"]
 
 
 def test_claim_leases_and_hides_rows_until_the_lease_lapses(store):
     now = time.time()
-    store.insert_messages([message(f"m{i}") for i in range(5)], now)
-    first = store.claim("d", 3, owner="A", now=now, lease_until=now + 60)
+    store.ingestion.insert_messages([message(f"m{i}") for i in range(5)], now)
+    first = store.queue.claim("d", 3, owner="A", now=now, lease_until=now + 60)
     assert len(first) == 3
     assert all(c.lease_token == 1 for c in first)
-    second = store.claim("d", 10, owner="B", now=now, lease_until=now + 60)
+    second = store.queue.claim("d", 10, owner="B", now=now, lease_until=now + 60)
     assert len(second) == 2
     assert not {c.delivery_id for c in first} & {c.delivery_id for c in second}
-    assert store.claim("d", 10, owner="C", now=now + 1, lease_until=now + 61) == []
+    assert store.queue.claim("d", 10, owner="C", now=now + 1, lease_until=now + 61) == []
     # The lease lapses: the rows are due again, and the token moves on.
-    again = store.claim("d", 10, owner="C", now=now + 61, lease_until=now + 121)
+    again = store.queue.claim("d", 10, owner="C", now=now + 61, lease_until=now + 121)
     assert len(again) == 5
     assert all(c.lease_token == 2 for c in again)
 
@@ -90,22 +94,26 @@ def test_a_claim_past_now_never_takes_a_row_under_a_live_lease(store):
     # A circuit's probe claims the earliest pending delivery, due or not; a delivery another
     # daemon holds must stay its own, or both send it at once.
     now = time.time()
-    store.insert_messages([message("held")], now)
-    [held] = store.claim("d", 1, owner="A", now=now, lease_until=now + 60)
-    store.insert_messages([message("later")], now + 5)  # due at now + 5
-    probe = store.claim("d", 10, owner="B", now=now + 1, lease_until=now + 100, due_by=math.inf)
+    store.ingestion.insert_messages([message("held")], now)
+    [held] = store.queue.claim("d", 1, owner="A", now=now, lease_until=now + 60)
+    store.ingestion.insert_messages([message("later")], now + 5)  # due at now + 5
+    probe = store.queue.claim(
+        "d", 10, owner="B", now=now + 1, lease_until=now + 100, due_by=math.inf
+    )
     assert [c.message_id for c in probe] == ["later"]
     assert held.message_id == "held"
     # Once A's lease lapses, the row is anyone's again.
-    again = store.claim("d", 10, owner="C", now=now + 61, lease_until=now + 121, due_by=math.inf)
+    again = store.queue.claim(
+        "d", 10, owner="C", now=now + 61, lease_until=now + 121, due_by=math.inf
+    )
     assert [c.message_id for c in again] == ["held"]
 
 
 def test_fencing_token_rejects_a_stale_outcome(store, db_url):
     now = time.time()
-    store.insert_messages([message("m")], now)
-    [stale] = store.claim("d", 1, owner="A", now=now, lease_until=now + 1)
-    [fresh] = store.claim("d", 1, owner="B", now=now + 2, lease_until=now + 62)
+    store.ingestion.insert_messages([message("m")], now)
+    [stale] = store.queue.claim("d", 1, owner="A", now=now, lease_until=now + 1)
+    [fresh] = store.queue.claim("d", 1, owner="B", now=now + 2, lease_until=now + 62)
 
     def outcome(claim, status):  # type: ignore[no-untyped-def]
         return Outcome(
@@ -121,19 +129,19 @@ def test_fencing_token_rejects_a_stale_outcome(store, db_url):
         )
 
     row = AttemptRow(stale.delivery_id, "http://h", now, 1.0, "fail", 400, None, None, None)
-    assert store.record([outcome(stale, DeliveryStatus.FAILED)], [row]) == 1  # ignored
+    assert store.queue.record([outcome(stale, DeliveryStatus.FAILED)], [row]) == 1  # ignored
     assert sql(db_url, "SELECT status, lease_owner FROM deliveries") == [("pending", "B")]
     assert sql(db_url, "SELECT count(*) FROM attempts") == [(1,)]  # the attempt happened
-    assert store.record([outcome(fresh, DeliveryStatus.DELIVERED)], []) == 0
+    assert store.queue.record([outcome(fresh, DeliveryStatus.DELIVERED)], []) == 0
     assert sql(db_url, "SELECT status, lease_owner FROM deliveries") == [("delivered", None)]
 
 
 def test_a_batch_of_outcomes_writes_each_row_and_skips_only_the_stale(store, db_url):
     now = time.time()
-    store.insert_messages([message(f"m{i}") for i in range(6)], now)
-    claimed = store.claim("d", 6, owner="A", now=now, lease_until=now + 1)
+    store.ingestion.insert_messages([message(f"m{i}") for i in range(6)], now)
+    claimed = store.queue.claim("d", 6, owner="A", now=now, lease_until=now + 1)
     # Two leases lapse and another process takes them over: A's outcomes for them are stale.
-    taken = store.claim("d", 2, owner="B", now=now + 2, lease_until=now + 62)
+    taken = store.queue.claim("d", 2, owner="B", now=now + 2, lease_until=now + 62)
     stale_ids = {c.delivery_id for c in taken}
     fields = {
         DeliveryStatus.DELIVERED: (1, None, now + 1, frozenset(), None),
@@ -158,7 +166,7 @@ def test_a_batch_of_outcomes_writes_each_row_and_skips_only_the_stale(store, db_
                 last_error=error,
             )
         )
-    assert store.record(outcomes, []) == 2
+    assert store.queue.record(outcomes, []) == 2
     rows = sql(
         db_url,
         "SELECT id, status, attempts, first_attempt_at, next_attempt_at, finished_at,"
@@ -192,13 +200,13 @@ def test_a_batch_of_outcomes_writes_each_row_and_skips_only_the_stale(store, db_
     # the same token) match, as they would row by row.
     again = [o for o in outcomes if o.delivery_id not in stale_ids]
     retries = sum(o.status is DeliveryStatus.PENDING for o in again)
-    assert store.record(again, []) == len(again) - retries
+    assert store.queue.record(again, []) == len(again) - retries
 
 
 def test_a_batch_of_attempts_keeps_every_column(store, db_url):
     now = time.time()
-    store.insert_messages([message(f"m{i}") for i in range(3)], now)
-    claimed = store.claim("d", 3, owner="A", now=now, lease_until=now + 60)
+    store.ingestion.insert_messages([message(f"m{i}") for i in range(3)], now)
+    claimed = store.queue.claim("d", 3, owner="A", now=now, lease_until=now + 60)
     rows = [
         AttemptRow(claimed[0].delivery_id, "http://a/h", now, 1.5, "success", 200, None, None, ""),
         AttemptRow(
@@ -210,7 +218,7 @@ def test_a_batch_of_attempts_keeps_every_column(store, db_url):
             "no answer in 5 s", None,
         ),
     ]  # fmt: skip
-    store.record([], rows)
+    store.queue.record([], rows)
     stored = sql(
         db_url,
         "SELECT delivery_id, hook_url, attempted_at, duration_ms, outcome, status_code,"
@@ -221,14 +229,14 @@ def test_a_batch_of_attempts_keeps_every_column(store, db_url):
 
 def test_concurrent_claimers_never_share_a_delivery(store, db_url):
     now = time.time()
-    store.insert_messages([message(f"m{i}") for i in range(400)], now)
+    store.ingestion.insert_messages([message(f"m{i}") for i in range(400)], now)
     claims: list[list[int]] = []
     lock = threading.Lock()
 
     def worker(name: str) -> None:
         own = Store(db_url)
         try:
-            while batch := own.claim("d", 7, owner=name, now=now, lease_until=now + 60):
+            while batch := own.queue.claim("d", 7, owner=name, now=now, lease_until=now + 60):
                 with lock:
                     claims.append([c.delivery_id for c in batch])
         finally:
@@ -246,9 +254,9 @@ def test_concurrent_claimers_never_share_a_delivery(store, db_url):
 
 def test_release_all_leases_makes_them_due_now(store, db_url):
     now = time.time()
-    store.insert_messages([message("m")], now)
-    store.claim("d", 1, owner="A", now=now, lease_until=now + 600)
-    assert store.release_all_leases(now + 1) == 1
+    store.ingestion.insert_messages([message("m")], now)
+    store.queue.claim("d", 1, owner="A", now=now, lease_until=now + 600)
+    assert store.queue.release_all_leases(now + 1) == 1
     assert sql(db_url, "SELECT lease_owner, next_attempt_at FROM deliveries") == [(None, now + 1)]
 
 
@@ -258,7 +266,7 @@ def test_wake_skips_deliveries_whose_failed_hooks_name_the_hook_in_any_form(stor
     another hook."""
     label, url = "https://***@h.example/in?k=***", "https://u:p@h.example/in?k=s_%"
     now = time.time()
-    store.insert_messages([message(f"m{i}") for i in range(4)], now)
+    store.ingestion.insert_messages([message(f"m{i}") for i in range(4)], now)
     failed = [[label], [url], [f"{label} #2"], None]
     for pk, hooks in enumerate(failed, start=1):
         sql(
@@ -268,7 +276,7 @@ def test_wake_skips_deliveries_whose_failed_hooks_name_the_hook_in_any_form(stor
             failed=None if hooks is None else json.dumps(hooks),
             pk=pk,
         )
-    assert store.wake("d", (label, url), now) == 2
+    assert store.queue.wake("d", (label, url), now) == 2
     assert sql(
         db_url, "SELECT id FROM deliveries WHERE next_attempt_at = :now ORDER BY id", now=now
     ) == [
@@ -279,7 +287,7 @@ def test_wake_skips_deliveries_whose_failed_hooks_name_the_hook_in_any_form(stor
 
 def test_purge_removes_only_finished_old_messages(store, db_url):
     now = time.time()
-    store.insert_messages(
+    store.ingestion.insert_messages(
         [message("done"), message("pending"), message("no-route", destinations=())], now
     )
     sql(db_url, "UPDATE messages SET received_at = :t", t=now - 10 * 86400)
@@ -289,7 +297,7 @@ def test_purge_removes_only_finished_old_messages(store, db_url):
         "(SELECT id FROM messages WHERE message_id = 'done')",
         t=now - 9 * 86400,
     )
-    assert store.purge_finished(now - 7 * 86400, 1000) == 2
+    assert store.jobs.purge_finished(now - 7 * 86400, 1000) == 2
     assert sql(db_url, "SELECT message_id FROM messages") == [("pending",)]
     assert sql(db_url, "SELECT count(*) FROM deliveries") == [(1,)]
 
@@ -304,17 +312,17 @@ def test_a_periodic_job_runs_once_per_interval_across_processes(store, db_url):
     now = time.time()
     other = Store(db_url)
     try:
-        assert store.claim_job("retention", interval=600, owner="A", now=now) is True
-        assert other.claim_job("retention", interval=600, owner="B", now=now + 1) is False
-        assert store.claim_job("retention", interval=600, owner="A", now=now + 2) is False
-        assert other.claim_job("retention", interval=600, owner="B", now=now + 600) is True
+        assert store.jobs.claim_job("retention", interval=600, owner="A", now=now) is True
+        assert other.jobs.claim_job("retention", interval=600, owner="B", now=now + 1) is False
+        assert store.jobs.claim_job("retention", interval=600, owner="A", now=now + 2) is False
+        assert other.jobs.claim_job("retention", interval=600, owner="B", now=now + 600) is True
         assert sql(db_url, "SELECT name, owner FROM jobs") == [("retention", "B")]
     finally:
         other.dispose()
 
 
 def test_stored_work_notifies_listeners_in_other_processes(store, db_url):
-    if store.sqlite:
+    if store.backend.name == "sqlite":
         pytest.skip("LISTEN/NOTIFY is PostgreSQL's; SQLite serves one process")
     woken = threading.Event()
     listening = threading.Event()
@@ -326,11 +334,11 @@ def test_stored_work_notifies_listeners_in_other_processes(store, db_url):
         listening.set()  # the first call marks "now listening"
 
     listener = Store(db_url)
-    thread = threading.Thread(target=listener.listen, args=(on_notify, stop.is_set))
+    thread = threading.Thread(target=listener.listener.listen, args=(on_notify, stop.is_set))
     thread.start()
     try:
         assert listening.wait(10)
-        store.insert_messages([message("wake-up")], time.time())
+        store.ingestion.insert_messages([message("wake-up")], time.time())
         assert woken.wait(2), "no NOTIFY reached the other connection"
     finally:
         stop.set()
@@ -339,34 +347,37 @@ def test_stored_work_notifies_listeners_in_other_processes(store, db_url):
 
 
 def test_only_acknowledgements_wait_for_the_disk(store):
-    if not store.sqlite:
+    if store.backend.name != "sqlite":
         pytest.skip("synchronous is SQLite's setting")
-    with store._bookkeeping() as conn:
+    with store.database.bookkeeping() as conn:
         relaxed = conn.exec_driver_sql("PRAGMA synchronous").scalar()
-    with store.writer.begin() as conn:
+    with store.database.writer.begin() as conn:
         durable = conn.exec_driver_sql("PRAGMA synchronous").scalar()
     assert (relaxed, durable) == (1, 2)  # NORMAL for claims and outcomes, FULL for ingestion
 
 
 def test_sqlite_writer_checkpoints_every_10000_pages_and_indexes_keys_in_memory(store):
-    if not store.sqlite:
+    if store.backend.name != "sqlite":
         pytest.skip("SQLite's settings")
-    with store.writer.begin() as conn:
+    with store.database.writer.begin() as conn:
         assert conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar() == 10000
         databases = {row[1]: row[2] for row in conn.exec_driver_sql("PRAGMA database_list")}
         assert databases["dedupe"] == ""  # an in-memory database
-    with store.reader.begin() as conn:
+    with store.database.reader.begin() as conn:
         assert "dedupe" not in {row[1] for row in conn.exec_driver_sql("PRAGMA database_list")}
 
 
 def test_a_colliding_message_key_never_drops_a_message(store, db_url):
     """Equal keys are candidates only: the store compares source and messageId."""
     now = time.time()
-    store.insert_messages([message("a")], now)
+    store.ingestion.insert_messages([message("a")], now)
     sql(db_url, "UPDATE messages SET message_key = :k", k=message_key("web", "b"))
-    store.writer.dispose()  # SQLite: the next writer connection indexes the changed key
-    assert store.insert_messages([message("b")], now) == ["stored"]
-    assert store.insert_messages([message("a"), message("b")], now) == ["duplicate", "duplicate"]
+    store.database.writer.dispose()  # SQLite: the next writer connection indexes the changed key
+    assert store.ingestion.insert_messages([message("b")], now) == ["stored"]
+    assert store.ingestion.insert_messages([message("a"), message("b")], now) == [
+        "duplicate",
+        "duplicate",
+    ]
 
 
 def test_a_restarted_store_still_knows_the_last_24_hours(db_url):
@@ -375,16 +386,16 @@ def test_a_restarted_store_still_knows_the_last_24_hours(db_url):
     now = time.time()
     first = Store(db_url)
     try:
-        assert first.insert_messages([message("a"), message("b")], now) == ["stored"] * 2
+        assert first.ingestion.insert_messages([message("a"), message("b")], now) == ["stored"] * 2
         sql(db_url, "UPDATE messages SET received_at = :t WHERE message_id = 'b'", t=now - 90_000)
     finally:
         first.dispose()
     second = Store(db_url)
     try:
-        second.index_recent_messages(now)
-        if second.sqlite:
+        second.ingestion.index_recent_messages(now)
+        if second.backend.name == "sqlite":
             assert _in_memory_keys(second) == [message_key("web", "a")]  # not b: too old
-        got = second.insert_messages([message("a"), message("b"), message("c")], now)
+        got = second.ingestion.insert_messages([message("a"), message("b"), message("c")], now)
         assert got == ["duplicate", "stored", "stored"]
     finally:
         second.dispose()
@@ -399,39 +410,39 @@ def test_a_rolled_back_fill_is_done_again(db_url):
     now = time.time()
     first = Store(db_url)
     try:
-        assert first.insert_messages([message("a")], now) == ["stored"]
+        assert first.ingestion.insert_messages([message("a")], now) == ["stored"]
     finally:
         first.dispose()
     second = Store(db_url)
 
     def fill_then_fail() -> None:
-        with second.writer.begin() as conn:
-            dedupe.ensure(conn, now, 24 * 3600)
+        with second.database.writer.begin() as conn:
+            sqlite_backend.ensure(conn, now, 24 * 3600)
             raise RuntimeError("the transaction fails after the fill")
 
     try:
         with pytest.raises(RuntimeError):
             fill_then_fail()
-        assert second.insert_messages([message("a")], now) == ["duplicate"]
+        assert second.ingestion.insert_messages([message("a")], now) == ["duplicate"]
     finally:
         second.dispose()
 
 
 def test_sqlite_drops_keys_from_memory_once_24_hours_old(store):
-    if not store.sqlite:
+    if store.backend.name != "sqlite":
         pytest.skip("the in-memory index is SQLite's")
     now = time.time()
-    store.insert_messages([message("a"), message("b")], now)
-    later = now + 24 * 3600 + dedupe.PRUNE_EVERY_SECONDS
+    store.ingestion.insert_messages([message("a"), message("b")], now)
+    later = now + 24 * 3600 + sqlite_backend.PRUNE_EVERY_SECONDS
 
     def received_later(mid: str) -> NewMessage:
         m = message(mid)
         m.received_at = later
         return m
 
-    assert store.insert_messages([received_later("c")], later) == ["stored"]
+    assert store.ingestion.insert_messages([received_later("c")], later) == ["stored"]
     assert _in_memory_keys(store) == [message_key("web", "c")]
-    got = store.insert_messages([received_later("a"), received_later("c")], later)
+    got = store.ingestion.insert_messages([received_later("a"), received_later("c")], later)
     assert got == ["stored", "duplicate"]
 
 
@@ -439,15 +450,15 @@ def test_a_message_deleted_then_sent_again_is_stored_once(store, db_url):
     """SQLite numbers messages max(id) + 1, so the new row takes the deleted one's id, and
     its key may still be in the writer's memory."""
     now = time.time()
-    assert store.insert_messages([message("a")], now) == ["stored"]
+    assert store.ingestion.insert_messages([message("a")], now) == ["stored"]
     sql(db_url, "DELETE FROM messages")
-    assert store.insert_messages([message("a")], now) == ["stored"]
-    assert store.insert_messages([message("a")], now) == ["duplicate"]
+    assert store.ingestion.insert_messages([message("a")], now) == ["stored"]
+    assert store.ingestion.insert_messages([message("a")], now) == ["duplicate"]
     assert sql(db_url, "SELECT count(*) FROM messages") == [(1,)]
 
 
 def _in_memory_keys(store: Store) -> list[int]:
-    with store.writer.begin() as conn:
+    with store.database.writer.begin() as conn:
         return [k for (k,) in conn.exec_driver_sql("SELECT message_key FROM dedupe.recent")]
 
 
@@ -480,7 +491,10 @@ def test_migration_0004_keys_existing_messages(db_url):
     ]
     s = Store(db_url)
     try:
-        assert s.insert_messages([message("b"), message("d")], now) == ["duplicate", "stored"]
+        assert s.ingestion.insert_messages([message("b"), message("d")], now) == [
+            "duplicate",
+            "stored",
+        ]
     finally:
         s.dispose()
 
@@ -538,11 +552,11 @@ def _captured(store: Store, needle: str, action: Callable[[], object]) -> tuple[
         if needle in statement and not seen:
             seen.append((statement, parameters[0] if isinstance(parameters, list) else parameters))
 
-    event.listen(store.writer, "before_cursor_execute", capture)
+    event.listen(store.database.writer, "before_cursor_execute", capture)
     try:
         action()
     finally:
-        event.remove(store.writer, "before_cursor_execute", capture)
+        event.remove(store.database.writer, "before_cursor_execute", capture)
     assert seen, f"no statement with {needle!r} was executed"
     return seen[0]
 
@@ -595,12 +609,12 @@ def _fill_unanalyzed(db_url: str, n: int) -> None:
 def test_postgresql_dedupe_lookup_probes_the_key_index_without_statistics(
     store: Store, db_url: str, generic: bool
 ) -> None:
-    if store.sqlite:
+    if store.backend.name == "sqlite":
         pytest.skip("SQLite looks keys up in the writer's in-memory index")
     _fill_unanalyzed(db_url, 5000)
     batch = [message(f"new-{i}") for i in range(100)]
     statement, params = _captured(
-        store, "message_key", lambda: store.insert_messages(batch, time.time())
+        store, "message_key", lambda: store.ingestion.insert_messages(batch, time.time())
     )
     nodes = _plan_nodes(db_url, statement, params, generic=generic)
     scans = {(n["Node Type"], n.get("Relation Name"), n.get("Index Name")) for n in nodes}
@@ -612,10 +626,10 @@ def test_postgresql_dedupe_lookup_probes_the_key_index_without_statistics(
 def test_postgresql_outcome_update_finds_its_row_by_primary_key(
     store: Store, db_url: str, generic: bool
 ) -> None:
-    if store.sqlite:
+    if store.backend.name == "sqlite":
         pytest.skip("PostgreSQL's plans")
     _fill_unanalyzed(db_url, 5000)
-    [claimed] = store.claim("d", 1, owner="t", now=1.0, lease_until=100.0)
+    [claimed] = store.queue.claim("d", 1, owner="t", now=1.0, lease_until=100.0)
     outcome = Outcome(
         delivery_id=claimed.delivery_id,
         lease_token=claimed.lease_token,
@@ -627,7 +641,9 @@ def test_postgresql_outcome_update_finds_its_row_by_primary_key(
         failed_hooks=frozenset(),
         last_error=None,
     )
-    statement, params = _captured(store, "UPDATE deliveries", lambda: store.record([outcome], []))
+    statement, params = _captured(
+        store, "UPDATE deliveries", lambda: store.queue.record([outcome], [])
+    )
     nodes = _plan_nodes(db_url, statement, params, generic=generic)
     scans = {(n["Node Type"], n.get("Relation Name"), n.get("Index Name")) for n in nodes}
     assert not any(kind == "Seq Scan" for kind, _, _ in scans), scans
@@ -642,7 +658,7 @@ def test_a_large_batch_keeps_each_message_with_its_body_and_deliveries(store, db
         )
         for i in range(300)
     ]
-    assert store.insert_messages(rows, time.time()) == ["stored"] * 300
+    assert store.ingestion.insert_messages(rows, time.time()) == ["stored"] * 300
     stored = sql(db_url, "SELECT message_id, body FROM messages")
     assert sorted(stored) == sorted((r.message_id, r.body) for r in rows)
     pairs = sql(
@@ -656,7 +672,9 @@ def test_a_large_batch_keeps_each_message_with_its_body_and_deliveries(store, db
 
 def test_a_redrive_moves_every_matching_delivery_in_chunks_each_its_own_transaction(store, db_url):
     now = time.time()
-    store.insert_messages([message(f"m{i}", destinations=("d", "e")) for i in range(20)], now)
+    store.ingestion.insert_messages(
+        [message(f"m{i}", destinations=("d", "e")) for i in range(20)], now
+    )
     ids = {
         name: [
             row[0]
@@ -694,7 +712,7 @@ def test_a_redrive_moves_every_matching_delivery_in_chunks_each_its_own_transact
     assert operations.count_redrivable(query) == len(expected)  # the dry run
 
     commits: list[int] = []
-    event.listen(store.writer, "commit", lambda _conn: commits.append(1))
+    event.listen(store.database.writer, "commit", lambda _conn: commits.append(1))
     assert operations.redrive(query, now + 1, chunk=4) == len(expected)
     assert len(commits) == math.ceil(len(expected) / 4)
     pending = sql(

@@ -14,6 +14,7 @@ import pytest
 
 from efd import config
 from efd.rules.filters import Filtered
+from tests.conftest import settings_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -1007,3 +1008,91 @@ def test_every_bad_filter_is_reported(tmp_path: Path) -> None:
         "destinations[0].filters[3].fields.traits",
         "destinations[0].filters[3].extra",
     }
+
+
+# -- refused at load, every bad key named (moved from the end-to-end suite) ----------------------
+
+
+@pytest.mark.parametrize(
+    "token", ["", "   ", "short-token", " padded-token-0123456 ", "tab\tbed-token-01234"]
+)
+def test_weak_admin_tokens_are_refused(token):
+    with pytest.raises(config.ConfigError) as error:
+        config.load(None, server={"admin_token": token})
+    assert [p.split(":")[0] for p in error.value.problems] == ["server.admin_token"]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("Host", "evil.example"),
+        ("  content-length ", "0"),
+        ("TRANSFER-ENCODING", "chunked"),
+        ("Connection", "close"),
+        ("user-agent", "x"),
+        ("X-Signature", "forged"),
+        ("webhook-signature", "v1,forged"),
+        ("Bad Name", "v"),
+        ("X-Colon:", "v"),
+        ("X-Caf\u00e9", "v"),
+        ("X-Inject", "a\r\nHost: evil"),
+        ("X-Newline", "a\nb"),
+        ("X-Nul", "a\x00b"),
+        ("X-Bell", "a\x07b"),
+        ("X-Accent", "caf\u00e9"),
+    ],
+)
+def test_static_headers_that_could_inject_or_override_are_refused(name, value):
+    hooks = [{"url": "https://hooks.example.com/", "headers": {name: value}}]
+    with pytest.raises(config.ConfigError) as error:
+        config.load(None, destinations=[{"name": "d", "hooks": hooks}])
+    [problem] = error.value.problems
+    assert problem.startswith("destinations[0].hooks[0].headers:")
+    assert repr(name) in problem
+
+
+@pytest.mark.parametrize("agent", ["efd\r\nX-Evil: 1", "efd\n", "efd\x00", " efd", "efd/\u00e9"])
+def test_user_agent_follows_the_header_value_rules(agent):
+    with pytest.raises(config.ConfigError) as error:
+        config.load(None, delivery={"user_agent": agent})
+    assert [p.split(":")[0] for p in error.value.problems] == ["delivery.user_agent"]
+
+
+def test_every_bad_key_is_named_at_once():
+    with pytest.raises(config.ConfigError) as error:
+        config.load(
+            None,
+            server={"admin_token": "x"},
+            delivery={"user_agent": "a\nb"},
+            destinations=[{"name": "d", "hooks": [{"url": "http://h/", "headers": {"Host": "h"}}]}],
+        )
+    keys = sorted(p.split(":")[0] for p in error.value.problems)
+    assert keys == ["delivery.user_agent", "destinations[0].hooks[0].headers", "server.admin_token"]
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        "__import__('os').system('touch /tmp/efd-pwned')",
+        "trait('plan') = 'pro'; import os",
+        "eval('1') = 1",
+    ],
+)
+def test_conditions_are_parsed_never_run(condition, tmp_path: Path):
+    settings = settings_dict("sqlite:///unused.db")
+    settings["audiences"] = [{"name": "A", "destinations": ["hooks"], "condition": condition}]
+    with pytest.raises(config.ConfigError) as error:
+        config.load(None, **settings)
+    [problem] = error.value.problems
+    assert problem.startswith("audiences[0].condition: line 1, column ")
+    assert not Path("/tmp/efd-pwned").exists()
+
+
+def test_the_personas_source_name_is_reserved():
+    settings = settings_dict("sqlite:///unused.db")
+    settings["sources"][0]["name"] = "personas"
+    with pytest.raises(config.ConfigError) as error:
+        config.load(None, **settings)
+    assert any(
+        p.startswith("sources[0].name: 'personas' is reserved") for p in error.value.problems
+    )

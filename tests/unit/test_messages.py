@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from efd.errors import ClientError
 from efd.rules import jsonjs
 from efd.rules.messages import (
     MAX_BATCH_MESSAGES,
@@ -16,7 +17,6 @@ from efd.rules.messages import (
     MAX_REQUEST_BYTES,
     TYPES,
     Message,
-    Rejection,
     format_timestamp,
     message_size,
     normalise,
@@ -41,16 +41,44 @@ def norm(raw: Any, **kwargs: Any) -> Message:
     return normalise(raw, received_at=NOW, **kwargs)
 
 
-def rejected(raw: Any, **kwargs: Any) -> Rejection:
-    with pytest.raises(Rejection) as caught:
+def rejected(raw: Any, **kwargs: Any) -> ClientError:
+    with pytest.raises(ClientError) as caught:
         normalise(raw, received_at=NOW, **kwargs)
     return caught.value
 
 
-def rejected_request(payload: Any, *, type_: str | None = None, body_bytes: int = 100) -> Rejection:
-    with pytest.raises(Rejection) as caught:
+def rejected_request(
+    payload: Any, *, type_: str | None = None, body_bytes: int = 100
+) -> ClientError:
+    with pytest.raises(ClientError) as caught:
         normalise_request(payload, received_at=NOW, type_=type_, body_bytes=body_bytes)
     return caught.value
+
+
+# Per type, the field a message without it is refused for (a batch's first message).
+MISSING_FIELDS: list[tuple[dict[str, Any], str]] = [
+    ({"type": "identify"}, "userId"),
+    ({"type": "track", "userId": "u"}, "event"),
+    ({"type": "page"}, "userId"),
+    ({"type": "screen"}, "userId"),
+    ({"type": "group", "userId": "u"}, "groupId"),
+    ({"type": "alias", "userId": "u"}, "previousId"),
+    ({"type": "alias", "previousId": "p"}, "userId"),
+    ({"userId": "u"}, "type"),
+]
+
+
+@pytest.mark.parametrize(("message", "field"), MISSING_FIELDS)
+def test_a_missing_required_field_is_named_with_its_index(
+    message: dict[str, Any], field: str
+) -> None:
+    rejection = rejected_request({"batch": [message]})
+    assert (rejection.status, rejection.code, rejection.field, rejection.index) == (
+        400,
+        "missing_field",
+        field,
+        0,
+    )
 
 
 def batch_of(*messages: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -737,28 +765,6 @@ def test_batch_context_and_integrations_through_normalise_request() -> None:
 def test_batch_level_objects_must_be_objects(key: str) -> None:
     rejection = rejected_request(batch_of(MINIMAL["track"], **{key: "x"}))
     assert (rejection.code, rejection.field, rejection.index) == ("invalid_field", key, None)
-
-
-# -- Rejection -------------------------------------------------------------------------------
-
-
-def test_rejection_json() -> None:
-    assert Rejection("missing_field", "track needs event", field="event", index=3).as_json() == {
-        "success": False,
-        "code": "missing_field",
-        "message": "track needs event",
-        "field": "event",
-        "index": 3,
-    }
-    assert Rejection("invalid_body", "nope").as_json() == {
-        "success": False,
-        "code": "invalid_body",
-        "message": "nope",
-    }
-    assert Rejection("x", "y", index=0).as_json()["index"] == 0  # index 0 is not dropped
-    assert Rejection("x", "y").status == 400
-    assert Rejection("unauthorized", "y", status=401).status == 401
-    assert str(Rejection("x", "the message")) == "the message"
 
 
 # -- whole requests --------------------------------------------------------------------------

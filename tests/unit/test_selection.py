@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
+from efd.errors import ClientError
 from efd.rows import DeliveryRecord, DeliveryStatus
 from efd.rules import selection
-from efd.rules.selection import Invalid
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC).timestamp()
 
@@ -33,7 +33,7 @@ def test_times_are_iso_8601_or_that_long_ago(given: str, expected: float) -> Non
 
 @pytest.mark.parametrize("given", ["", "soon", "2 h", "2w", "-2h", "h", "1.5h", 7, None])
 def test_other_times_are_refused_naming_the_field(given: object) -> None:
-    with pytest.raises(Invalid) as caught:
+    with pytest.raises(ClientError) as caught:
         selection.parse_time(given, "until", NOW)
     assert caught.value.field == "until"
 
@@ -69,7 +69,7 @@ def test_the_list_takes_its_filters_limit_and_cursor() -> None:
     ],
 )
 def test_bad_list_filters_name_their_field(params: dict[str, str], field: str) -> None:
-    with pytest.raises(Invalid) as caught:
+    with pytest.raises(ClientError) as caught:
         selection.list_query(params, NOW)
     assert caught.value.field == field
 
@@ -101,7 +101,7 @@ def test_a_redrive_covers_failed_and_expired_of_configured_destinations() -> Non
     ],
 )
 def test_bad_redrives_are_refused(payload: object, code: str) -> None:
-    with pytest.raises(Invalid) as caught:
+    with pytest.raises(ClientError) as caught:
         selection.redrive_query(payload, NOW, {"a"})
     assert caught.value.code == code
 
@@ -131,7 +131,7 @@ def test_a_discard_covers_the_pending_deliveries_of_one_unconfigured_destination
     ],
 )
 def test_bad_discards_are_refused_naming_the_field(payload: object, field: str, code: str) -> None:
-    with pytest.raises(Invalid) as caught:
+    with pytest.raises(ClientError) as caught:
         selection.discard_query(payload, NOW, {"a"})
     assert (caught.value.field, caught.value.code) == (field, code)
 
@@ -148,10 +148,10 @@ def test_a_replay_goes_where_the_message_went_and_is_configured() -> None:
     assert selection.replay_targets(originals, None, configured) == [(1, "crm"), (3, "mail")]
     assert selection.replay_targets(originals, "mail", configured) == [(3, "mail")]
     for destination, code in (("new", "not_routed"), ("old", "unknown_destination")):
-        with pytest.raises(Invalid) as caught:
+        with pytest.raises(ClientError) as caught:
             selection.replay_targets(originals, destination, configured)
         assert caught.value.code == code
-    with pytest.raises(Invalid):
+    with pytest.raises(ClientError):
         selection.replay_targets({"old": 2}, None, configured)
 
 

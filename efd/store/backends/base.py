@@ -1,0 +1,162 @@
+"""What the feature stores may ask of a database dialect: capability flags and the few
+operations whose statements or execution paths differ between dialects.
+
+The feature stores (ingestion.py, queue.py, …) write their SQL once with SQLAlchemy and ask
+the backend only where a dialect needs its own path; they never test the dialect's name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from sqlalchemy import Column, Connection, Engine, Table
+
+from efd.rows import AttemptRow, Outcome
+
+NOTIFY_CHANNEL = "efd_deliveries"
+
+
+class Backend(Protocol):
+    """One dialect's paths, chosen once when the store is built (efd/store/backends)."""
+
+    name: str
+    # One process per database (the file is locked): leases left by a previous run can be
+    # released at start, and a process may cache what only it can change.
+    single_process: bool
+    # Commits can wake other processes (LISTEN/NOTIFY); without, polling finds the work.
+    notifies: bool
+    # The database computes percentiles itself (percentile_cont).
+    percentiles: bool
+    # SELECT … FOR UPDATE locks rows until commit (meaningful with several processes).
+    row_locks: bool
+    # messages.message_key is indexed in the table (else only in the writer's memory).
+    indexes_message_keys: bool
+
+    def engines(self, *, synchronous: str, pool_size: int) -> tuple[Engine, Engine]:
+        """(writer, reader) engines for this database; the same engine twice when one pool
+        serves both."""
+        ...
+
+    def bookkeeping(self, writer: Engine) -> AbstractContextManager[Connection]:
+        """A write transaction whose loss in a power cut costs at most a duplicate delivery
+        (claims and outcomes: the delivery is then due again)."""
+        ...
+
+    def insert(self, table: Table) -> Any:
+        """The dialect's INSERT for `table`, which has ON CONFLICT."""
+        ...
+
+    def upsert(self, table: Table, keys: list[str], only: list[str] | None = None) -> Any:
+        """INSERT that, on a conflict over `keys`, overwrites the row's other columns (or just
+        `only`) with the new values."""
+        ...
+
+    def execute(
+        self, conn: Connection, key: str, statement: Any, params: list[dict[str, Any]]
+    ) -> list[tuple[Any, ...]]:
+        """Run a statement built once (named parameters), with one or many parameter sets;
+        the rows of a single execution that returns any. `key` names the statement."""
+        ...
+
+    def execute_count(
+        self, conn: Connection, key: str, statement: Any, params: list[dict[str, Any]]
+    ) -> int:
+        """Run with many parameter sets; how many rows changed."""
+        ...
+
+    def select(
+        self, conn: Connection, key: str, build: Callable[[], Any], params: list[Any]
+    ) -> list[Any]:
+        """Rows of the SELECT `build()` makes (`params`: its bound values in order, with
+        their count part of the statement's identity); a one-column query gives values."""
+        ...
+
+    def members(self, conn: Connection, column: Column[Any], values: set[str]) -> set[str]:
+        """Which of `values` appear in the text column `column`."""
+        ...
+
+    def prepare_writer(self, conn: Connection, now: float) -> None:
+        """Make the writer ready for ingestion (fill any in-memory index) in `conn`."""
+        ...
+
+    def recent_message_ids(
+        self, conn: Connection, keys: Sequence[int], now: float
+    ) -> set[tuple[str, str]]:
+        """(source, messageId) of the messages received within the deduplication window
+        before `now` whose message_key is in `keys`."""
+        ...
+
+    def insert_messages(
+        self, conn: Connection, rows: Sequence[tuple[Any, ...]], keys: Sequence[int], now: float
+    ) -> Sequence[int]:
+        """Insert message rows (tuples in MESSAGE_COLUMNS order, the key last); their ids, in
+        the rows' order."""
+        ...
+
+    def insert_deliveries(self, conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Insert delivery rows (tuples in DELIVERY_COLUMNS order)."""
+        ...
+
+    def insert_attempts(self, conn: Connection, rows: Sequence[AttemptRow]) -> None: ...
+
+    def record_outcomes(self, conn: Connection, outcomes: Sequence[Outcome]) -> int:
+        """Apply outcomes fenced by lease token on pending rows; how many rows changed."""
+        ...
+
+    def notify(self, conn: Connection) -> None:
+        """Wake every process's dispatcher at commit, where the dialect can."""
+        ...
+
+    def listen(self, url: str, on_notify: Callable[[], None], stopping: Callable[[], bool]) -> None:
+        """Block, calling `on_notify` for each notification, until `stopping()`."""
+        ...
+
+    def autovacuum_off(self, conn: Connection) -> bool:
+        """Whether the server runs with autovacuum off."""
+        ...
+
+
+# Columns of the message and delivery inserts, named as NewMessage's attributes (the key
+# computed from source and messageId last).
+MESSAGE_FIELDS = (
+    "source",
+    "message_id",
+    "type",
+    "user_id",
+    "anonymous_id",
+    "event",
+    "timestamp",
+    "received_at",
+    "body",
+    "original_timestamp",
+)
+MESSAGE_COLUMNS = (*MESSAGE_FIELDS, "message_key")
+DELIVERY_COLUMNS = (
+    "message_pk",
+    "destination",
+    "status",
+    "attempts",
+    "created_at",
+    "next_attempt_at",
+    "lease_token",
+    "lane",
+)
+ATTEMPT_COLUMNS = (
+    "delivery_id",
+    "hook_url",
+    "attempted_at",
+    "duration_ms",
+    "outcome",
+    "status_code",
+    "error_class",
+    "error",
+    "response_head",
+)
+
+
+def chunked(items: Sequence[Any], size: int = 500) -> Iterator[Sequence[Any]]:
+    """Bound IN lists well below the databases' variable limits."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]

@@ -1,0 +1,262 @@
+"""PostgreSQL: several processes on one database, rows as one array per column, LISTEN/NOTIFY.
+
+Each array statement's text is the same for any number of rows, so the driver and the
+server parse and plan it once; a multi-row VALUES list (an executemany) is a new, long text
+for every batch size, which the driver parses again on every execution (it caches only
+short queries) and the server never gets to prepare.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from operator import attrgetter
+from typing import Any
+
+import psycopg
+from sqlalchemy import Column, Connection, Engine, Table, Text, bindparam, func, select, text
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+from efd.rows import AttemptRow, Outcome
+from efd.store.backends.base import (
+    ATTEMPT_COLUMNS,
+    DELIVERY_COLUMNS,
+    MESSAGE_COLUMNS,
+    NOTIFY_CHANNEL,
+)
+from efd.store.dedupe import WINDOW_SECONDS
+from efd.store.engine import make_engine, normalise_url
+from efd.store.statements import hooks_json
+
+# The deduplication lookup: one index probe per key. As `message_key IN (...) AND
+# received_at > ...` the planner seq-scans `messages` whenever its statistics are missing or
+# stale (a fresh database, a restore, autovacuum off). Through LATERAL it plans one index
+# probe per key even without statistics; OFFSET 0 keeps the subquery from being flattened
+# into a join the planner could turn back into a scan.
+RECENT_BY_KEY = text(
+    "SELECT m.source, m.message_id"
+    " FROM unnest(CAST(:r_keys AS BIGINT[])) AS k(key)"
+    " CROSS JOIN LATERAL (SELECT source, message_id FROM messages"
+    " WHERE message_key = k.key AND received_at > :r_since OFFSET 0) AS m"
+)
+
+TYPES = {
+    "source": "TEXT",
+    "message_id": "TEXT",
+    "type": "TEXT",
+    "user_id": "TEXT",
+    "anonymous_id": "TEXT",
+    "event": "TEXT",
+    "timestamp": "DOUBLE PRECISION",
+    "received_at": "DOUBLE PRECISION",
+    "body": "TEXT",
+    "original_timestamp": "DOUBLE PRECISION",
+    "message_key": "BIGINT",
+    "message_pk": "BIGINT",
+    "destination": "TEXT",
+    "status": "TEXT",
+    "attempts": "INTEGER",
+    "created_at": "DOUBLE PRECISION",
+    "next_attempt_at": "DOUBLE PRECISION",
+    "lease_token": "INTEGER",
+    "lane": "TEXT",
+    "delivery_id": "BIGINT",
+    "hook_url": "TEXT",
+    "attempted_at": "DOUBLE PRECISION",
+    "duration_ms": "DOUBLE PRECISION",
+    "outcome": "TEXT",
+    "status_code": "INTEGER",
+    "error_class": "TEXT",
+    "error": "TEXT",
+    "response_head": "TEXT",
+}
+
+
+def unnest_insert(table: str, columns: Sequence[str], *, returning: bool) -> Any:
+    """INSERT of rows given as one array per column. ORDER BY the ordinality makes the
+    sequence hand out ids in the rows' order, so the returned ids, sorted, line up with the
+    rows."""
+    # `body` goes as one JSON array: the driver escapes the quotes of every body in a text
+    # array element by element in Python, the json module does it in C.
+    arrays = [c for c in columns if c != "body"]
+    unnest = ", ".join(f"CAST(:a_{c} AS {TYPES[c]}[])" for c in arrays)
+    source = f"unnest({unnest}) WITH ORDINALITY AS r({', '.join(arrays)}, n)"
+    if "body" in columns:
+        source += (
+            " JOIN json_array_elements_text(CAST(:a_body AS JSON)) WITH ORDINALITY"
+            " AS b(body, n) USING (n)"
+        )
+    names = ", ".join(columns)
+    return text(
+        f"INSERT INTO {table} ({names}) SELECT {names} FROM {source} ORDER BY n"
+        + (" RETURNING id" if returning else "")
+    )
+
+
+def arrays(columns: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> dict[str, Any]:
+    params: dict[str, Any] = {f"a_{c}": [row[i] for row in rows] for i, c in enumerate(columns)}
+    if "a_body" in params:
+        params["a_body"] = json.dumps(params["a_body"], ensure_ascii=False)
+    return params
+
+
+_INSERT_MESSAGES = unnest_insert("messages", MESSAGE_COLUMNS, returning=True)
+_INSERT_DELIVERIES = unnest_insert("deliveries", DELIVERY_COLUMNS, returning=False)
+# A round's attempt rows as arrays, like ingestion's rows: one fixed text, where an
+# executemany sends a multi-row VALUES the driver parses again for every batch size.
+_INSERT_ATTEMPTS = unnest_insert("attempts", ATTEMPT_COLUMNS, returning=False)
+_attempt_fields = attrgetter(*ATTEMPT_COLUMNS)
+
+# The outcome UPDATE: one statement for the whole batch, its rows as arrays. As one UPDATE a
+# row (an executemany), each row is a statement of its own the server parses, plans and
+# runs, and the driver sends and reads back. The WHERE is the per-row statement's: the id,
+# the fencing token and `pending`, so a stale outcome matches nothing and is counted.
+# Two things keep the plan an index probe by primary key whatever the statistics:
+# `d.id = ANY(ids)`, without which the join, planned generically (unnest assumed to give ten
+# rows), hashes every delivery; and `pending` coming from the arrays side as `u.was`: as a
+# constant it lets the planner add a scan of the whole partial due index to the probe.
+_RECORD_OUTCOMES = text(
+    "UPDATE deliveries AS d SET status = u.status, attempts = u.attempts,"
+    " first_attempt_at = u.first_at, next_attempt_at = u.next_at, finished_at = u.finished_at,"
+    " failed_hooks = u.failed, last_error = u.error, lease_owner = NULL"
+    " FROM unnest(CAST(:a_id AS BIGINT[]), CAST(:a_token AS INTEGER[]),"
+    " CAST(:a_status AS TEXT[]), CAST(:a_attempts AS INTEGER[]),"
+    " CAST(:a_first AS DOUBLE PRECISION[]), CAST(:a_next AS DOUBLE PRECISION[]),"
+    " CAST(:a_finished AS DOUBLE PRECISION[]), CAST(:a_failed AS TEXT[]),"
+    " CAST(:a_error AS TEXT[]),"
+    " array_fill(CAST('pending' AS TEXT), ARRAY[cardinality(CAST(:a_id AS BIGINT[]))]))"
+    " AS u(id, token, status, attempts, first_at, next_at, finished_at, failed, error, was)"
+    " WHERE d.id = ANY(CAST(:a_id AS BIGINT[])) AND d.id = u.id AND d.lease_token = u.token"
+    " AND d.status = u.was"
+)
+_NOTIFY = text("SELECT pg_notify(:channel, '')")
+
+
+class PostgresBackend:
+    """PostgreSQL's paths for the feature stores (efd/store/backends/base.py's `Backend`):
+    array statements, NOTIFY at commit and the LISTEN connection; holds no data itself."""
+
+    name = "postgresql"
+    single_process = False
+    notifies = True
+    percentiles = True
+    row_locks = True
+    indexes_message_keys = True
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._members: dict[Column[Any], Any] = {}
+
+    def engines(self, *, synchronous: str, pool_size: int) -> tuple[Engine, Engine]:
+        engine = make_engine(self.url, writer=True, pool_size=pool_size)
+        return engine, engine
+
+    @contextmanager
+    def bookkeeping(self, writer: Engine) -> Iterator[Connection]:
+        with writer.begin() as conn:
+            yield conn
+
+    def insert(self, table: Table) -> Any:
+        return pg_insert(table)
+
+    def upsert(self, table: Table, keys: list[str], only: list[str] | None = None) -> Any:
+        statement = pg_insert(table)
+        columns = only or [c.name for c in table.columns if c.name not in keys]
+        return statement.on_conflict_do_update(
+            index_elements=keys, set_={c: statement.excluded[c] for c in columns}
+        )
+
+    def execute(
+        self, conn: Connection, key: str, statement: Any, params: list[dict[str, Any]]
+    ) -> list[tuple[Any, ...]]:
+        result = conn.execute(statement, params if len(params) != 1 else params[0])
+        return [tuple(row) for row in result.all()] if result.returns_rows else []
+
+    def execute_count(
+        self, conn: Connection, key: str, statement: Any, params: list[dict[str, Any]]
+    ) -> int:
+        return int(conn.execute(statement, params).rowcount)
+
+    def select(
+        self, conn: Connection, key: str, build: Callable[[], Any], params: list[Any]
+    ) -> list[Any]:
+        result = conn.execute(build())
+        if len(result.keys()) == 1:
+            return list(result.scalars())
+        return list(result.all())
+
+    def members(self, conn: Connection, column: Column[Any], values: set[str]) -> set[str]:
+        # One statement whatever the count: = ANY(array) is also cheaper than IN lists.
+        query = self._members.get(column)
+        if query is None:
+            query = self._members[column] = select(column).where(
+                column == func.any(bindparam("ids", type_=ARRAY(Text)))
+            )
+        return set(conn.execute(query, {"ids": list(values)}).scalars())
+
+    def prepare_writer(self, conn: Connection, now: float) -> None:
+        """The deduplication index is a table index: nothing to fill."""
+
+    def recent_message_ids(
+        self, conn: Connection, keys: Sequence[int], now: float
+    ) -> set[tuple[str, str]]:
+        rows = conn.execute(
+            RECENT_BY_KEY, {"r_keys": sorted(set(keys)), "r_since": now - WINDOW_SECONDS}
+        )
+        return {(source, message_id) for source, message_id in rows}
+
+    def insert_messages(
+        self, conn: Connection, rows: Sequence[tuple[Any, ...]], keys: Sequence[int], now: float
+    ) -> Sequence[int]:
+        return sorted(conn.execute(_INSERT_MESSAGES, arrays(MESSAGE_COLUMNS, rows)).scalars())
+
+    def insert_deliveries(self, conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+        conn.execute(_INSERT_DELIVERIES, arrays(DELIVERY_COLUMNS, rows))
+
+    def insert_attempts(self, conn: Connection, rows: Sequence[AttemptRow]) -> None:
+        conn.execute(_INSERT_ATTEMPTS, arrays(ATTEMPT_COLUMNS, [_attempt_fields(a) for a in rows]))
+
+    def record_outcomes(self, conn: Connection, outcomes: Sequence[Outcome]) -> int:
+        params = {
+            "a_id": [o.delivery_id for o in outcomes],
+            "a_token": [o.lease_token for o in outcomes],
+            "a_status": [str(o.status) for o in outcomes],
+            "a_attempts": [o.attempts for o in outcomes],
+            "a_first": [o.first_attempt_at for o in outcomes],
+            "a_next": [o.next_attempt_at for o in outcomes],
+            "a_finished": [o.finished_at for o in outcomes],
+            "a_failed": [hooks_json(o.failed_hooks) for o in outcomes],
+            "a_error": [o.last_error for o in outcomes],
+        }
+        return int(conn.execute(_RECORD_OUTCOMES, params).rowcount)
+
+    def notify(self, conn: Connection) -> None:
+        """Delivered at commit, to every process's LISTEN: none waits for a poll."""
+        conn.execute(_NOTIFY, {"channel": NOTIFY_CHANNEL})
+
+    def listen(self, url: str, on_notify: Callable[[], None], stopping: Callable[[], bool]) -> None:
+        """Reconnects by itself; while disconnected, polling covers the gap."""
+        conninfo = (
+            normalise_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+        )
+        delay = 0.5
+        while not stopping():
+            try:
+                with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as conn:
+                    conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    delay = 0.5
+                    on_notify()  # anything stored while nothing was listening
+                    while not stopping():
+                        for _ in conn.notifies(timeout=0.5, stop_after=1000):
+                            on_notify()
+            except psycopg.Error:
+                if stopping():
+                    return
+                time.sleep(delay)
+                delay = min(delay * 2, 10.0)
+
+    def autovacuum_off(self, conn: Connection) -> bool:
+        return conn.execute(text("SHOW autovacuum")).scalar() == "off"

@@ -1,0 +1,31 @@
+"""The listener: wakes this process's dispatcher when any process stores due work, where
+the backend can notify (LISTEN/NOTIFY); elsewhere polling and in-process wake-ups cover it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from efd.store.database import Database
+
+
+class Listens(Protocol):
+    available: bool
+
+    def listen(self, on_notify: Callable[[], None], stopping: Callable[[], bool]) -> None: ...
+
+
+class Listener:
+    """Owns the one connection that waits for other processes' notifications. Reads and
+    writes no table."""
+
+    def __init__(self, database: Database) -> None:
+        self._backend = database.backend
+        self._url = database.url
+        self.available = database.backend.notifies
+
+    def listen(self, on_notify: Callable[[], None], stopping: Callable[[], bool]) -> None:
+        """Block, calling `on_notify` for each notification, until `stopping()`. Reconnects
+        by itself; while disconnected, polling covers the gap. Only where `available`."""
+        self._backend.listen(self._url, on_notify, stopping)

@@ -1,0 +1,321 @@
+"""The delivery queue's rules, written once and run against the in-memory twin
+(tests/support/memory.py), real SQLite and real PostgreSQL, through the dispatcher's own
+face (`Deliveries`): what the dispatcher's unit tests assume of the twin is what the
+databases do."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+from sqlalchemy import select
+
+from efd.delivery.dispatcher import Deliveries
+from efd.rows import AttemptRow, Claimed, DeliveryStatus, NewMessage, Outcome
+from efd.store import Store, migrate
+from efd.store.runner import AsyncDeliveries, AsyncStore
+from efd.store.schema import deliveries
+from tests.conftest import PG_ADMIN_URL, _pg_url
+from tests.support.memory import MemoryDeliveries
+
+T = 1_000_000.0  # the twin's clock; every time below is relative to it
+LEASE = 60.0
+
+
+@dataclass
+class Queue:
+    """A queue under test: its `Deliveries`, and a way to add pending deliveries created
+    and due at a time (their ids, in order)."""
+
+    deliveries: Deliveries
+    add: Callable[[str, int, float], Awaitable[list[int]]]
+
+
+def _twin() -> Queue:
+    twin = MemoryDeliveries(clock=T)
+
+    async def add(destination: str, count: int, at: float) -> list[int]:
+        return twin.add(destination, count, due_in=at - T)
+
+    return Queue(twin, add)
+
+
+def _real(url: str) -> tuple[Queue, AsyncStore]:
+    store = Store(url)
+    db = AsyncStore(store)
+    numbers = itertools.count()
+
+    async def add(destination: str, count: int, at: float) -> list[int]:
+        rows = [
+            NewMessage(
+                source="web",
+                message_id=f"m{next(numbers)}",
+                type="track",
+                user_id="u",
+                anonymous_id=None,
+                event="E",
+                timestamp=at,
+                received_at=at,
+                body='{"type":"track"}',
+                destinations=(destination,),
+            )
+            for _ in range(count)
+        ]
+        await db.write(store.ingestion.insert_messages, rows, at)
+
+        def last() -> list[int]:
+            with store.database.read() as conn:
+                query = select(deliveries.c.id).order_by(deliveries.c.id.desc()).limit(count)
+                return sorted(conn.execute(query).scalars())
+
+        return await db.read(last)
+
+    return Queue(AsyncDeliveries(db), add), db
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
+async def queue(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Queue]:
+    if request.param == "memory":
+        yield _twin()
+        return
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'efd.db'}"
+        migrate.upgrade(url)
+        name = None
+    else:
+        template = request.getfixturevalue("pg_template")  # skips without PostgreSQL
+        name = f"efd_contract_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+        url = _pg_url(name)
+    real, db = _real(url)
+    try:
+        yield real
+    finally:
+        await asyncio.to_thread(db.close)
+        if name is not None:
+            with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+async def claim(
+    q: Queue,
+    limit: int = 10,
+    *,
+    owner: str = "A",
+    now: float = T,
+    lease_until: float | None = None,
+    due_by: float | None = None,
+) -> list[Claimed]:
+    until = now + LEASE if lease_until is None else lease_until
+    return await q.deliveries.claim(
+        "d", limit, owner=owner, now=now, lease_until=until, due_by=due_by
+    )
+
+
+def ids(claimed: list[Claimed]) -> list[int]:
+    return [c.delivery_id for c in claimed]
+
+
+def outcome(
+    c: Claimed,
+    status: DeliveryStatus,
+    *,
+    at: float,
+    next_at: float | None = None,
+    failed: frozenset[str] = frozenset(),
+    token: int | None = None,
+) -> Outcome:
+    return Outcome(
+        delivery_id=c.delivery_id,
+        lease_token=c.lease_token if token is None else token,
+        status=status,
+        attempts=c.attempts + 1,
+        first_attempt_at=c.first_attempt_at if c.first_attempt_at is not None else at,
+        next_attempt_at=next_at,
+        finished_at=None if status is DeliveryStatus.PENDING else at,
+        failed_hooks=failed,
+        last_error=None if status is DeliveryStatus.DELIVERED else "HTTP 503",
+    )
+
+
+def attempt(c: Claimed, at: float) -> AttemptRow:
+    return AttemptRow(
+        c.delivery_id, "https://a.example/hook", at, 5.0, "retry", 503, None, None, None
+    )
+
+
+# -- claim ------------------------------------------------------------------------------------
+
+
+async def test_a_claim_takes_only_due_deliveries_of_its_destination(queue: Queue) -> None:
+    due = await queue.add("d", 2, T - 5)
+    await queue.add("d", 1, T + 5)  # not due yet
+    await queue.add("other", 1, T - 5)
+    assert ids(await claim(queue)) == due
+    assert await claim(queue, now=T + 4) == []
+
+
+async def test_a_claim_takes_the_earliest_due_first_and_answers_in_id_order(queue: Queue) -> None:
+    late = await queue.add("d", 1, T - 1)
+    early = await queue.add("d", 2, T - 10)  # added after, due before
+    assert ids(await claim(queue, limit=2)) == early
+    assert ids(await claim(queue, limit=2)) == late
+
+
+async def test_a_claim_takes_at_most_its_limit(queue: Queue) -> None:
+    await queue.add("d", 5, T)
+    assert len(await claim(queue, limit=3)) == 3
+    assert len(await claim(queue, limit=3)) == 2
+    assert await claim(queue, limit=3) == []
+
+
+async def test_a_leased_delivery_is_not_claimed_again_until_its_lease_lapses(queue: Queue) -> None:
+    [pk] = await queue.add("d", 1, T)
+    [first] = await claim(queue, owner="A", lease_until=T + LEASE)
+    assert await claim(queue, owner="B", now=T + LEASE - 1) == []
+    [again] = await claim(queue, owner="B", now=T + LEASE)
+    assert (first.delivery_id, again.delivery_id) == (pk, pk)
+    assert again.lease_token == first.lease_token + 1  # the new lease fences the old
+
+
+async def test_a_claim_reaching_ahead_never_takes_a_live_lease(queue: Queue) -> None:
+    [held] = await queue.add("d", 1, T)
+    await claim(queue, owner="A", lease_until=T + LEASE)
+    [later] = await queue.add("d", 1, T + 5)
+    probe = await claim(queue, owner="B", now=T + 1, due_by=float("inf"))
+    assert ids(probe) == [later]
+    again = await claim(queue, owner="C", now=T + LEASE, due_by=float("inf"))
+    assert ids(again) == [held]
+
+
+async def test_concurrent_claims_never_share_a_delivery(queue: Queue) -> None:
+    await queue.add("d", 30, T)
+    rounds = await asyncio.gather(*(claim(queue, limit=4, owner=f"w{i}") for i in range(12)))
+    taken = [pk for claimed in rounds for pk in ids(claimed)]
+    assert len(taken) == 30
+    assert len(set(taken)) == 30
+
+
+# -- record -----------------------------------------------------------------------------------
+
+
+async def test_a_delivered_outcome_finishes_the_delivery(queue: Queue) -> None:
+    await queue.add("d", 1, T)
+    [c] = await claim(queue)
+    assert await queue.deliveries.record([outcome(c, DeliveryStatus.DELIVERED, at=T)], []) == 0
+    assert await claim(queue, now=T + 10 * LEASE, due_by=float("inf")) == []
+    assert await queue.deliveries.next_due("d") is None
+
+
+async def test_a_retry_is_due_at_its_time_and_carries_its_history(queue: Queue) -> None:
+    await queue.add("d", 1, T)
+    [c] = await claim(queue)
+    failed = frozenset({"https://b.example/hook"})
+    retry = outcome(c, DeliveryStatus.PENDING, at=T + 1, next_at=T + 30, failed=failed)
+    assert await queue.deliveries.record([retry], [attempt(c, T + 1)]) == 0
+    assert await queue.deliveries.next_due("d") == T + 30
+    assert await claim(queue, now=T + 29) == []
+    [again] = await claim(queue, now=T + 30)
+    assert (again.attempts, again.first_attempt_at, again.failed_hooks) == (1, T + 1, failed)
+
+
+async def test_an_outcome_under_a_lapsed_lease_is_stale_and_changes_nothing(queue: Queue) -> None:
+    await queue.add("d", 1, T)
+    [old] = await claim(queue, owner="A", lease_until=T + LEASE)
+    [new] = await claim(queue, owner="B", now=T + LEASE, lease_until=T + 2 * LEASE)
+    stale = outcome(old, DeliveryStatus.DELIVERED, at=T + LEASE + 1)
+    assert await queue.deliveries.record([stale], [attempt(old, T + LEASE + 1)]) == 1
+    # B's lease stands: the delivery is still pending and B's outcome applies.
+    assert await queue.deliveries.next_due("d") == T + 2 * LEASE
+    current = outcome(new, DeliveryStatus.DELIVERED, at=T + LEASE + 2)
+    assert await queue.deliveries.record([current], []) == 0
+    assert await queue.deliveries.next_due("d") is None
+
+
+async def test_an_outcome_for_a_finished_delivery_is_stale(queue: Queue) -> None:
+    await queue.add("d", 1, T)
+    [c] = await claim(queue)
+    assert await queue.deliveries.record([outcome(c, DeliveryStatus.FAILED, at=T)], []) == 0
+    again = outcome(c, DeliveryStatus.DELIVERED, at=T + 1)
+    assert await queue.deliveries.record([again], []) == 1
+
+
+# -- release ----------------------------------------------------------------------------------
+
+
+async def test_a_release_makes_the_delivery_due_at_once(queue: Queue) -> None:
+    await queue.add("d", 1, T)
+    [c] = await claim(queue, lease_until=T + LEASE)
+    await queue.deliveries.release([(c.delivery_id, c.lease_token)], T + 1)
+    assert await queue.deliveries.next_due("d") == T + 1
+    [again] = await claim(queue, now=T + 1)
+    assert again.delivery_id == c.delivery_id
+
+
+async def test_a_release_with_an_old_token_changes_nothing(queue: Queue) -> None:
+    await queue.add("d", 1, T)
+    [old] = await claim(queue, owner="A", lease_until=T + LEASE)
+    await claim(queue, owner="B", now=T + LEASE, lease_until=T + 2 * LEASE)
+    await queue.deliveries.release([(old.delivery_id, old.lease_token)], T + LEASE + 1)
+    assert await queue.deliveries.next_due("d") == T + 2 * LEASE
+    assert await claim(queue, owner="C", now=T + LEASE + 1) == []
+
+
+# -- wake, expire, next_due -------------------------------------------------------------------
+
+
+async def test_wake_makes_waiting_deliveries_due_unless_the_hook_failed_for_them(
+    queue: Queue,
+) -> None:
+    hook = "https://a.example/hook"
+    await queue.add("d", 3, T)
+    a, b, c = await claim(queue, limit=3)
+    for claimed, failed, due in ((a, frozenset(), 100), (b, {hook}, 101), (c, frozenset(), 102)):
+        retry = outcome(
+            claimed, DeliveryStatus.PENDING, at=T, next_at=T + due, failed=frozenset(failed)
+        )
+        assert await queue.deliveries.record([retry], []) == 0
+    assert ids(await claim(queue, now=T + 100, limit=1)) == [a.delivery_id]  # leased now
+    assert await queue.deliveries.wake("other", [hook], T + 1) == 0
+    assert await queue.deliveries.wake("d", [hook], T + 1) == 1
+    assert ids(await claim(queue, now=T + 1)) == [c.delivery_id]
+
+
+async def test_expire_counts_the_window_from_the_first_attempt_else_creation(
+    queue: Queue,
+) -> None:
+    [tried] = await queue.add("d", 1, T - 1)
+    await queue.add("d", 1, T)  # never tried
+    [c] = await claim(queue, now=T + 50, limit=1)
+    assert c.delivery_id == tried
+    retry = outcome(c, DeliveryStatus.PENDING, at=T + 50, next_at=T + 500)
+    assert await queue.deliveries.record([retry], []) == 0
+    assert await queue.deliveries.expire_waiting("d", 100, T + 99) == 0
+    assert await queue.deliveries.expire_waiting("other", 100, T + 110) == 0
+    assert await queue.deliveries.expire_waiting("d", 100, T + 110) == 1  # the untried one
+    assert await queue.deliveries.next_due("d") == T + 500
+    assert await queue.deliveries.expire_waiting("d", 100, T + 150) == 1  # the tried one
+    assert await queue.deliveries.next_due("d") is None
+    assert await claim(queue, now=T + 1000, due_by=float("inf")) == []
+
+
+async def test_expire_leaves_leased_deliveries(queue: Queue) -> None:
+    await queue.add("d", 1, T)
+    await claim(queue, lease_until=T + 1000)
+    assert await queue.deliveries.expire_waiting("d", 10, T + 500) == 0
+    assert await queue.deliveries.next_due("d") == T + 1000
+
+
+async def test_next_due_is_the_earliest_pending_time_of_the_destination(queue: Queue) -> None:
+    assert await queue.deliveries.next_due("d") is None
+    await queue.add("d", 1, T + 20)
+    await queue.add("d", 1, T + 10)
+    await queue.add("other", 1, T)
+    assert await queue.deliveries.next_due("d") == T + 10

@@ -1,0 +1,224 @@
+"""The delivery queue's in-memory twin: the dispatcher's `Deliveries` with the store's rules,
+for unit tests that need no database. tests/contract/ runs the same rules against this twin
+and both real databases, so the twin cannot drift from what `claim` really does."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from efd.rows import AttemptRow, Claimed, DeliveryStatus, Outcome
+
+
+@dataclass
+class Row:
+    id: int
+    destination: str
+    next_attempt_at: float
+    created_at: float = 0.0
+    status: DeliveryStatus = DeliveryStatus.PENDING
+    token: int = 0
+    attempts: int = 0
+    first_attempt_at: float | None = None
+    failed_hooks: frozenset[str] = frozenset()
+    leased: bool = False
+    lane: str | None = None  # an ordered destination's lane (efd/store/lanes.py)
+
+
+class Completed(Protocol):
+    """What the twin reads of a fake sender: how many rounds it answered."""
+
+    completed: int
+
+
+@dataclass
+class MemoryDeliveries:
+    """The dispatcher's `Deliveries`, in memory, with the store's semantics: claims lease
+    due rows oldest first, never one under a live lease; outcomes and releases are fenced by
+    the lease token and apply to pending rows only."""
+
+    rows: dict[int, Row] = field(default_factory=dict)
+    attempts: list[AttemptRow] = field(default_factory=list)
+    released: list[tuple[int, int]] = field(default_factory=list)
+    recorded: asyncio.Event = field(default_factory=asyncio.Event)
+    asked_due: asyncio.Event = field(default_factory=asyncio.Event)  # the dispatcher went idle
+    calls: Counter[str] = field(default_factory=Counter)
+    most_leased: Counter[str] = field(default_factory=Counter)  # per destination, at a claim
+    # Of those, the most whose round had not finished (a finished round's outcome may wait
+    # a moment for the batched recorder; only the rest is what the dispatcher holds).
+    most_held: Counter[str] = field(default_factory=Counter)
+    recorded_count: int = 0
+    rounds: Completed | None = None
+    clock: float = 1_000_000.0
+
+    def add(
+        self, destination: str, count: int, *, due_in: float = 0.0, lane: str | None = None
+    ) -> list[int]:
+        """`count` new pending deliveries, created and due at clock + due_in; in `lane`,
+        each waits (queued) unless the lane has no head."""
+        ids = []
+        for _ in range(count):
+            pk = len(self.rows) + 1
+            at = self.clock + due_in
+            waits = lane is not None and self._head(destination, lane) is not None
+            status = DeliveryStatus.QUEUED if waits else DeliveryStatus.PENDING
+            self.rows[pk] = Row(pk, destination, at, created_at=at, status=status, lane=lane)
+            ids.append(pk)
+        return ids
+
+    def _head(self, destination: str, lane: str) -> Row | None:
+        """The lane's head: its one pending delivery."""
+        for r in self.rows.values():
+            if (r.destination, r.lane, r.status) == (destination, lane, DeliveryStatus.PENDING):
+                return r
+        return None
+
+    def _hand_on(self, row: Row, now: float) -> None:
+        """A head got an outcome: the lane's lowest waiting delivery is due now."""
+        waiting = [
+            r
+            for r in self.rows.values()
+            if (r.destination, r.lane, r.status)
+            == (row.destination, row.lane, DeliveryStatus.QUEUED)
+        ]
+        if waiting:
+            following = min(waiting, key=lambda r: r.id)
+            following.status, following.next_attempt_at = DeliveryStatus.PENDING, now
+
+    def status(self, destination: str | None = None) -> Counter[str]:
+        return Counter(
+            r.status.value
+            for r in self.rows.values()
+            if destination is None or r.destination == destination
+        )
+
+    async def claim(
+        self,
+        destination: str,
+        limit: int,
+        *,
+        owner: str,
+        now: float,
+        lease_until: float,
+        due_by: float | None = None,
+    ) -> list[Claimed]:
+        self.calls["claim"] += 1
+        bound = now if due_by is None else due_by
+        due = sorted(
+            (
+                r
+                for r in self.rows.values()
+                if r.destination == destination
+                and r.status is DeliveryStatus.PENDING
+                and r.next_attempt_at <= bound
+                and (not r.leased or r.next_attempt_at <= now)
+            ),
+            key=lambda r: r.next_attempt_at,
+        )[:limit]
+        for r in due:
+            r.next_attempt_at, r.token, r.leased = lease_until, r.token + 1, True
+        leased = sum(1 for r in self.rows.values() if r.destination == destination and r.leased)
+        self.most_leased[destination] = max(self.most_leased[destination], leased)
+        if self.rounds is not None:
+            awaiting_record = self.rounds.completed - self.recorded_count
+            held = leased - awaiting_record
+            self.most_held[destination] = max(self.most_held[destination], held)
+        return [
+            Claimed(
+                r.id,
+                r.token,
+                destination,
+                r.attempts,
+                r.first_attempt_at,
+                r.failed_hooks,
+                f"m{r.id}",
+                '{"type":"track"}',
+                r.id,
+                "web",
+                1_700_000_000.0 + r.id,
+            )
+            for r in sorted(due, key=lambda r: r.id)
+        ]
+
+    async def record(self, outcomes: Sequence[Outcome], attempts: Sequence[AttemptRow]) -> int:
+        self.attempts.extend(attempts)
+        self.recorded_count += len(outcomes)
+        stale = 0
+        for o in outcomes:
+            r = self.rows[o.delivery_id]
+            if r.token != o.lease_token or r.status is not DeliveryStatus.PENDING:
+                stale += 1
+                continue
+            r.status, r.attempts, r.leased = o.status, o.attempts, False
+            r.first_attempt_at, r.failed_hooks = o.first_attempt_at, o.failed_hooks
+            if o.next_attempt_at is not None:
+                r.next_attempt_at = o.next_attempt_at
+            if r.lane is not None and r.status is not DeliveryStatus.PENDING:
+                self._hand_on(r, o.finished_at or self.clock)
+        self.recorded.set()
+        return stale
+
+    async def release(self, leases: Sequence[tuple[int, int]], now: float) -> None:
+        self.released.extend(leases)
+        for pk, token in leases:
+            r = self.rows[pk]
+            if r.token == token and r.status is DeliveryStatus.PENDING:
+                r.next_attempt_at, r.leased = now, False
+
+    async def next_due(self, destination: str) -> float | None:
+        self.calls["next_due"] += 1
+        self.asked_due.set()
+        due = [
+            r.next_attempt_at
+            for r in self.rows.values()
+            if r.destination == destination and r.status is DeliveryStatus.PENDING
+        ]
+        return min(due, default=None)
+
+    async def wake(self, destination: str, hook: Sequence[str], now: float) -> int:
+        woken = 0
+        for r in self.rows.values():
+            if (
+                r.destination == destination
+                and r.status is DeliveryStatus.PENDING
+                and not r.leased
+                and r.next_attempt_at > now
+                and not r.failed_hooks.intersection(hook)
+            ):
+                r.next_attempt_at = now
+                woken += 1
+        return woken
+
+    async def expire_waiting(self, destination: str, window: float, now: float) -> int:
+        expired = 0
+        for r in self.rows.values():  # waiting in lanes first: never a head
+            start = r.created_at if r.first_attempt_at is None else r.first_attempt_at
+            if (
+                r.destination == destination
+                and r.status is DeliveryStatus.QUEUED
+                and start <= now - window
+            ):
+                r.status = DeliveryStatus.EXPIRED
+                expired += 1
+        for r in self.rows.values():
+            start = r.created_at if r.first_attempt_at is None else r.first_attempt_at
+            if (
+                r.destination == destination
+                and r.status is DeliveryStatus.PENDING
+                and not r.leased
+                and start <= now - window
+            ):
+                r.status = DeliveryStatus.EXPIRED
+                expired += 1
+                if r.lane is not None:
+                    self._hand_on(r, now)
+        return expired
+
+    async def wait(self, check: Any) -> None:
+        """Until `check()` holds, woken by each recorded outcome (no polling)."""
+        while not check():
+            self.recorded.clear()
+            await asyncio.wait_for(self.recorded.wait(), timeout=30)
