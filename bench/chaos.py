@@ -3,9 +3,13 @@
     .venv/bin/python bench/chaos.py --store sqlite|postgresql [--minutes 10] [--seed N]
 
 PostgreSQL: 3 daemons on a private cluster (initdb into a temporary directory, its own port;
-removed at the end). SQLite: 1 daemon. Two receivers on 127.0.0.1 (destinations `alpha` and
-`beta`) record every delivery they answer 2xx to: messageId, time, and the daemon that sent
-it (each daemon's hooks carry an `X-Chaos-Daemon: d<n>.<incarnation>.<reload>` header).
+removed at the end). SQLite: 1 daemon. Three receivers on 127.0.0.1 (destinations `alpha`,
+`beta` and `ordered`, the last with `ordering = "per_user"`) record every delivery they answer
+2xx to: messageId, time, and the daemon that sent it (each daemon's hooks carry an
+`X-Chaos-Daemon: d<n>.<incarnation>.<reload>` header). `ordered` also notes every request
+it reads, in order: per user (lane), the sequence must never go backwards, duplicates
+included: no message again after a later one, none after a message the client sent only once
+it had been acknowledged.
 At seeded random intervals one fault starts (faults may overlap): kill -9 of a daemon's
 process group and a restart, SIGTERM and a restart, PostgreSQL stopped for a few seconds,
 a receiver answering 500, hanging past the delivery timeout, resetting connections, or gone
@@ -46,7 +50,8 @@ from aiohttp import web
 ROOT = Path(__file__).resolve().parent.parent
 WRITE_KEY = "wk_chaos"
 AUTH = {"Authorization": "Basic " + base64.b64encode(f"{WRITE_KEY}:".encode()).decode()}
-DESTINATIONS = ("alpha", "beta")
+DESTINATIONS = ("alpha", "beta", "ordered")
+ORDERED = "ordered"  # the destination with ordering = "per_user"
 # Delivery settings written into every daemon's config: short back-offs and a short lease so
 # that the soak converges within its time.
 TIMEOUT_S = 4.0
@@ -129,6 +134,7 @@ class Soak:
     """Everything the accounting needs, gathered while the soak runs."""
 
     acked: dict[str, float] = field(default_factory=dict)  # messageId -> acknowledgement time
+    sent: dict[str, float] = field(default_factory=dict)  # messageId -> its first request
     windows: list[Window] = field(default_factory=list)
     endings: dict[str, Ending] = field(default_factory=dict)  # incarnation -> how it ended
     faults: Counter[str] = field(default_factory=Counter)
@@ -266,6 +272,7 @@ class Daemon:
             lines += [
                 "[[destinations]]",
                 f"name = {_toml(dest)}",
+                f"ordering = {_toml('per_user' if dest == ORDERED else 'none')}",
                 f"shared_secret = {_toml('secret-' + str(self.reloads))}",
                 "[[destinations.hooks]]",
                 f"url = {_toml(url)}",
@@ -401,6 +408,7 @@ class Receiver:
         self.mode = "ok"  # ok | 500 | hang | reset | gone
         self.busy = False
         self.receipts: dict[str, list[Receipt]] = {}
+        self.read: list[tuple[str, str]] = []  # (userId, messageId) of each request read
         self.answered = 0
         self.self_check = self_check
         self.runner: web.AppRunner | None = None
@@ -415,6 +423,8 @@ class Receiver:
             _reset(request)
             return web.Response(status=500)  # never written: the connection is gone
         body = await request.read()
+        sent = json.loads(body)
+        self.read.append((sent["userId"], sent["messageId"]))
         if self.mode == "500":
             return web.Response(status=500)
         if self.mode == "hang":
@@ -507,6 +517,8 @@ class Traffic:
 
         body: Any = {"batch": [message(m) for m in ids]} if path == "/v1/batch" else message(ids[0])
         first = CLOCK()
+        for mid in ids:
+            self.soak.sent[mid] = first
         for attempt in range(30):
             live = [d for d in self.daemons if d.up] or self.daemons
             daemon = self.rng.choice(live)
@@ -721,6 +733,37 @@ def delivery_statuses(store_url: str, ids: list[str]) -> dict[tuple[str, str], s
     return {(r[0], r[1]): r[2] for r in rows}
 
 
+def lanes_backwards(read: list[tuple[str, str]], soak: Soak) -> list[str]:
+    """Where the ordered receiver's sequence of a lane (a user) went backwards: a message
+    read again after a later one of its lane, or read after a message that was sent only
+    once it had been acknowledged (an order the client made, which efd must keep). Messages
+    sent at the same time, to one daemon or several, have no order between them."""
+    current: dict[str, str] = {}
+    left: dict[str, set[str]] = {}
+    latest_sent: dict[str, tuple[float, str]] = {}  # lane -> the latest first request read
+    found = []
+    for user, mid in read:
+        if current.get(user) == mid:
+            continue  # the same message again: a retry
+        done = left.setdefault(user, set())
+        if mid in done:
+            found.append(f"{user}: {mid} read again after {current[user]}")
+        if user in current:
+            done.add(current[user])
+        current[user] = mid
+        acked = soak.acked.get(mid)
+        before = latest_sent.get(user)
+        if acked is not None and before is not None and before[0] > acked:
+            found.append(
+                f"{user}: {mid} (acknowledged at {acked:.2f}s) after {before[1]}, first sent "
+                f"at {before[0]:.2f}s"
+            )
+        sent = soak.sent.get(mid, 0.0)
+        if before is None or sent > before[0]:
+            latest_sent[user] = (sent, mid)
+    return found
+
+
 def explain(first: Receipt, again: Receipt, soak: Soak, store_down: list[Window]) -> str | None:
     """Why a second receipt is allowed: the first was answered to a daemon incarnation that
     was then killed -9 before it could record the outcome, and the second came after the
@@ -884,12 +927,16 @@ async def soak(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             await asyncio.sleep(0.25)
         say(f"drain ended {CLOCK() - until:.1f} s after the soak time; {len(missing)} not received")
         statuses = delivery_statuses(store_url, sorted({m for _, m in missing}))
+        backwards = lanes_backwards(receivers[ORDERED].read, state)
         for d in daemons:
             if d.alive():
                 code = await d.terminate()
                 state.endings[d.key] = Ending("final", CLOCK())
                 say(f"{d.key} stopped (exit {code})")
         result = account(state, receivers, statuses, faults.store_down)
+        result["ordered_requests_read"] = len(receivers[ORDERED].read)
+        result["ordered_backwards"] = len(backwards)
+        result["ordered_backwards_examples"] = backwards[:20]
         return {"store": args.store, "minutes": args.minutes, "seed": seed, **result}
     finally:
         for d in daemons:
@@ -937,7 +984,11 @@ def main() -> int:
                 f"duplicate {dup['destination']}/{dup['messageId']}: first {dup['first']},"
                 f" again {dup['again']}: {dup['explained'] or 'UNEXPLAINED'}"
             )
-        ok = result["lost"] == 0 and result["duplicates"] == result["duplicates_explained"]
+        ok = (
+            result["lost"] == 0
+            and result["duplicates"] == result["duplicates_explained"]
+            and result["ordered_backwards"] == 0
+        )
         if not ok:
             print(f"logs kept in {workdir}")
         print(json.dumps({"commit": version, **result}), flush=True)

@@ -16,6 +16,9 @@ class DeliveryStatus(StrEnum):
     """A delivery's state, as stored in `deliveries.status`."""
 
     PENDING = "pending"
+    # Waits behind the head of its lane (an ordered destination): never claimed until the
+    # head has an outcome and it becomes the head, pending and due (efd/rules/lanes.py).
+    QUEUED = "queued"
     DELIVERED = "delivered"
     FAILED = "failed"  # every hook failed for good
     EXPIRED = "expired"  # the retry window closed
@@ -137,6 +140,16 @@ class DeliveryQuery:
 
 
 @dataclass(frozen=True, slots=True)
+class BlockedLanes:
+    """An ordered destination's lanes whose head failed at least once and has no outcome
+    yet: each holds its later messages back."""
+
+    count: int
+    oldest_message_id: str | None  # the head blocked longest: its messageId
+    oldest_since: float | None  # and its first attempt (UNIX seconds)
+
+
+@dataclass(frozen=True, slots=True)
 class AttemptRecord:
     attempted_at: float
     hook_url: str
@@ -184,3 +197,5 @@ class MessageRecord:
     body: str | None  # None once purged by a deletion request
     deliveries: tuple[DeliveryRecord, ...]
     attempts: Mapping[int, tuple[AttemptRecord, ...]]  # delivery id -> attempts, oldest first
+    # delivery id -> the messageId of its lane's head, for each delivery waiting in a lane
+    waiting_for: Mapping[int, str | None] = field(default_factory=dict)

@@ -288,6 +288,7 @@ def _short(value: str | None, width: int) -> str:
 
 
 def _inspect(args: argparse.Namespace, settings: config.Settings, operations: Any) -> int:
+    from efd.rules.lanes import waiting_note
     from efd.rules.selection import message_json
 
     found = operations.message(args.source, args.message_id)
@@ -320,6 +321,8 @@ def _inspect(args: argparse.Namespace, settings: config.Settings, operations: An
             continue
         if d["nextAttemptAt"]:
             print(f"  next attempt {d['nextAttemptAt']}")
+        if d["status"] == "queued":
+            print(f"  {waiting_note(d['waitingFor'])}")
         print(f"  retry window ends {d['windowEndsAt']}")
         if not d["attempts"]:
             print("  no attempts yet")
@@ -404,6 +407,31 @@ def _redrive(args: argparse.Namespace, settings: config.Settings, operations: An
     return 0
 
 
+def _lanes(args: argparse.Namespace, settings: config.Settings, operations: Any) -> int:
+    from efd.rules.selection import lanes_json
+
+    blocked = operations.blocked_lanes()
+    shown = {
+        d.name: lanes_json(blocked.get(d.name))
+        for d in settings.destinations
+        if d.ordering == "per_user"
+    }
+    if args.json:
+        _print_json({"destinations": [{"name": name, "lanes": v} for name, v in shown.items()]})
+        return 0
+    if not shown:
+        print('no destination is ordered (ordering = "per_user")')
+    for name, lanes in shown.items():
+        line = f"{name}: {lanes['blocked']} blocked lanes"
+        if lanes["blocked"]:
+            line += (
+                f"; blocked longest: message {lanes['oldestBlockedMessageId']}, "
+                f"since {lanes['oldestBlockedSince']}"
+            )
+        print(line)
+    return 0
+
+
 def _discard(args: argparse.Namespace, settings: config.Settings, operations: Any) -> int:
     import time
 
@@ -438,7 +466,7 @@ def _discard(args: argparse.Namespace, settings: config.Settings, operations: An
 def _replay(args: argparse.Namespace, settings: config.Settings, operations: Any) -> int:
     import time
 
-    from efd.rules.selection import replay_targets
+    from efd.rules.selection import replay_json, replay_targets
 
     found = operations.replay_sources(args.source, args.message_id)
     if found is None:
@@ -456,11 +484,13 @@ def _replay(args: argparse.Namespace, settings: config.Settings, operations: Any
         return 1
     targets = replay_targets(originals, args.destination, {d.name for d in settings.destinations})
     created = operations.replay(pk, targets, time.time())
+    ordered = {d.name for d in settings.destinations if d.ordering == "per_user"}
     if args.json:
-        _print_json({"deliveries": [{"id": i, "destination": name} for i, name in created]})
+        _print_json(replay_json(created, ordered))
     else:
         for delivery_id, name in created:
-            print(f"delivery {delivery_id} to {name}: a replay of what routing made of it")
+            late = ", out of order: not through its lane" if name in ordered else ""
+            print(f"delivery {delivery_id} to {name}: a replay of what routing made of it{late}")
     return 0
 
 
@@ -510,6 +540,12 @@ def _operator_parsers(sub: Any) -> None:
     replay.add_argument("--message-id", required=True)
     replay.add_argument("--destination", help="only this one (default: every one it went to)")
     replay.set_defaults(func=_operator_command(_replay))
+
+    lanes = sub.add_parser(
+        "lanes", help="per ordered destination: blocked lanes and the one blocked longest"
+    )
+    common(lanes)
+    lanes.set_defaults(func=_operator_command(_lanes))
 
     discard = sub.add_parser(
         "discard",

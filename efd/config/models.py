@@ -32,6 +32,7 @@ from efd.personas.keys import snake_case
 from efd.rules import netguard
 from efd.rules.audiences import ParseError, parse_condition, parse_expression
 from efd.rules.filters import Condition, Filter, FilterSet, FqlError, parse_field_path
+from efd.rules.lanes import Ordering
 from efd.rules.origins import check_pattern
 from efd.rules.webhooks import RESERVED_HEADERS, ClientCert, Route, standard_secret
 
@@ -387,6 +388,9 @@ class DestinationConfig(_Strict):
     hooks: list[HookConfig] = Field(min_length=1, max_length=MAX_HOOKS)
     # Applied in Segment's order (sample, drop, drop_fields, allow_fields): docs/filters.md.
     filters: list[FilterConfig] = Field(default_factory=list)
+    # "per_user": each user's messages go one at a time, in the order efd acknowledged them
+    # (docs/delivery.md, "Ordered delivery"); "none": each on its own.
+    ordering: Ordering = Ordering.NONE
 
     @field_validator("signing")
     @classmethod

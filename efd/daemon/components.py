@@ -41,6 +41,7 @@ from efd.observe.stream import Hub
 from efd.personas.capture import Capture
 from efd.processes.parsers import ParserPool
 from efd.rows import InsertStatus, NewMessage
+from efd.rules.lanes import Lanes, Ordering
 from efd.rules.payload import MAX_RAW_REQUEST_BYTES
 from efd.rules.selection import iso
 from efd.services.periodic import Periodic, computations
@@ -191,6 +192,25 @@ class Storage:
         self._shared.settings.subscribe(self._capture)
         if store.single_process:
             await self._resume()
+        await self._apply_lanes(self._shared.settings.value)
+        # Early: ingestion puts ordered destinations' deliveries in lanes before it routes.
+        self._shared.settings.subscribe(self._apply_lanes, early=True)
+
+    async def _apply_lanes(self, settings: Settings) -> None:
+        """Ingestion puts the deliveries of ordered destinations in lanes from now on; the
+        lanes of a destination whose ordering was turned off are dropped, their waiting
+        deliveries due now (every process of a cluster should run the same configuration)."""
+        ordered = [d.name for d in settings.destinations if d.ordering is Ordering.PER_USER]
+        store = self.db.store
+        store.ingestion.lanes = Lanes(ordered) if ordered else None
+        store.queue.ordered = bool(ordered)
+        try:
+            released = await self.db.write(store.lanes.dissolve, ordered, time.time())
+        except StoreError as error:
+            log.warning("could not drop the lanes of unordered destinations: %s", error)
+            return
+        if released:
+            log.info("%d deliveries left lanes whose destination is no longer ordered", released)
 
     def _capture(self, settings: Settings) -> None:
         # Profiles are kept only when something computes on them.

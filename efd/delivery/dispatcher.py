@@ -44,6 +44,10 @@ _COALESCE = 0.002  # seconds to let wake-ups pile up into one claim
 SHUTDOWN_MARGIN = 2.0
 
 
+def _ordered(settings: Settings) -> frozenset[str]:
+    return frozenset(d.name for d in settings.destinations if d.ordering == "per_user")
+
+
 class Dispatcher:
     """Claims due deliveries, sends each round through `Rounds`, and records outcomes.
 
@@ -79,6 +83,7 @@ class Dispatcher:
         self._buckets = _buckets(settings.value)
         # A destination held back by its hooks' rate limits: when to claim for it again.
         self._paced: dict[str, float] = {}
+        self._ordered = _ordered(settings.value)
         self._lease = delivery.lease_seconds
         # Leases held (claimed, in flight, or waiting for their outcome to be written) are
         # renewed every quarter lease, so a slow outcome write never lets one lapse while
@@ -168,6 +173,7 @@ class Dispatcher:
         self._routes = routes
         self._buckets = _buckets(settings)
         self._paced = {name: at for name, at in self._paced.items() if name in self._buckets}
+        self._ordered = _ordered(settings)
         if leases:
             with contextlib.suppress(StoreError):  # else the leases simply lapse
                 await self._deliveries.release(leases, self._clock.now())
@@ -668,6 +674,17 @@ class Dispatcher:
                 await asyncio.sleep(delay)
         for outcome in outcomes:
             self._leases.pop(outcome.delivery_id, None)
+        handed_on = {
+            destination
+            for outcome, _, destination, _ in items
+            if destination in self._ordered and outcome.status is not DeliveryStatus.PENDING
+        }
+        if handed_on:
+            # A head's outcome made the next message of its lane due now (efd/store/lanes.py).
+            for destination in handed_on & self._backlog.keys():
+                self._backlog[destination] = True
+            self._due_hint = min(self._due_hint, self._clock.now())
+            self._worker.notify()
         if self._hub is not None and self._hub.active:
             for _, attempt_rows, destination, message_id in items:
                 for row in attempt_rows:

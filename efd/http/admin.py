@@ -107,6 +107,10 @@ class AdminApi:
         return self._settings.delivery.retry_window_seconds
 
     @property
+    def _ordered(self) -> set[str]:
+        return {d.name for d in self._settings.destinations if d.ordering == "per_user"}
+
+    @property
     def _configured(self) -> set[str]:
         return {d.name for d in self._settings.destinations}
 
@@ -228,6 +232,5 @@ class AdminApi:
             ", ".join(name for _, name in created),
         )
         self._on_due()
-        return json_response(
-            {"deliveries": [{"id": i, "destination": name} for i, name in created]}, 201
-        )
+        # Sent at once, not through its lane: out of order on an ordered destination.
+        return json_response(selection.replay_json(created, self._ordered), 201)

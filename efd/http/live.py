@@ -34,7 +34,7 @@ from efd.observe.metrics import Metrics
 from efd.observe.stream import Hub
 from efd.rules import webhooks
 from efd.rules.circuit import Circuits
-from efd.rules.selection import iso
+from efd.rules.selection import iso, lanes_json
 from efd.settings import Current
 from efd.store.health import Health, HealthStore, WindowStats
 from efd.store.runner import AsyncStore
@@ -137,6 +137,8 @@ class LiveApi:
                 for label, seconds in WINDOWS
             }
             errors = await self._db.read(self._health.last_errors, list(hooks), now - 86400)
+            ordered = any(d.ordering == "per_user" for d in self._settings.destinations)
+            blocked = await self._db.read(self._db.store.lanes.blocked) if ordered else {}
         except StoreError as error:
             log.error("admin API: the store is unavailable: %s", str(error).splitlines()[0][:200])
             return error_response("storage_unavailable", "the store is unavailable; retry", 503)
@@ -170,6 +172,11 @@ class LiveApi:
                     "configured": True,
                     "backlog": pending,
                     "oldestPendingAt": iso(oldest),
+                    "ordering": destination.ordering.value,
+                    # Ordered: its blocked lanes (efd/rules/lanes.py); else null.
+                    "lanes": lanes_json(blocked.get(destination.name))
+                    if destination.ordering == "per_user"
+                    else None,
                     "hooks": hook_list,
                 }
             )
@@ -185,6 +192,8 @@ class LiveApi:
                         "configured": False,
                         "backlog": pending,
                         "oldestPendingAt": iso(oldest),
+                        "ordering": None,
+                        "lanes": None,
                         "hooks": [],
                     }
                 )

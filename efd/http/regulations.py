@@ -212,6 +212,7 @@ class RegulationsApi:
                                         for status in (
                                             "delivered",
                                             "pending",
+                                            "queued",
                                             "failed",
                                             "expired",
                                             "discarded",

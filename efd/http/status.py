@@ -129,6 +129,15 @@ class Status:
                         for name, count in unconfigured(backlog, configured).items()
                     },
                 }
+            ordered = [d.name for d in self._settings.destinations if d.ordering == "per_user"]
+            if ordered:
+                async with asyncio.timeout(5):
+                    blocked = await self._db.read(self._db.store.lanes.blocked)
+                self._metrics.lanes_blocked = {
+                    name: blocked[name].count if name in blocked else 0 for name in ordered
+                }
+            else:
+                self._metrics.lanes_blocked = {}
         response = web.Response(body=self._metrics.render())
         response.headers["Content-Type"] = CONTENT_TYPE
         return response

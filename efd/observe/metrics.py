@@ -71,6 +71,8 @@ class Metrics:
         self.backlog: dict[tuple[str, bool], int] = {}  # (destination, configured) -> pending
         # (destination, redacted hook URL) -> 1 while the hook's circuit is open, else 0
         self.circuit_open: dict[tuple[str, str], int] = {}
+        # ordered destination -> lanes whose head failed and has no outcome yet
+        self.lanes_blocked: dict[str, int] = {}
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))
 
@@ -195,6 +197,15 @@ class _Collector(Collector):
         for (destination, hook), value in sorted(m.circuit_open.items()):
             circuits.add_metric([destination, hook], value)
         yield circuits
+        blocked = GaugeMetricFamily(
+            "efd_lanes_blocked",
+            "Lanes of an ordered destination whose head failed at least once and has no "
+            "outcome yet: each holds that user's later messages back.",
+            labels=["destination"],
+        )
+        for destination, value in sorted(m.lanes_blocked.items()):
+            blocked.add_metric([destination], value)
+        yield blocked
         durations = HistogramMetricFamily(
             "efd_attempt_duration_seconds",
             "Time from request start to complete answer.",

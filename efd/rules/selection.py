@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from efd.errors import ClientError
 from efd.rows import (
     AttemptRecord,
+    BlockedLanes,
     DeliveryQuery,
     DeliveryRecord,
     DeliveryStatus,
@@ -333,10 +334,36 @@ def message_json(record: MessageRecord, window: float) -> dict[str, Any]:
                 "replayOf": d.replay_of,
                 # Which filter stopped it, and why (docs/filters.md).
                 "filteredBy": d.last_error if d.status == DeliveryStatus.FILTERED else None,
+                # Queued in its lane (an ordered destination): the messageId of the lane's
+                # head, which has to have an outcome first.
+                "waitingFor": record.waiting_for.get(d.id),
                 "attempts": [attempt_json(a) for a in record.attempts.get(d.id, ())],
             }
             for d in record.deliveries
         ],
+    }
+
+
+def lanes_json(blocked: BlockedLanes | None) -> dict[str, Any]:
+    """An ordered destination's lanes in GET /admin/destinations and `efd lanes --json`:
+    how many are blocked (their head failed at least once and has no outcome yet), and the
+    head blocked longest."""
+    if blocked is None or blocked.count == 0:
+        return {"blocked": 0, "oldestBlockedMessageId": None, "oldestBlockedSince": None}
+    return {
+        "blocked": blocked.count,
+        "oldestBlockedMessageId": blocked.oldest_message_id,
+        "oldestBlockedSince": iso(blocked.oldest_since),
+    }
+
+
+def replay_json(created: Sequence[tuple[int, str]], ordered: Collection[str]) -> dict[str, Any]:
+    """POST /admin/replay's answer and `efd replay --json`. A replay is sent at once, outside
+    its lane: to an ordered destination it arrives out of order, and the answer says so."""
+    return {
+        "deliveries": [
+            {"id": i, "destination": name, "outOfOrder": name in ordered} for i, name in created
+        ]
     }
 
 

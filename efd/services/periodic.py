@@ -1,4 +1,5 @@
-"""The coarse periodic jobs: retention, and the audience and computed trait syncs.
+"""The coarse periodic jobs: retention, the lanes' tending, and the audience and computed
+trait syncs.
 
 APScheduler runs them (memory job store), and each runs once per cluster per interval:
 a process runs a job only after advancing its row in the `jobs` table, which one process
@@ -39,6 +40,8 @@ from efd.store.runner import AsyncStore
 log = logging.getLogger(__name__)
 
 RETENTION_EVERY = 600.0  # seconds
+# Waiting messages of lanes whose retry window closed expire within this (seconds).
+LANES_EVERY = 30.0
 _RETENTION_BATCH = 1000
 _FIRST_SYNC_DELAY = 1.0  # seconds after start-up
 _EVENT_MARGIN = 3600.0  # events are kept this much longer than the longest lookback
@@ -97,6 +100,14 @@ class Periodic:
             seconds=RETENTION_EVERY,
             id="retention",
             misfire_grace_time=60,
+        )
+        scheduler.add_job(
+            self.tend_lanes,
+            "interval",
+            seconds=LANES_EVERY,
+            id="lanes",
+            misfire_grace_time=30,
+            coalesce=True,
         )
         self._schedule_syncs()
         scheduler.start()
@@ -160,6 +171,39 @@ class Periodic:
         total = await self._in_batches(self._profiles.purge_events, now - lookback - _EVENT_MARGIN)
         if total:
             log.info("retention: purged %d events beyond the longest lookback", total)
+
+    # -- lanes ------------------------------------------------------------------------------
+
+    async def tend_lanes(self, now: float | None = None) -> tuple[dict[str, int], int]:
+        """Expire the waiting messages of ordered destinations whose retry window closed
+        (counted from receipt: nothing waits forever), and move on any lane whose head has
+        an outcome but was not handed on (a process that recorded it without knowing the
+        destination ordered). Once per cluster per interval. Returns ({destination:
+        expired}, promoted)."""
+        now = time.time() if now is None else now
+        store = self._db.store
+        try:
+            if not await self._db.write(
+                store.jobs.claim_job, "lanes", interval=LANES_EVERY, owner=self._owner, now=now
+            ):
+                return {}, 0
+            ordered = [d.name for d in self._settings.destinations if d.ordering == "per_user"]
+            window = self._settings.delivery.retry_window_seconds
+            expired, promoted = await self._db.write(store.lanes.tend, ordered, window, now)
+        except StoreError as error:
+            log.warning("lanes: cannot tend them now: %s", str(error).splitlines()[0][:200])
+            return {}, 0
+        for name, count in expired.items():
+            if count:
+                self._metrics.expired[name] += count
+                log.error(
+                    "%d messages to %s waiting in lanes expired: their retry window closed",
+                    count,
+                    name,
+                )
+        if promoted:
+            self._on_sent()
+        return expired, promoted
 
     async def _in_batches(self, purge: Callable[[float, int], int], before: float) -> int:
         total = 0

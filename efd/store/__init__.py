@@ -12,6 +12,7 @@ from __future__ import annotations
 from efd.store.database import Database
 from efd.store.ingestion import Ingestion
 from efd.store.jobs import Jobs, JobsStore
+from efd.store.lanes import LanesStore
 from efd.store.listener import Listener, Listens
 from efd.store.queue import DeliveryQueue, Queue
 
@@ -28,6 +29,7 @@ class Store:
         self.queue: Queue = DeliveryQueue(self.database)
         self.jobs: Jobs = JobsStore(self.database)
         self.listener: Listens = Listener(self.database)
+        self.lanes = LanesStore(self.database)
 
     @property
     def single_process(self) -> bool:

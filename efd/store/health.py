@@ -86,7 +86,11 @@ class HealthStore:
         with self._db.read() as conn:
             rows = conn.execute(
                 select(deliveries.c.destination, func.count(), func.min(deliveries.c.created_at))
-                .where(deliveries.c.status == DeliveryStatus.PENDING)
+                .where(
+                    deliveries.c.status.in_(
+                        [DeliveryStatus.PENDING.value, DeliveryStatus.QUEUED.value]
+                    )
+                )
                 .group_by(deliveries.c.destination)
             ).all()
         return {name: (count, oldest) for name, count, oldest in rows}

@@ -6,17 +6,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from operator import attrgetter
-from typing import Protocol
+from typing import Any, Protocol
 
 from sqlalchemy import Connection
 
 from efd.rows import DeliveryStatus, InsertStatus, NewMessage
-from efd.store import shaped
+from efd.store import lanes, shaped
 from efd.store.backends.base import MESSAGE_FIELDS
 from efd.store.database import Database
 from efd.store.dedupe import message_key
 
 PENDING = DeliveryStatus.PENDING
+QUEUED = DeliveryStatus.QUEUED
 
 _message_fields = attrgetter(*MESSAGE_FIELDS)
 
@@ -29,6 +30,12 @@ class Suppressed(Protocol):
 
 # Profile capture (efd/personas/capture.py): the stored rows folded into profiles.
 Capture = Callable[[Connection, Sequence[NewMessage]], None]
+
+
+class Lanes(Protocol):
+    def lane(self, row: NewMessage, destination: str) -> str | None:
+        """The lane a delivery of `row` to `destination` joins; None: no lane (unordered)."""
+        ...
 
 
 class StoresMessages(Protocol):
@@ -59,10 +66,12 @@ class Ingestion:
     at commit. Never claims, records or deletes deliveries (efd/store/queue.py)."""
 
     # Steps of the ingestion transaction, set by the daemon: the suppression check
-    # (efd/store/suppressions.py) and profile capture while audiences or computed traits
-    # are configured (efd/personas/capture.py). None: not taken.
+    # (efd/store/suppressions.py), profile capture while audiences or computed traits
+    # are configured (efd/personas/capture.py), and lanes while a destination is ordered
+    # (efd/rules/lanes.py; efd/store/lanes.py). None: not taken.
     suppressions: Suppressed | None = None
     capture: Capture | None = None
+    lanes: Lanes | None = None
 
     def __init__(self, database: Database) -> None:
         self._db = database
@@ -128,13 +137,28 @@ class Ingestion:
             keys = [message_key(r.source, r.message_id) for r in rows]
         message_rows = [(*_message_fields(r), k) for r, k in zip(rows, keys, strict=True)]
         ids = self._backend.insert_messages(conn, message_rows, keys, now)
-        delivery_rows = [
-            (pk, name, PENDING, 0, now, now, 0)
-            for pk, r in zip(ids, rows, strict=True)
-            for name in r.destinations
-        ]
+        delivery_rows: list[tuple[Any, ...]]
+        if self.lanes is None:
+            delivery_rows = [
+                (pk, name, PENDING, 0, now, now, 0, None)
+                for pk, r in zip(ids, rows, strict=True)
+                for name in r.destinations
+            ]
+        else:
+            # A delivery that joins a lane waits, queued, until admit() below makes it the
+            # head of a lane that has none.
+            lane_of = self.lanes.lane
+            delivery_rows = [
+                (pk, name, PENDING, 0, now, now, 0, None)
+                if (lane := lane_of(r, name)) is None
+                else (pk, name, QUEUED, 0, now, None, 0, lane)
+                for pk, r in zip(ids, rows, strict=True)
+                for name in r.destinations
+            ]
         if delivery_rows:
             self._backend.insert_deliveries(conn, delivery_rows)
+            if self.lanes is not None and any(row[7] is not None for row in delivery_rows):
+                lanes.admit(conn, self._backend, now, messages=(min(ids), max(ids)))
         pending = bool(delivery_rows)
         if any(r.shaped for r in rows):
             pending = shaped.insert_rows(conn, shaped.rows(ids, rows, now)) or pending

@@ -66,7 +66,10 @@ class JobsStore:
             .where(
                 deliveries.c.message_pk == messages.c.id,
                 or_(
-                    deliveries.c.status == DeliveryStatus.PENDING,
+                    # waiting for a round, or behind its lane's head
+                    deliveries.c.status.in_(
+                        [DeliveryStatus.PENDING.value, DeliveryStatus.QUEUED.value]
+                    ),
                     deliveries.c.finished_at >= before,
                 ),
             )

@@ -16,15 +16,17 @@ from array import array
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sqlalchemy import ColumnElement, Connection, and_, func, insert, select, update
+from sqlalchemy import ColumnElement, Connection, and_, case, func, insert, select, update
 
 from efd.rows import (
     AttemptRecord,
+    BlockedLanes,
     DeliveryQuery,
     DeliveryRecord,
     DeliveryStatus,
     MessageRecord,
 )
+from efd.store import lanes
 from efd.store.dedupe import message_key
 from efd.store.schema import attempts, deliveries, messages
 
@@ -105,10 +107,11 @@ def _redrivable(query: DeliveryQuery) -> ColumnElement[bool]:
 
 
 def _discardable(query: DeliveryQuery) -> ColumnElement[bool]:
-    """The pending deliveries to `query`'s destinations, of a message received in its
-    window; purged messages' too (they would never be sent either)."""
-    conditions = [
-        deliveries.c.status == DeliveryStatus.PENDING.value,
+    """The pending deliveries to `query`'s destinations, and those waiting in their lanes,
+    of a message received in its window; purged messages' too (they would never be sent
+    either)."""
+    conditions: list[ColumnElement[bool]] = [
+        deliveries.c.status.in_([DeliveryStatus.PENDING.value, DeliveryStatus.QUEUED.value]),
         deliveries.c.destination.in_(query.destinations),
     ]
     window = _message_conditions(DeliveryQuery(since=query.since, until=query.until))
@@ -133,6 +136,8 @@ class Operations(Protocol):
     def count_redrivable(self, query: DeliveryQuery) -> int: ...
 
     def count_discardable(self, query: DeliveryQuery) -> int: ...
+
+    def blocked_lanes(self) -> dict[str, BlockedLanes]: ...
 
     def discard(self, query: DeliveryQuery, now: float, limit: int) -> int: ...
 
@@ -210,10 +215,13 @@ class OperationsStore:
                     .order_by(attempts.c.attempted_at, attempts.c.id)
                 ):
                     by_delivery[delivery_id].append(AttemptRecord(*fields))
+            queued = [d.id for d in found if d.status == DeliveryStatus.QUEUED.value]
+            waiting = lanes.waiting_for(conn, queued) if queued else {}
         return MessageRecord(
             *row,
             deliveries=tuple(found),
             attempts={k: tuple(v) for k, v in by_delivery.items()},
+            waiting_for=waiting,
         )
 
     @staticmethod
@@ -296,7 +304,15 @@ class OperationsStore:
                     last_error="discarded by an operator: the destination is not configured",
                 )
             ).rowcount
+            if marked:
+                for name in query.destinations:
+                    lanes.advance(conn, self._backend, now, destination=name)
             return int(marked)
+
+    def blocked_lanes(self) -> dict[str, BlockedLanes]:
+        """Per destination with lanes: its blocked lanes (efd/store/lanes.py)."""
+        with self._db.read() as conn:
+            return lanes.blocked(conn)
 
     def redrive(self, query: DeliveryQuery, now: float, chunk: int | None = None) -> int:
         """Move the failed or expired deliveries matching `query` back to pending with a
@@ -314,22 +330,29 @@ class OperationsStore:
     def redrive_ids(self, query: DeliveryQuery, ids: Sequence[int], now: float) -> int:
         """One chunk of a redrive: those of `ids` that a redrive of `query` still moves
         (one may have been redriven or purged since they were read), in one transaction.
-        Returns how many moved."""
+        A delivery of a lane goes back into it: the head if the lane is idle, else waiting,
+        ahead of the later messages that wait (lanes go lowest id first). Returns how many
+        moved."""
+        unordered = deliveries.c.lane.is_(None)
         with self._db.write() as conn:
             moved = conn.execute(
                 update(deliveries)
                 .where(deliveries.c.id.in_(list(ids)), _redrivable(query))
                 .values(
-                    status=DeliveryStatus.PENDING.value,
+                    status=case(
+                        (unordered, DeliveryStatus.PENDING.value),
+                        else_=DeliveryStatus.QUEUED.value,
+                    ),
                     attempts=0,
                     first_attempt_at=now,
-                    next_attempt_at=now,
+                    next_attempt_at=case((unordered, now), else_=None),
                     finished_at=None,
                     failed_hooks=None,
                     lease_owner=None,
                 )
             ).rowcount
             if moved:
+                lanes.admit(conn, self._backend, now, ids=ids)
                 self._notify(conn)
             return int(moved)
 

@@ -13,11 +13,14 @@ from typing import Any, Protocol
 from sqlalchemy import Connection, and_, bindparam, func, or_, select, update
 
 from efd.rows import AttemptRow, Claimed, DeliveryStatus, Outcome
+from efd.store import lanes
 from efd.store.backends.base import chunked
 from efd.store.database import Database
 from efd.store.schema import deliveries, messages
 
 PENDING = DeliveryStatus.PENDING
+# Not finished: waiting for a round (pending) or behind its lane's head (queued).
+OPEN = (PENDING.value, DeliveryStatus.QUEUED.value)
 
 # Built once with named parameters (the backend may compile it once, too).
 _CLAIM = (
@@ -76,6 +79,8 @@ class Queue(Protocol):
     """The delivery queue as its consumers see it (the dispatcher through
     efd/store/runner.py's AsyncDeliveries, the daemon at start and for its gauges)."""
 
+    ordered: bool  # a destination is ordered: recorded outcomes hand lanes on
+
     def claim(
         self,
         destination: str,
@@ -109,7 +114,11 @@ class Queue(Protocol):
 class DeliveryQueue:
     """Owns the deliveries' state after ingestion: leases and their fencing tokens, due
     times, outcomes, and the attempt log. Never inserts messages (efd/store/ingestion.py)
-    nor deletes anything (retention: efd/store/jobs.py)."""
+    nor deletes anything (retention: efd/store/jobs.py). A head of a lane that gets an
+    outcome hands its lane on in the same transaction (efd/store/lanes.py)."""
+
+    # Set by the daemon while a destination is ordered: recorded outcomes hand lanes on.
+    ordered: bool = False
 
     def __init__(self, database: Database) -> None:
         self._db = database
@@ -204,6 +213,7 @@ class DeliveryQueue:
             if not outcomes:
                 return 0
             applied = self._backend.record_outcomes(conn, outcomes)
+            self._hand_on(conn, outcomes)
         return len(outcomes) - applied
 
     def renew(self, leases: Sequence[tuple[int, int]], until: float) -> list[int]:
@@ -233,6 +243,18 @@ class DeliveryQueue:
                 )
                 kept.update(pk for pk, token in rows if held[pk] == token)
         return [pk for pk in held if pk not in kept]
+
+    def _hand_on(self, conn: Connection, outcomes: Sequence[Outcome]) -> None:
+        """The heads among these outcomes that finished hand their lanes on, in the same
+        transaction. A stale outcome finished nothing: its delivery is still pending, so
+        its lane stays."""
+        if not self.ordered:
+            return
+        finished = [o for o in outcomes if o.status is not PENDING]
+        if finished:
+            now = max(o.finished_at or o.first_attempt_at for o in finished)
+            heads = [o.delivery_id for o in finished]
+            lanes.advance(conn, self._backend, now, heads=heads)
 
     def release(self, leases: Sequence[tuple[int, int]], now: float) -> None:
         """Give back claimed deliveries that were never sent (shutdown): due again now."""
@@ -295,8 +317,10 @@ class DeliveryQueue:
 
     def expire_waiting(self, destination: str, window: float, now: float) -> int:
         """Expire the destination's pending deliveries, not leased, whose retry window has
-        closed: counted from the first attempt, or from creation if never attempted."""
+        closed: counted from the first attempt, or from creation if never attempted. Those
+        waiting in lanes too; the lanes of expired heads move on."""
         with self._db.write() as conn:
+            waiting = lanes.expire_waiting(conn, destination, window, now)
             result = conn.execute(
                 update(deliveries)
                 .where(
@@ -313,7 +337,9 @@ class DeliveryQueue:
                     last_error="retry window closed while every hook's circuit was open",
                 )
             )
-            return result.rowcount
+            if result.rowcount:
+                lanes.advance(conn, self._backend, now, destination=destination)
+            return int(result.rowcount) + waiting
 
     def next_due(self, destination: str) -> float | None:
         """The earliest next_attempt_at of the destination's pending deliveries (leased
@@ -327,11 +353,12 @@ class DeliveryQueue:
             return float(value) if value is not None else None
 
     def backlog(self) -> dict[str, int]:
-        """Pending deliveries per destination (including those in flight)."""
+        """Pending deliveries per destination (including those in flight, and those waiting
+        in lanes)."""
         with self._db.read() as conn:
             rows = conn.execute(
                 select(deliveries.c.destination, func.count())
-                .where(deliveries.c.status == PENDING)
+                .where(deliveries.c.status.in_(OPEN))
                 .group_by(deliveries.c.destination)
             ).all()
         return {destination: count for destination, count in rows}

@@ -4,6 +4,7 @@ messages    one row per accepted message; `body` is the exact webhook body (JSON
 deliveries  one row per (message, destination), and one per replay: the state machine.
 attempts    one row per POST to one hook URL: the audit log.
 jobs        once-per-cluster periodic jobs; and the row readiness probes write.
+lanes       per ordered destination and lane (user): the delivery at its head.
 
 profiles, identities, events, computations, computed_values: audiences and computed traits.
 regulations, regulation_subjects, suppressions: deletion requests.
@@ -76,6 +77,8 @@ deliveries = Table(
     # The body a destination's field filters made; NULL: the message's body (and once a
     # deletion request purged it).
     Column("body", Text),
+    # The lane of a delivery to an ordered destination (efd/rules/lanes.py); NULL: none.
+    Column("lane", Text),
     Index(
         "ix_deliveries_due",
         "destination",
@@ -85,6 +88,27 @@ deliveries = Table(
     ),
     Index("ix_deliveries_message_pk", "message_pk"),
     Index("ix_deliveries_status_finished_at", "status", "finished_at"),
+    # A lane's waiting deliveries, lowest id (the next head) first.
+    Index(
+        "ix_deliveries_queued",
+        "destination",
+        "lane",
+        "id",
+        sqlite_where=text("status = 'queued'"),
+        postgresql_where=text("status = 'queued'"),
+    ),
+)
+
+# Ordered delivery (efd/store/lanes.py): one row per lane that has a message in it, naming
+# the delivery at its head, the only one of the lane that is pending (claimable). No row:
+# the lane is idle, and the next message to join it becomes its head at once.
+lanes = Table(
+    "lanes",
+    metadata,
+    Column("destination", String(200), primary_key=True),
+    Column("lane", Text, primary_key=True),
+    Column("head", Id, nullable=False),
+    Index("ix_lanes_head", "head", unique=True),
 )
 
 attempts = Table(

@@ -18,6 +18,7 @@ from sqlalchemy import select
 
 from efd.delivery.dispatcher import Deliveries
 from efd.rows import AttemptRow, Claimed, DeliveryStatus, NewMessage, Outcome
+from efd.rules.lanes import Lanes
 from efd.store import Store, migrate
 from efd.store.runner import AsyncDeliveries, AsyncStore
 from efd.store.schema import deliveries
@@ -35,6 +36,9 @@ class Queue:
 
     deliveries: Deliveries
     add: Callable[[str, int, float], Awaitable[list[int]]]
+    # deliveries to the ordered destination "o", in one lane (a user): (destination, lane,
+    # count, time)
+    add_lane: Callable[[str, int, float], Awaitable[list[int]]]
 
 
 def _twin() -> Queue:
@@ -43,21 +47,26 @@ def _twin() -> Queue:
     async def add(destination: str, count: int, at: float) -> list[int]:
         return twin.add(destination, count, due_in=at - T)
 
-    return Queue(twin, add)
+    async def add_lane(lane: str, count: int, at: float) -> list[int]:
+        return twin.add("o", count, due_in=at - T, lane=lane)
+
+    return Queue(twin, add, add_lane)
 
 
 def _real(url: str) -> tuple[Queue, AsyncStore]:
     store = Store(url)
+    store.ingestion.lanes = Lanes(["o"])  # as the daemon sets it for an ordered "o"
+    store.queue.ordered = True
     db = AsyncStore(store)
     numbers = itertools.count()
 
-    async def add(destination: str, count: int, at: float) -> list[int]:
+    async def add(destination: str, count: int, at: float, user: str = "u") -> list[int]:
         rows = [
             NewMessage(
                 source="web",
                 message_id=f"m{next(numbers)}",
                 type="track",
-                user_id="u",
+                user_id=user,
                 anonymous_id=None,
                 event="E",
                 timestamp=at,
@@ -76,7 +85,10 @@ def _real(url: str) -> tuple[Queue, AsyncStore]:
 
         return await db.read(last)
 
-    return Queue(AsyncDeliveries(db), add), db
+    async def add_lane(lane: str, count: int, at: float) -> list[int]:
+        return await add("o", count, at, user=lane)
+
+    return Queue(AsyncDeliveries(db), add, add_lane), db
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgresql"])
@@ -370,3 +382,63 @@ async def test_next_due_is_the_earliest_pending_time_of_the_destination(queue: Q
     await queue.add("d", 1, T + 10)
     await queue.add("other", 1, T)
     assert await queue.deliveries.next_due("d") == T + 10
+
+
+# -- lanes (an ordered destination) ------------------------------------------------------------
+
+
+async def claim_o(q: Queue, now: float = T) -> list[Claimed]:
+    return await q.deliveries.claim("o", 10, owner="A", now=now, lease_until=now + LEASE)
+
+
+async def test_only_the_head_of_each_lane_is_claimed(queue: Queue) -> None:
+    a = await queue.add_lane("a", 3, T)
+    b = await queue.add_lane("b", 2, T)
+    assert ids(await claim_o(queue)) == [a[0], b[0]]
+    assert await claim_o(queue, now=T + 1) == []  # the heads are leased, the rest wait
+
+
+async def test_a_heads_outcome_makes_the_next_of_its_lane_due(queue: Queue) -> None:
+    _, second, third = await queue.add_lane("a", 3, T)
+    [head] = await claim_o(queue)
+    assert await queue.deliveries.record([outcome(head, DeliveryStatus.DELIVERED, at=T)], []) == 0
+    [head] = await claim_o(queue, now=T + 1)
+    assert head.delivery_id == second
+    assert await queue.deliveries.record([outcome(head, DeliveryStatus.FAILED, at=T + 1)], []) == 0
+    assert ids(await claim_o(queue, now=T + 2)) == [third]
+
+
+async def test_a_retrying_head_holds_only_its_own_lane(queue: Queue) -> None:
+    bad = await queue.add_lane("bad", 2, T)
+    good = await queue.add_lane("good", 2, T)
+    heads = await claim_o(queue)
+    await queue.deliveries.record(
+        [
+            outcome(h, DeliveryStatus.PENDING, at=T + 1, next_at=T + 2)
+            if h.delivery_id == bad[0]
+            else outcome(h, DeliveryStatus.DELIVERED, at=T + 1)
+            for h in heads
+        ],
+        [],
+    )
+    assert ids(await claim_o(queue, now=T + 2)) == [bad[0], good[1]]
+
+
+async def test_a_stale_outcome_hands_no_lane_on(queue: Queue) -> None:
+    first, second = await queue.add_lane("a", 2, T)
+    [old] = await claim_o(queue)
+    [new] = await claim_o(queue, now=T + LEASE)  # the lease lapsed: claimed again
+    assert await queue.deliveries.record([outcome(old, DeliveryStatus.DELIVERED, at=T)], []) == 1
+    assert await claim_o(queue, now=T + LEASE) == []
+    await queue.deliveries.record([outcome(new, DeliveryStatus.DELIVERED, at=T + LEASE)], [])
+    assert ids(await claim_o(queue, now=T + LEASE)) == [second]
+    assert new.delivery_id == first
+
+
+async def test_waiting_deliveries_expire_from_their_creation_and_the_lane_moves_on(
+    queue: Queue,
+) -> None:
+    await queue.add_lane("a", 2, T - 100)
+    [late] = await queue.add_lane("a", 1, T)
+    assert await queue.deliveries.expire_waiting("o", 50.0, T) == 2  # the head and one waiting
+    assert ids(await claim_o(queue)) == [late]

@@ -1,6 +1,6 @@
 """A short chaos soak (bench/chaos.py): real daemons killed, stopped and reloaded, receivers
-failing, PostgreSQL stopped, and still nothing acknowledged is lost and every duplicate was in
-flight at a kill -9."""
+failing, PostgreSQL stopped, and still nothing acknowledged is lost, every duplicate was in
+flight at a kill -9, and no user's messages to the ordered destination went backwards."""
 
 from __future__ import annotations
 
@@ -57,6 +57,9 @@ def check(result: dict[str, Any], out_kinds: set[str]) -> None:
     assert result["lost"] == 0, result
     assert result["duplicates_explained"] == result["duplicates"], result
     assert result["delivered"] + result["expired"] == result["deliveries_expected"], result
+    # The ordered destination: each user's messages never arrived out of order.
+    assert result["ordered_requests_read"] > 200, result
+    assert result["ordered_backwards"] == 0, result
     # The seed puts these faults first, so the short run does go through them.
     assert out_kinds <= set(result["faults"]), result
 

@@ -224,6 +224,7 @@ async def test_one_delete_notification_per_user_to_each_affected_source(
             "name": "hooks",
             "delivered": 2,
             "pending": 0,
+            "queued": 0,
             "failed": 0,
             "expired": 0,
             "discarded": 0,

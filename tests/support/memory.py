@@ -27,6 +27,7 @@ class Row:
     first_attempt_at: float | None = None
     failed_hooks: frozenset[str] = frozenset()
     leased: bool = False
+    lane: str | None = None  # an ordered destination's lane (efd/store/lanes.py)
 
 
 class Completed(Protocol):
@@ -61,15 +62,39 @@ class MemoryDeliveries:
         if self.down:
             raise StoreUnavailable("the database stopped")
 
-    def add(self, destination: str, count: int, *, due_in: float = 0.0) -> list[int]:
-        """`count` new pending deliveries, created and due at clock + due_in."""
+    def add(
+        self, destination: str, count: int, *, due_in: float = 0.0, lane: str | None = None
+    ) -> list[int]:
+        """`count` new pending deliveries, created and due at clock + due_in; in `lane`,
+        each waits (queued) unless the lane has no head."""
         ids = []
         for _ in range(count):
             pk = len(self.rows) + 1
             at = self.clock + due_in
-            self.rows[pk] = Row(pk, destination, at, created_at=at)
+            waits = lane is not None and self._head(destination, lane) is not None
+            status = DeliveryStatus.QUEUED if waits else DeliveryStatus.PENDING
+            self.rows[pk] = Row(pk, destination, at, created_at=at, status=status, lane=lane)
             ids.append(pk)
         return ids
+
+    def _head(self, destination: str, lane: str) -> Row | None:
+        """The lane's head: its one pending delivery."""
+        for r in self.rows.values():
+            if (r.destination, r.lane, r.status) == (destination, lane, DeliveryStatus.PENDING):
+                return r
+        return None
+
+    def _hand_on(self, row: Row, now: float) -> None:
+        """A head got an outcome: the lane's lowest waiting delivery is due now."""
+        waiting = [
+            r
+            for r in self.rows.values()
+            if (r.destination, r.lane, r.status)
+            == (row.destination, row.lane, DeliveryStatus.QUEUED)
+        ]
+        if waiting:
+            following = min(waiting, key=lambda r: r.id)
+            following.status, following.next_attempt_at = DeliveryStatus.PENDING, now
 
     def status(self, destination: str | None = None) -> Counter[str]:
         return Counter(
@@ -156,6 +181,8 @@ class MemoryDeliveries:
             r.first_attempt_at, r.failed_hooks = o.first_attempt_at, o.failed_hooks
             if o.next_attempt_at is not None:
                 r.next_attempt_at = o.next_attempt_at
+            if r.lane is not None and r.status is not DeliveryStatus.PENDING:
+                self._hand_on(r, o.finished_at or self.clock)
         self.recorded.set()
         return stale
 
@@ -194,6 +221,15 @@ class MemoryDeliveries:
 
     async def expire_waiting(self, destination: str, window: float, now: float) -> int:
         expired = 0
+        for r in self.rows.values():  # waiting in lanes first: never a head
+            start = r.created_at if r.first_attempt_at is None else r.first_attempt_at
+            if (
+                r.destination == destination
+                and r.status is DeliveryStatus.QUEUED
+                and start <= now - window
+            ):
+                r.status = DeliveryStatus.EXPIRED
+                expired += 1
         for r in self.rows.values():
             start = r.created_at if r.first_attempt_at is None else r.first_attempt_at
             if (
@@ -204,6 +240,8 @@ class MemoryDeliveries:
             ):
                 r.status = DeliveryStatus.EXPIRED
                 expired += 1
+                if r.lane is not None:
+                    self._hand_on(r, now)
         return expired
 
     async def wait(self, check: Any) -> None:

@@ -400,6 +400,20 @@ def test_destination_type_is_webhooks(tmp_path: Path, type_: str) -> None:
     assert keys_of(problems) == {"destinations[0].type"}
 
 
+def test_ordering_defaults_to_none_and_takes_per_user(tmp_path: Path) -> None:
+    settings = config.load(write(tmp_path, destination(HOOK)))
+    assert settings.destination("crm").ordering == "none"
+    settings = config.load(write(tmp_path, destination(HOOK, 'ordering = "per_user"')))
+    assert settings.destination("crm").ordering == "per_user"
+
+
+@pytest.mark.parametrize("value", ['"per_session"', '"PER_USER"', '""', "true", "1"])
+def test_other_orderings_are_refused_naming_the_key(tmp_path: Path, value: str) -> None:
+    problems = problems_of(tmp_path, destination(HOOK, f"ordering = {value}"))
+    assert keys_of(problems) == {"destinations[0].ordering"}
+    assert "per_user" in problems[0]
+
+
 # -- cross-entry rules ---------------------------------------------------------------------
 
 SOURCES_AND_CRM = """\

@@ -28,6 +28,7 @@ from tests.support.memory import MemoryDeliveries
 from tests.unit.clocks import FakeClock
 
 HOOK_A, HOOK_B = "https://a.example/hook", "https://b.example/hook"
+HOOK_O = "https://o.example/hook"  # destination "o" is ordered per user
 _STATUS = {Verdict.SUCCESS: 200, Verdict.RETRY: 503, Verdict.FAIL: 400}
 
 
@@ -37,6 +38,8 @@ class FakeRounds:
     rounds to URLs in `held` wait until released. Counts concurrency per URL."""
 
     verdicts: dict[str, Verdict] = field(default_factory=dict)
+    # webhook-ids answered with a retry whatever the URL (a message the receiver refuses)
+    refused: set[str] = field(default_factory=set)
     held: set[str] = field(default_factory=set)
     in_flight: Counter[str] = field(default_factory=Counter)
     most_in_flight: Counter[str] = field(default_factory=Counter)
@@ -59,10 +62,13 @@ class FakeRounds:
             if self.held & set(urls):
                 await self.gate.wait()
             now = time.time()
+            refused = webhook_id in self.refused
             return [
                 AttemptResult(url, now, 0.001, verdict, _STATUS[verdict])
                 for url in urls
-                for verdict in [self.verdicts.get(url, Verdict.SUCCESS)]
+                for verdict in [
+                    Verdict.RETRY if refused else self.verdicts.get(url, Verdict.SUCCESS)
+                ]
             ]
         finally:
             self.completed += 1
@@ -84,6 +90,7 @@ def settings(**delivery: Any) -> config.Settings:
             {"name": "a", "hooks": [{"url": HOOK_A}]},
             {"name": "b", "hooks": [{"url": HOOK_B}]},
             {"name": "c", "hooks": [{"url": SECRET_1}, {"url": SECRET_2}]},
+            {"name": "o", "hooks": [{"url": HOOK_O}], "ordering": "per_user"},
         ],
     )
 
@@ -400,3 +407,41 @@ async def test_outcomes_held_up_by_a_database_outage_are_not_sent_again(two_proc
     await asyncio.sleep(0.5)  # a second sending would have started by now
     assert rounds.sent[HOOK_A] == 20
     assert set(Counter(rounds.webhook_ids).values()) == {1}
+
+    assert d._loop_task is not None
+    assert not d._loop_task.done()
+
+
+# -- ordered destinations ------------------------------------------------------------------
+
+
+def _webhook_id(pk: int) -> str:
+    return webhook_id(pk, "web", f"m{pk}", 1_700_000_000.0 + pk)  # as the twin claims it
+
+
+async def test_a_lane_is_sent_in_order_each_head_handing_on_at_once(running, monkeypatch):
+    # Without the wake-up after a head's outcome the next would wait for an hour's poll.
+    monkeypatch.setattr(dispatcher, "_IDLE_POLL", 3600.0)
+    store, rounds = MemoryDeliveries(), FakeRounds()
+    lanes = {user: store.add("o", 5, lane=user) for user in ("u1", "u2", "u3")}
+    running(store, rounds)
+    await store.wait(lambda: store.status("o") == {"delivered": 15})
+    sent = [rounds.webhook_ids.index(_webhook_id(pk)) for pk in range(1, 16)]
+    for ids in lanes.values():
+        assert [sent[pk - 1] for pk in ids] == sorted(sent[pk - 1] for pk in ids)
+    assert len(rounds.webhook_ids) == 15  # each once: only heads are ever claimed
+
+
+async def test_a_refused_head_holds_only_its_own_lane(running):
+    store, rounds = MemoryDeliveries(), FakeRounds()
+    bad = store.add("o", 4, lane="bad")
+    good = {user: store.add("o", 4, lane=user) for user in ("g1", "g2")}
+    rounds.refused = {_webhook_id(bad[0])}
+    running(store, rounds, retry_window_seconds=3600)
+    await store.wait(
+        lambda: all(store.rows[pk].status is DeliveryStatus.DELIVERED for ids in good.values()
+                    for pk in ids)
+    )  # fmt: skip
+    await store.wait(lambda: rounds.webhook_ids.count(_webhook_id(bad[0])) >= 3)
+    assert [store.rows[pk].status.value for pk in bad] == ["pending"] + ["queued"] * 3
+    assert not {_webhook_id(pk) for pk in bad[1:]} & set(rounds.webhook_ids)

@@ -454,6 +454,20 @@ async function discardPending(name, box) {
   }
 }
 
+// An ordered destination: how many users' lanes are held by a head that keeps failing.
+function lanesNote(lanes) {
+  if (!lanes) return [];
+  if (!lanes.blocked) return [el("span", { class: "muted lanes" }, "ordered per user, no lane blocked")];
+  return [
+    el(
+      "span",
+      { class: "lanes blocked" },
+      `${lanes.blocked} blocked lanes; longest: message ${lanes.oldestBlockedMessageId} since ` +
+        when(lanes.oldestBlockedSince),
+    ),
+  ];
+}
+
 function destinationPanel(destination) {
   if (destination.configured === false) return unconfiguredPanel(destination);
   const redrive = el("div", { class: "redrive" });
@@ -466,6 +480,7 @@ function destinationPanel(destination) {
     el("h2", {}, destination.name),
     el("span", { class: "backlog" }, `backlog ${destination.backlog}`),
     el("span", { class: "muted" }, "oldest pending " + when(destination.oldestPendingAt)),
+    ...lanesNote(destination.lanes),
     redrive,
   );
   const table = el(

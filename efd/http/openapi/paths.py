@@ -338,10 +338,16 @@ def every_path() -> dict[str, Any]:
                                     "type": "array",
                                     "items": {
                                         "type": "object",
-                                        "required": ["id", "destination"],
+                                        "required": ["id", "destination", "outOfOrder"],
                                         "properties": {
                                             "id": {"type": "integer"},
                                             "destination": {"type": "string"},
+                                            "outOfOrder": {
+                                                "type": "boolean",
+                                                "description": "true on an ordered destination: "
+                                                "a replay is sent at once, outside its lane, "
+                                                "so it may arrive after later messages",
+                                            },
                                         },
                                     },
                                 }

@@ -173,6 +173,7 @@ DELIVERY = {
         "windowEndsAt",
         "replayOf",
         "filteredBy",
+        "waitingFor",
         "attempts",
     ],
     "properties": {
@@ -187,6 +188,11 @@ DELIVERY = {
             **NULLABLE_STRING,
             "description": "status filtered: the destination filter that stopped the message, "
             "and why (never sent); null otherwise",
+        },
+        "waitingFor": {
+            **NULLABLE_STRING,
+            "description": "status queued (an ordered destination): the messageId of the head "
+            "of its lane, which has to have an outcome before this one is sent",
         },
         "attempts": {"type": "array", "items": ref("Attempt")},
     },
@@ -318,7 +324,15 @@ _WINDOW = {
 }
 DESTINATION_HEALTH = {
     "type": "object",
-    "required": ["name", "configured", "backlog", "oldestPendingAt", "hooks"],
+    "required": [
+        "name",
+        "configured",
+        "backlog",
+        "oldestPendingAt",
+        "ordering",
+        "lanes",
+        "hooks",
+    ],
     "properties": {
         "name": {"type": "string"},
         "configured": {
@@ -328,6 +342,25 @@ DESTINATION_HEALTH = {
         },
         "backlog": {**COUNT_VALUE, "description": "pending deliveries"},
         "oldestPendingAt": {**NULLABLE_ISO, "description": "the oldest pending one's creation"},
+        "ordering": {
+            "type": ["string", "null"],
+            "enum": ["none", "per_user", None],
+            "description": "null for a destination no longer configured",
+        },
+        "lanes": {
+            "type": ["object", "null"],
+            "description": "ordering per_user: lanes whose head failed at least once and has no "
+            "outcome yet, holding that user's later messages back; else null",
+            "required": ["blocked", "oldestBlockedMessageId", "oldestBlockedSince"],
+            "properties": {
+                "blocked": COUNT_VALUE,
+                "oldestBlockedMessageId": NULLABLE_STRING,
+                "oldestBlockedSince": {
+                    **NULLABLE_ISO,
+                    "description": "the first attempt of the head blocked longest",
+                },
+            },
+        },
         "hooks": {
             "type": "array",
             "items": {

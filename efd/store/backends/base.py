@@ -144,6 +144,7 @@ DELIVERY_COLUMNS = (
     "created_at",
     "next_attempt_at",
     "lease_token",
+    "lane",
 )
 ATTEMPT_COLUMNS = (
     "delivery_id",

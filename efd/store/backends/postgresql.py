@@ -62,6 +62,7 @@ TYPES = {
     "created_at": "DOUBLE PRECISION",
     "next_attempt_at": "DOUBLE PRECISION",
     "lease_token": "INTEGER",
+    "lane": "TEXT",
     "delivery_id": "BIGINT",
     "hook_url": "TEXT",
     "attempted_at": "DOUBLE PRECISION",
