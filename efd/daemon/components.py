@@ -29,6 +29,7 @@ from efd.daemon.startup import StartupError, fit_open_files
 from efd.delivery.dispatcher import SHUTDOWN_MARGIN, Dispatcher
 from efd.delivery.ports import Rounds
 from efd.delivery.sender import SenderOptions, SenderPool
+from efd.errors import StoreError
 from efd.http import cors
 from efd.http.admin import AdminApi
 from efd.http.ingest import Ingest
