@@ -537,6 +537,10 @@ class Settings(BaseSettings):
         costs nothing when this is empty)."""
         return {d.name: d.filter_set() for d in self.destinations if d.filters}
 
+    def ordered(self) -> frozenset[str]:
+        """The destinations that deliver in order per user (`ordering = "per_user"`)."""
+        return frozenset(d.name for d in self.destinations if d.ordering is Ordering.PER_USER)
+
     def destination(self, name: str) -> DestinationConfig:
         for destination in self.destinations:
             if destination.name == name:

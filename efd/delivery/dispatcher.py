@@ -20,6 +20,8 @@ from typing import Any
 
 from efd.batching import GroupCommit
 from efd.config import Settings
+from efd.delivery import reporting
+from efd.delivery.leases import Leases
 from efd.delivery.ports import Deliveries, Rounds
 from efd.errors import StoreError
 from efd.loop import SYSTEM_CLOCK, Clock, Worker
@@ -28,7 +30,7 @@ from efd.observe.stream import Hub
 from efd.rows import AttemptRow, Claimed, DeliveryStatus, Outcome
 from efd.rules import ratelimit, retry, webhooks
 from efd.rules.circuit import Change, Circuits
-from efd.rules.retry import AttemptResult, Backoff, RetryPolicy, Verdict
+from efd.rules.retry import AttemptResult, Backoff, RetryPolicy
 from efd.rules.webhooks import Route
 from efd.settings import Current
 
@@ -42,10 +44,6 @@ _IDLE_POLL = 1.0  # seconds; the longest a due retry can wait unnoticed
 _COALESCE = 0.002  # seconds to let wake-ups pile up into one claim
 # Seconds a stop gives rounds in flight beyond their timeout.
 SHUTDOWN_MARGIN = 2.0
-
-
-def _ordered(settings: Settings) -> frozenset[str]:
-    return frozenset(d.name for d in settings.destinations if d.ordering == "per_user")
 
 
 class Dispatcher:
@@ -83,19 +81,8 @@ class Dispatcher:
         self._buckets = _buckets(settings.value)
         # A destination held back by its hooks' rate limits: when to claim for it again.
         self._paced: dict[str, float] = {}
-        self._ordered = _ordered(settings.value)
+        self._ordered = settings.value.ordered()
         self._lease = delivery.lease_seconds
-        # Leases held (claimed, in flight, or waiting for their outcome to be written) are
-        # renewed every quarter lease, so a slow outcome write never lets one lapse while
-        # the process is alive and reaches the database. After a database error, leases
-        # that lapsed since are left alone for half a lease once it answers again: time
-        # for their holder, whose renewals retry at once, to take them back.
-        self._renew_every = self._lease / 4
-        self._renew_retry = min(0.5, self._renew_every / 2)
-        self._renewed_until = 0.0  # every lease held at the last renewal runs until then
-        self._trouble_since: float | None = None  # the first database error of an outage
-        self._recovered_at: float | None = None  # its first success after
-        self._renew_task: asyncio.Task[None] | None = None
         self._max_in_flight = delivery.max_in_flight
         self._max_per_hook = delivery.max_per_hook
         self._policy = RetryPolicy(
@@ -119,7 +106,8 @@ class Dispatcher:
         self._due_hint = math.inf  # the earliest next_attempt_at known to this process
         self._due_checked = 0.0  # when the store was last asked for it
         self._in_flight_by_url: Counter[str] = Counter()
-        self._leases: dict[int, int] = {}  # delivery id -> token, until recorded
+        self._held = Leases(self._lease, deliveries.renew, self._clock)
+        self._leases = self._held.held  # delivery id -> token, until recorded
         # Rounds and deferred releases are the worker's side tasks.
         self._worker = Worker(
             self._step,
@@ -141,7 +129,7 @@ class Dispatcher:
         """Start claiming; at shutdown, stop with a grace of a round's timeout (and a margin)."""
         self._recorder.start()
         self._worker.start()
-        self._renew_task = asyncio.create_task(self._renew_leases(), name="efd-lease-renewal")
+        self._held.start()
         stack.push_async_callback(self.stop, self._timeout + SHUTDOWN_MARGIN)
 
     def notify(self) -> None:
@@ -173,7 +161,7 @@ class Dispatcher:
         self._routes = routes
         self._buckets = _buckets(settings)
         self._paced = {name: at for name, at in self._paced.items() if name in self._buckets}
-        self._ordered = _ordered(settings)
+        self._ordered = settings.ordered()
         if leases:
             with contextlib.suppress(StoreError):  # else the leases simply lapse
                 await self._deliveries.release(leases, self._clock.now())
@@ -190,10 +178,7 @@ class Dispatcher:
             )
         await self._worker.stop(grace)
         await self._recorder.close()
-        if self._renew_task is not None:
-            self._renew_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._renew_task
+        await self._held.stop()
         if self._leases:
             # Cut short before their outcome was known: due again at the next start.
             log.warning(
@@ -214,9 +199,9 @@ class Dispatcher:
             busy = await self._claim_round()
             wait = 0.0 if busy else await self._idle_wait()
         except StoreError:
-            self._database_failed()
+            self._held.database_failed()
             raise  # the worker backs off and logs it
-        self._database_answered()
+        self._held.database_answered()
         return wait
 
     def _capacity(self, route: Route) -> int:
@@ -280,7 +265,7 @@ class Dispatcher:
                     now=now,
                     lease_until=now + self._lease,
                     due_by=due_by,
-                    lapsed_before=self._lapsed_before(now),
+                    lapsed_before=self._held.lapsed_before(now),
                 )
                 self._pace(route, buckets, limit, len(claimed), left, now)
             else:
@@ -290,7 +275,7 @@ class Dispatcher:
                     owner=self._owner,
                     now=now,
                     lease_until=now + self._lease,
-                    lapsed_before=self._lapsed_before(now),
+                    lapsed_before=self._held.lapsed_before(now),
                     due_by=due_by,
                 )
             if self._ready.get(route.name) is not ready:
@@ -338,7 +323,7 @@ class Dispatcher:
             item, lease_until = ready.popleft()
             if self._leases.get(item.delivery_id) != item.lease_token:
                 continue  # a renewal found it taken by another claim: never send it
-            if self._clock.now() + self._timeout + 2 > max(lease_until, self._renewed_until):
+            if self._clock.now() + self._timeout + 2 > max(lease_until, self._held.renewed_until):
                 # Its lease could lapse mid-round (renewals are failing): leave it to lapse
                 # rather than risk another process sending it too.
                 self._leases.pop(item.delivery_id, None)
@@ -473,57 +458,6 @@ class Dispatcher:
         if not self._ready.get(route.name) and self._due_hint <= self._clock.now():
             self._worker.notify()  # a slot is free and a retry this process scheduled is due
 
-    # -- leases ----------------------------------------------------------------------------
-
-    def _database_failed(self) -> None:
-        if self._trouble_since is None or self._recovered_at is not None:
-            self._trouble_since = self._clock.now()
-            self._recovered_at = None
-
-    def _database_answered(self) -> None:
-        if self._trouble_since is not None and self._recovered_at is None:
-            self._recovered_at = self._clock.now()
-
-    def _lapsed_before(self, now: float) -> float:
-        """Claims take a lapsed lease only if it ended before this: now, or, until half a
-        lease after the database answered again, when the outage began."""
-        if self._trouble_since is None:
-            return now
-        if self._recovered_at is not None and now - self._recovered_at >= self._lease / 2:
-            self._trouble_since = self._recovered_at = None
-            return now
-        return self._trouble_since
-
-    async def _renew_leases(self) -> None:
-        while True:
-            await asyncio.sleep(self._renew_every)
-            while self._leases:
-                held = list(self._leases.items())
-                now = self._clock.now()
-                try:
-                    taken = set(await self._deliveries.renew(held, now + self._lease))
-                except StoreError as error:
-                    if self._trouble_since is None or self._recovered_at is not None:
-                        # Once an outage: the renewal retries every half second.
-                        log.error("cannot renew %d leases: %s; retrying", len(held), error)
-                    self._database_failed()
-                    await asyncio.sleep(self._renew_retry)
-                    continue
-                self._database_answered()
-                self._renewed_until = now + self._lease
-                lost = 0
-                for delivery_id, token in held:
-                    if delivery_id in taken and self._leases.get(delivery_id) == token:
-                        del self._leases[delivery_id]  # its outcome, if any, is stale
-                        lost += 1
-                if lost:
-                    log.warning(
-                        "%d claimed deliveries were taken by another claim before their "
-                        "lease was renewed",
-                        lost,
-                    )
-                break
-
     # -- one round -------------------------------------------------------------------------
 
     async def _deliver(
@@ -550,7 +484,7 @@ class Dispatcher:
             policy=self._policy,
             rng=self._rng,
         )
-        self._report(route, item, results, decision, note)
+        reporting.report(self._metrics, self._clock.now(), route, item, results, decision, note)
         if decision.next_attempt_at is not None:
             self._due_hint = min(self._due_hint, decision.next_attempt_at)
             if decision.next_attempt_at < self._worker.waking_at:
@@ -596,58 +530,6 @@ class Dispatcher:
         )
         return await self._rounds.send_round(route, urls, item.body, webhook_id), None
 
-    def _report(
-        self,
-        route: Route,
-        item: Claimed,
-        results: list[AttemptResult],
-        decision: retry.Decision,
-        note: str | None,
-    ) -> None:
-        metrics = self._metrics
-        destination = route.name
-        for result in results:
-            metrics.observe_attempt(destination, result.verdict.value, result.duration)
-            if result.verdict is not Verdict.SUCCESS:
-                log.warning(
-                    "message %s to %s: attempt %d at %s failed (%s): %s",
-                    item.message_id,
-                    destination,
-                    item.attempts + 1,
-                    route.labels.get(result.hook_url) or webhooks.redact_url(result.hook_url),
-                    result.error_class or f"HTTP {result.status_code}",
-                    result.error or (result.response_head or "")[:120],
-                )
-        if decision.status is DeliveryStatus.DELIVERED:
-            metrics.delivered[destination] += 1
-            log.debug("message %s delivered to %s", item.message_id, destination)
-        elif decision.status is DeliveryStatus.PENDING:
-            metrics.retried[destination] += 1
-            assert decision.next_attempt_at is not None
-            log.info(
-                "message %s to %s: retry in %.1f s",
-                item.message_id,
-                destination,
-                decision.next_attempt_at - self._clock.now(),
-            )
-        elif decision.status is DeliveryStatus.FAILED:
-            metrics.failed[destination] += 1
-            log.error(
-                "message %s to %s failed for good: %s",
-                item.message_id,
-                destination,
-                note or decision.last_error,
-            )
-        else:
-            metrics.expired[destination] += 1
-            log.error(
-                "message %s to %s expired: retry window closed after %d attempts: %s",
-                item.message_id,
-                destination,
-                item.attempts + 1,
-                decision.last_error,
-            )
-
     async def _record(self, take: Callable[[], list[_Recorded]]) -> list[None]:
         items = take()
         outcomes = [outcome for outcome, _, _, _ in items]
@@ -657,10 +539,10 @@ class Dispatcher:
         while True:
             try:
                 stale = await self._deliveries.record(outcomes, rows)
-                self._database_answered()
+                self._held.database_answered()
                 break
             except StoreError as error:
-                self._database_failed()
+                self._held.database_failed()
                 # Keep the outcomes: losing them would resend delivered messages. At shutdown,
                 # give up after a few tries: the leases lapse and the rounds are sent again.
                 tries += 1

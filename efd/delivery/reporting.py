@@ -1,0 +1,67 @@
+"""What a delivery round tells operators: its counts in the metrics and its lines in the log."""
+
+from __future__ import annotations
+
+import logging
+
+from efd.observe.metrics import Metrics
+from efd.rows import Claimed, DeliveryStatus
+from efd.rules import retry, webhooks
+from efd.rules.retry import AttemptResult, Verdict
+from efd.rules.webhooks import Route
+
+log = logging.getLogger("efd.delivery.dispatcher")
+
+
+def report(
+    metrics: Metrics,
+    now: float,
+    route: Route,
+    item: Claimed,
+    results: list[AttemptResult],
+    decision: retry.Decision,
+    note: str | None,
+) -> None:
+    """Count a round in the metrics and say what happened in the log."""
+    destination = route.name
+    for result in results:
+        metrics.observe_attempt(destination, result.verdict.value, result.duration)
+        if result.verdict is not Verdict.SUCCESS:
+            log.warning(
+                "message %s to %s: attempt %d at %s failed (%s): %s",
+                item.message_id,
+                destination,
+                item.attempts + 1,
+                route.labels.get(result.hook_url) or webhooks.redact_url(result.hook_url),
+                result.error_class or f"HTTP {result.status_code}",
+                result.error or (result.response_head or "")[:120],
+            )
+    if decision.status is DeliveryStatus.DELIVERED:
+        metrics.delivered[destination] += 1
+        log.debug("message %s delivered to %s", item.message_id, destination)
+    elif decision.status is DeliveryStatus.PENDING:
+        metrics.retried[destination] += 1
+        assert decision.next_attempt_at is not None
+        log.info(
+            "message %s to %s: retry in %.1f s",
+            item.message_id,
+            destination,
+            decision.next_attempt_at - now,
+        )
+    elif decision.status is DeliveryStatus.FAILED:
+        metrics.failed[destination] += 1
+        log.error(
+            "message %s to %s failed for good: %s",
+            item.message_id,
+            destination,
+            note or decision.last_error,
+        )
+    else:
+        metrics.expired[destination] += 1
+        log.error(
+            "message %s to %s expired: retry window closed after %d attempts: %s",
+            item.message_id,
+            destination,
+            item.attempts + 1,
+            decision.last_error,
+        )
