@@ -108,7 +108,7 @@ def main() -> None:
         path = Path(args.keep) if args.keep else Path(tmp) / "bench.db"
         url = f"sqlite:///{path}"
         migrate.upgrade(url)
-        store = Store(url, sqlite_synchronous="NORMAL")
+        store = Store(url, synchronous="NORMAL")
         now = time.time()
         started = time.perf_counter()
         seed(store, args.profiles, now, random.Random(7))

@@ -23,6 +23,7 @@ class DeliveryStatus(StrEnum):
     FAILED = "failed"  # every hook failed for good
     EXPIRED = "expired"  # the retry window closed
     DISCARDED = "discarded"  # its destination left the configuration; an operator dropped it
+    FILTERED = "filtered"  # a destination filter stopped it at routing: never sent
 
 
 class RegulationStatus(StrEnum):
@@ -60,6 +61,10 @@ class NewMessage:
     body: str
     destinations: tuple[str, ...]
     original_timestamp: float | None = None  # the client's, when `timestamp` corrects it
+    # Deliveries a destination's filters shaped (efd.rules.routing.shape), beside the plain
+    # ones in `destinations`: (destination, its own body, None) when a field filter changed
+    # the body, (destination, None, why) when a drop or sample filter stopped the message.
+    shaped: tuple[tuple[str, str | None, str | None], ...] = ()
 
 
 @dataclass(slots=True)

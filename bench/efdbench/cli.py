@@ -20,11 +20,12 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from efdbench import readme
 from efdbench.loadgen import generator_main
 from efdbench.pgscale import run_postgresql
 from efdbench.pgserver import PgServer, admin_url
 from efdbench.plan import FULL, PHASES, QUICK
-from efdbench.processes import Profiler, Worker
+from efdbench.processes import SIGNING, Daemon, Profiler, Worker
 from efdbench.receiver import receiver_main
 from efdbench.report import KEYS, fmt, pg_table, table
 from efdbench.scenarios import Bench
@@ -76,7 +77,23 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
     )
     parser.add_argument("--out", default=str(HERE / "results.json"), help="results file")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, dbs)")
+    parser.add_argument(
+        "--signing",
+        choices=sorted(SIGNING),
+        default="x-signature",
+        help="how the destination signs: none, x-signature (default), or both "
+        "(X-Signature and Standard Webhooks with two secrets)",
+    )
+    parser.add_argument(
+        "--readme",
+        action="store_true",
+        help="run nothing: rewrite the README's performance tables from the results file",
+    )
     args = parser.parse_args(argv)
+    if args.readme:
+        done = readme.update(ROOT / "README.md", json.loads(Path(args.out).read_text()))
+        print(f"README.md: rewrote {', '.join(done) or 'nothing (no bench markers)'}")
+        return 0
     only = {p.strip() for p in args.only.split(",") if p.strip()}
     unknown = only - set(PHASES)
     if unknown:
@@ -90,6 +107,7 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
         parser.error("--daemons must be at least 1")
 
     plan = QUICK if args.quick else FULL
+    Daemon.signing = args.signing
     started = time.monotonic()
     root = Path(tempfile.mkdtemp(prefix="efd-bench-"))
     efd_source = "working tree"
@@ -147,14 +165,20 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
             shutil.rmtree(root, ignore_errors=True)
 
     results = bench.results
-    if results.get("deliver_events_per_s") and results.get("bare_post_per_s"):
+    if (
+        results.get("deliver_ratio") is None
+        and results.get("deliver_events_per_s")
+        and results.get("bare_post_per_s")
+    ):
         results["deliver_ratio"] = round(
             results["deliver_events_per_s"] / results["bare_post_per_s"], 3
         )
     context = {
         "quick": args.quick,
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "phases_run": sorted(only),
         "store": args.store,
+        "signing": args.signing,
         "daemons": counts if args.store == "postgresql" else [1],
         "profile": bool(args.profile),
         "cores": os.cpu_count(),

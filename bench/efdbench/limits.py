@@ -41,8 +41,12 @@ def sqlite_raw(path: Path, seconds: float, max_rows: int, *, indexes: bool) -> d
     indexes=False: efd's tables with primary keys only, the machine's SQLite limit.
     indexes=True: with efd's secondary indexes, its writer's checkpoint interval and its
     in-memory deduplication index too, the limit of efd's current schema."""
-    from efd.store import dedupe
     from efd.store.dedupe import message_key
+
+    try:
+        from efd.store.backends.sqlite import attach
+    except ImportError:  # a revision from before the store's backends (--rev)
+        from efd.store.dedupe import attach  # type: ignore[attr-defined,no-redef]
 
     _create_schema(path, indexes=indexes)
     body = sample_webhook_body().decode()
@@ -51,7 +55,7 @@ def sqlite_raw(path: Path, seconds: float, max_rows: int, *, indexes: bool) -> d
     db.execute("PRAGMA synchronous=FULL")
     if indexes:  # as efd/store/engine.py sets them
         db.execute("PRAGMA wal_autocheckpoint=10000")
-        dedupe.attach(db)
+        attach(db)
     now = time.time()
     started = time.monotonic()
     done = 0

@@ -276,6 +276,7 @@ async def job_bare(
                 headers = {
                     "User-Agent": "efd/1.0",
                     "Content-Type": "application/json",
+                    "webhook-id": "msg_" + "a" * 26,
                     "X-Signature": signature,
                 }
                 try:

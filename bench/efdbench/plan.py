@@ -7,7 +7,9 @@ from dataclasses import dataclass
 TARGETS = {
     "ingest_batch_events_per_s": (">=", 30000),
     "ingest_single_events_per_s": (">=", 5000),
-    "deliver_ratio": (">=", 0.5),
+    "deliver_ratio": (">=", 0.9),
+    "deliver_cpu_us_per_event": ("<=", 90),
+    "deliver_cpu_ratio_to_bare": ("<=", 2),
     "latency_p99_ms": ("<=", 50),
     "backlog_ingest_ratio": (">=", 0.8),
     "rss_mb_backlog": ("<=", 300),
@@ -37,7 +39,10 @@ class Plan:
     pairs: int  # backlog_ingest_ratio: alternating slices on the full and an empty store
     pair_seconds: float
     deliver_warmup_seconds: float
-    deliver_seconds: float
+    deliver_seconds: float  # PostgreSQL's delivery phase
+    deliver_pair_warmup_seconds: float  # SQLite's, in pairs: each efd slice's warm-up
+    deliver_pairs: int  # bare POST and efd's delivery, A B A B …
+    deliver_pair_seconds: float
     deliver_window: int
     deliver_clients: int
     latency_rate: int
@@ -78,6 +83,9 @@ QUICK = Plan(
     pair_seconds=1.5,
     deliver_warmup_seconds=2,
     deliver_seconds=6,
+    deliver_pair_warmup_seconds=1,
+    deliver_pairs=3,
+    deliver_pair_seconds=3,
     deliver_window=5000,
     deliver_clients=4,
     latency_rate=1000,
@@ -106,6 +114,9 @@ FULL = Plan(
     pair_seconds=2,
     deliver_warmup_seconds=3,
     deliver_seconds=15,
+    deliver_pair_warmup_seconds=1.5,
+    deliver_pairs=5,
+    deliver_pair_seconds=5,
     deliver_window=5000,
     deliver_clients=4,
     latency_rate=1000,

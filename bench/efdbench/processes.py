@@ -64,9 +64,27 @@ class Worker:
             self.process.join(5)
 
 
+# How the daemons' destination signs (`bench/run.py --signing`): the configuration lines.
+_WHSEC = (
+    "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+    "whsec_" + "c2Vjb25kLWJlbmNoLXNlY3JldC0wMTIzNDU2Nzg5",
+)
+SIGNING = {
+    "none": [],
+    "x-signature": [f'shared_secret = "{SECRET}"'],
+    "both": [
+        f'shared_secret = "{SECRET}"',
+        'signing = ["x-signature", "standard-webhooks"]',
+        f'standard_webhooks_secrets = ["{_WHSEC[0]}", "{_WHSEC[1]}"]',
+    ],
+}
+
+
 class Daemon:
     """`python -m efd serve` in its own directory, on a fresh SQLite database there or on
     `storage_url` (a PostgreSQL database that several daemons may share)."""
+
+    signing = "x-signature"  # the run's --signing
 
     def __init__(
         self,
@@ -75,7 +93,9 @@ class Daemon:
         delivery: dict[str, Any],
         hook_url: str,
         storage_url: str | None = None,
+        signing: str | None = None,
     ) -> None:
+        signing = signing or Daemon.signing
         self.name = name
         self.dir = root / name
         self.dir.mkdir(parents=True)
@@ -102,7 +122,7 @@ class Daemon:
             "[[destinations]]",
             'name = "receiver"',
             'type = "webhooks"',
-            f'shared_secret = "{SECRET}"',
+            *SIGNING[signing],
             "[[destinations.hooks]]",
             f'url = "{hook_url}"',
         ]
@@ -217,7 +237,8 @@ class Profiler:
             [
                 self.exe, "record", "--pid", str(pid), "--rate", "100",
                 "--duration", str(max(1, int(seconds))), "--threads",
-                "--format", "raw", "-o", str(raw), *(["--gil"] if self.gil else []),
+                "--format", "raw", "-o", str(raw), "--subprocesses",
+                *(["--gil"] if self.gil else []),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -13,6 +13,10 @@ KEYS = (
     "ingest_single_events_per_s",
     "deliver_events_per_s",
     "deliver_ratio",
+    "deliver_ratio_spread",
+    "deliver_cpu_us_per_event",
+    "bare_cpu_us_per_post",
+    "deliver_cpu_ratio_to_bare",
     "latency_p50_ms",
     "latency_p99_ms",
     "backlog_ingest_ratio",
@@ -25,7 +29,8 @@ KEYS = (
 LIMIT_OF = {
     "ingest_batch_events_per_s": "sqlite_raw_rows_per_s",
     "ingest_single_events_per_s": "sqlite_raw_rows_per_s",
-    "deliver_events_per_s": "bare_post_per_s",
+    "deliver_events_per_s": "deliver_bare_post_per_s",
+    "deliver_cpu_us_per_event": "bare_cpu_us_per_post",
     "recovery_events_per_s": "deliver_events_per_s",
 }
 

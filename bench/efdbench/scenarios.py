@@ -16,7 +16,7 @@ from efdbench.limits import sqlalchemy_core, sqlite_raw
 from efdbench.plan import INGEST_DELIVERY, Plan
 from efdbench.processes import Daemon, Profiler, Worker, db_bytes
 from efdbench.procstats import cpu_seconds, machine_cpu_seconds, memory_mb, own_cpu_seconds
-from efdbench.stats import p99_by_second, pct, rounded, sample_at
+from efdbench.stats import median_spread, p99_by_second, pct, rounded, sample_at
 
 
 @dataclass
@@ -347,44 +347,142 @@ class Bench:
             self.stop_daemon()
 
     def deliver(self, daemon: Daemon) -> None:
+        """Delivery beside its limit, in pairs: the bare aiohttp POST (A), then efd's delivery
+        of the same kind of signed body to the same receiver (B), A B A B …, so that the
+        machine's drift falls on both. Per pair: each side's rate, the bare client's own CPU
+        per POST and the daemon's (with its sender processes) per delivered event; the
+        figures are the medians, the spread the smallest and largest pair."""
         plan = self.plan
+        port = self.receiver.hello["port"]
         self.receiver.call("reset")
-        total = plan.deliver_warmup_seconds + plan.deliver_seconds
-        with self.phase("deliver") as info, self.profiler.record("deliver", daemon.pid, total):
-            out = self.ingest_job(
-                daemon.port,
-                clients=plan.deliver_clients,
-                seconds=total,
-                prefix="dl",
-                window=plan.deliver_window,
-                sample_every=0.25,
-            )
-            samples = out["samples"]
-            start = sample_at(samples, plan.deliver_warmup_seconds)
-            stop = sample_at(samples, total)
-            rate = (stop[2] - start[2]) / max(stop[0] - start[0], 1e-3)
-            acked = out["acked"]
-            drained, drain_seconds = self.wait_received(acked, plan.settle_cap_seconds)
+        pairs: list[dict[str, Any]] = []
+        warm = self.deliver_slice(daemon, -1)  # the daemon's first rounds: not counted
+        acked_total = warm["acked"]
+        with self.phase("deliver") as info:
+            for i in range(plan.deliver_pairs):
+                bare = self.bare_slice(port)
+                efd = self.deliver_slice(daemon, i)
+                acked_total += efd["acked"]
+                pair = {
+                    "bare_per_s": bare["per_s"],
+                    "bare_cpu_us_per_post": bare["cpu_us_per_post"],
+                    "deliver_per_s": efd["per_s"],
+                    "daemon_cpu_us_per_event": efd["cpu_us_per_event"],
+                    "machine_cpu_pct": [bare["machine_cpu_pct"], efd["machine_cpu_pct"]],
+                    "loadavg": [bare["loadavg"], efd["loadavg"]],
+                }
+                if bare["per_s"]:
+                    pair["ratio"] = round(efd["per_s"] / bare["per_s"], 3)
+                if bare["cpu_us_per_post"]:
+                    pair["cpu_ratio"] = round(efd["cpu_us_per_event"] / bare["cpu_us_per_post"], 2)
+                pairs.append(pair)
+                print(
+                    f" [{i + 1}] bare {bare['per_s']:,.0f}/s {bare['cpu_us_per_post']:.0f} us,"
+                    f" efd {efd['per_s']:,.0f}/s {efd['cpu_us_per_event']:.0f} us",
+                    end="",
+                    flush=True,
+                )
             time.sleep(0.5)  # late duplicates
             stats = self.receiver.call("stats")
             info.update(
                 delivered=stats["unique"],
-                events_acked=acked,
-                window=[round(start[0], 2), round(stop[0], 2)],
-                received_in_window=stop[2] - start[2],
-                ingest_events_per_s_in_window=round(
-                    (stop[1] - start[1]) / max(stop[0] - start[0], 1e-3), 1
-                ),
-                errors=out["errors"],
-                drained=drained,
-                drain_seconds=round(drain_seconds, 2),
+                events_acked=acked_total,
+                pairs=pairs,
                 receiver=stats,
             )
-        self.results["deliver_events_per_s"] = round(rate, 1)
-        self.results["deliver_lost"] = acked - stats["unique"]
+        figures = {
+            key: median_spread([p[key] for p in pairs if p.get(key) is not None])
+            for key in (
+                "ratio",
+                "deliver_per_s",
+                "bare_per_s",
+                "daemon_cpu_us_per_event",
+                "bare_cpu_us_per_post",
+                "cpu_ratio",
+            )
+        }
+        info["medians"] = figures
+        self.results["deliver_events_per_s"] = figures["deliver_per_s"][0]
+        self.results["deliver_ratio"] = figures["ratio"][0]
+        self.results["deliver_ratio_spread"] = figures["ratio"][1]
+        self.results["deliver_bare_post_per_s"] = figures["bare_per_s"][0]
+        self.results["deliver_cpu_us_per_event"] = figures["daemon_cpu_us_per_event"][0]
+        self.results["deliver_cpu_us_per_event_spread"] = figures["daemon_cpu_us_per_event"][1]
+        self.results["bare_cpu_us_per_post"] = figures["bare_cpu_us_per_post"][0]
+        self.results["deliver_cpu_ratio_to_bare"] = figures["cpu_ratio"][0]
+        self.results["deliver_pairs"] = len(pairs)
+        self.results["deliver_lost"] = acked_total - stats["unique"]
         self.results["deliver_duplicates"] = stats["duplicates"]
         if stats["bad_signatures"]:
             self.notes.append(f"deliver: {stats['bad_signatures']} sampled signatures were wrong")
+
+    def bare_slice(self, port: int) -> dict[str, Any]:
+        """The delivery stack's limit for one pair: the generator's aiohttp client alone,
+        with the generator's own CPU per POST."""
+        plan = self.plan
+        generator = self.generator.pid
+        cpu_before = own_cpu_seconds(generator)
+        machine_before = machine_cpu_seconds()["processes"]
+        loadavg = os.getloadavg()[0]
+        bare = self.generator.job(
+            "bare",
+            plan.deliver_pair_seconds + 60,
+            url=f"http://127.0.0.1:{port}/bare",
+            duration=plan.deliver_pair_seconds,
+            concurrency=plan.bare_concurrency,
+            body=sample_webhook_body(),
+        )
+        cpu = own_cpu_seconds(generator) - cpu_before
+        machine = machine_cpu_seconds()["processes"] - machine_before
+        count = bare["count"]
+        return {
+            "per_s": round(count / bare["elapsed"], 1),
+            "cpu_us_per_post": round(cpu / max(count, 1) * 1e6, 1),
+            "machine_cpu_pct": round(machine / bare["elapsed"] * 100, 1),
+            "loadavg": round(loadavg, 2),
+        }
+
+    def deliver_slice(self, daemon: Daemon, index: int) -> dict[str, Any]:
+        """efd's side of one pair: 4 /v1/batch clients ingest while at most `deliver_window`
+        acknowledged messages are undelivered; the receipt rate after the warm-up, and the
+        daemon's CPU from the slice's start until all it acknowledged were delivered, per
+        delivered event (so ingestion's share of each event is in it, as in production)."""
+        plan = self.plan
+        total = plan.deliver_pair_warmup_seconds + plan.deliver_pair_seconds
+        received_before = self.received.value
+        cpu_before = cpu_seconds(daemon.pid)
+        machine_before = machine_cpu_seconds()["processes"]
+        loadavg = os.getloadavg()[0]
+        started = time.monotonic()
+        with self.profiler.record(f"deliver_{index}", daemon.pid, total):
+            out = self.ingest_job(
+                daemon.port,
+                clients=plan.deliver_clients,
+                seconds=total,
+                prefix=f"dl{index}-",
+                window=plan.deliver_window,
+                sample_every=0.25,
+            )
+        samples = out["samples"]
+        start = sample_at(samples, plan.deliver_pair_warmup_seconds)
+        stop = sample_at(samples, total)
+        rate = (stop[2] - start[2]) / max(stop[0] - start[0], 1e-3)
+        drained, _ = self.wait_received(received_before + out["acked"], plan.settle_cap_seconds)
+        cpu = cpu_seconds(daemon.pid) - cpu_before
+        elapsed = time.monotonic() - started
+        machine = machine_cpu_seconds()["processes"] - machine_before
+        delivered = self.received.value - received_before
+        if not drained:
+            self.notes.append(f"deliver pair {index}: not drained in time")
+        if out["errors"]:
+            self.notes.append(f"deliver pair {index}: request errors {out['errors']}")
+        return {
+            "per_s": round(rate, 1),
+            "acked": out["acked"],
+            "cpu_us_per_event": round(cpu / max(delivered, 1) * 1e6, 1),
+            "machine_cpu_pct": round(machine / elapsed * 100, 1),
+            "loadavg": round(loadavg, 2),
+        }
 
     def latency(self, daemon: Daemon) -> None:
         plan = self.plan

@@ -38,3 +38,13 @@ def sample_at(samples: list[tuple[float, int, int]], t: float) -> tuple[float, i
         if sample[0] <= t:
             best = sample
     return best
+
+
+def median_spread(values: list[float]) -> tuple[float | None, list[float] | None]:
+    """The median of paired figures and their spread [smallest, largest]."""
+    if not values:
+        return None, None
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    return round(median, 3), [ordered[0], ordered[-1]]

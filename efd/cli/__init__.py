@@ -316,6 +316,9 @@ def _inspect(args: argparse.Namespace, settings: config.Settings, operations: An
             f"delivery {d['id']} to {d['destination']}: {d['status']}, rounds sent: "
             f"{d['attemptCount']}{replay}"
         )
+        if d["filteredBy"]:
+            print(f"  filtered at routing, never sent: {d['filteredBy']}")
+            continue
         if d["nextAttemptAt"]:
             print(f"  next attempt {d['nextAttemptAt']}")
         if d["status"] == "queued":
@@ -487,7 +490,7 @@ def _replay(args: argparse.Namespace, settings: config.Settings, operations: Any
     else:
         for delivery_id, name in created:
             late = ", out of order: not through its lane" if name in ordered else ""
-            print(f"delivery {delivery_id} to {name}: pending, due now (a replay{late})")
+            print(f"delivery {delivery_id} to {name}: a replay of what routing made of it{late}")
     return 0
 
 
@@ -506,7 +509,7 @@ def _operator_parsers(sub: Any) -> None:
     listing = sub.add_parser("deliveries", help="deliveries, newest first, filtered")
     common(listing)
     listing.add_argument("--destination")
-    listing.add_argument("--status", help="pending|delivered|failed|expired|discarded")
+    listing.add_argument("--status", help="pending|delivered|failed|expired|discarded|filtered")
     listing.add_argument("--since", help=f"messages received since: {when}")
     listing.add_argument("--until", help=f"messages received before: {when}")
     listing.add_argument("--user-id")

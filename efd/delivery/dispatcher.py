@@ -13,21 +13,24 @@ import contextlib
 import logging
 import math
 import random
-import time
 from collections import Counter, deque
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Coroutine
+from contextlib import AsyncExitStack
+from typing import Any
 
 from efd.batching import GroupCommit
 from efd.config import Settings
+from efd.delivery.ports import Deliveries, Rounds
 from efd.errors import StoreError
+from efd.loop import SYSTEM_CLOCK, Clock, Worker
 from efd.observe.metrics import Metrics
 from efd.observe.stream import Hub
 from efd.rows import AttemptRow, Claimed, DeliveryStatus, Outcome
-from efd.rules import retry, webhooks
+from efd.rules import ratelimit, retry, webhooks
 from efd.rules.circuit import Change, Circuits
 from efd.rules.retry import AttemptResult, Backoff, RetryPolicy, Verdict
 from efd.rules.webhooks import Route
+from efd.settings import Current
 
 log = logging.getLogger(__name__)
 
@@ -37,56 +40,8 @@ _Recorded = tuple[Outcome, list[AttemptRow], str, str]
 _CLAIM_BATCH = 500
 _IDLE_POLL = 1.0  # seconds; the longest a due retry can wait unnoticed
 _COALESCE = 0.002  # seconds to let wake-ups pile up into one claim
-
-
-class Rounds(Protocol):
-    """Sends one round of a delivery: the in-process Sender, or the sender processes."""
-
-    async def send_round(
-        self, route: Route, urls: Sequence[str], body: str, webhook_id: str
-    ) -> list[AttemptResult]: ...
-
-
-class Deliveries(Protocol):
-    """The deliveries the dispatcher works on: the store (efd/store/runner.py), or the
-    tests' in-memory twin. Errors of the store are efd.errors.StoreError."""
-
-    async def claim(
-        self,
-        destination: str,
-        limit: int,
-        *,
-        owner: str,
-        now: float,
-        lease_until: float,
-        due_by: float | None = None,
-    ) -> list[Claimed]:
-        """Lease up to `limit` deliveries of `destination` due by `due_by` (default `now`),
-        oldest first; a delivery under another claimer's live lease is never taken."""
-        ...
-
-    async def record(self, outcomes: Sequence[Outcome], attempts: Sequence[AttemptRow]) -> int:
-        """Write attempts and outcomes (fenced by token); return how many were stale."""
-        ...
-
-    async def release(self, leases: Sequence[tuple[int, int]], now: float) -> None:
-        """Give back claimed deliveries never sent: due again at `now`."""
-        ...
-
-    async def next_due(self, destination: str) -> float | None:
-        """The earliest next_attempt_at of the destination's pending deliveries."""
-        ...
-
-    async def wake(self, destination: str, hook: Sequence[str], now: float) -> int:
-        """Make due at `now` the destination's pending deliveries, not leased, whose
-        failed_hooks names none of `hook`'s forms (its label, and its URL as rows written
-        before labels hold it); return how many moved."""
-        ...
-
-    async def expire_waiting(self, destination: str, window: float, now: float) -> int:
-        """Expire the destination's pending deliveries, not leased, whose retry window
-        (from their first attempt, or their creation if never attempted) has closed."""
-        ...
+# Seconds a stop gives rounds in flight beyond their timeout.
+SHUTDOWN_MARGIN = 2.0
 
 
 def _ordered(settings: Settings) -> frozenset[str]:
@@ -94,27 +49,53 @@ def _ordered(settings: Settings) -> frozenset[str]:
 
 
 class Dispatcher:
+    """Claims due deliveries, sends each round through `Rounds`, and records outcomes.
+
+    Owns: its worker loop and the rounds in flight (the loop's side tasks), the leases it
+    holds until their outcome is recorded, the outcome recorder, the hooks' circuits, and
+    the routes it builds from the destinations (rebuilt on each reload). Knows the store
+    and the senders only by their Protocols (Deliveries, Rounds), and the time only through
+    its clock. May not ingest, touch a message's payload beyond sending it, or decide a
+    retry itself: efd/rules/retry.py decides.
+    """
+
     def __init__(
         self,
         *,
         deliveries: Deliveries,
         rounds: Rounds,
-        settings: Settings,
+        settings: Current[Settings],
         metrics: Metrics,
         owner: str,
         rng: random.Random | None = None,
         hub: Hub | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        delivery = settings.delivery
+        delivery = settings.value.delivery
+        self._clock = clock
         self._deliveries = deliveries
         self._rounds = rounds
         self._metrics = metrics
         self._owner = owner
         self._hub = hub  # the live stream, told of each recorded attempt
         self._rng = rng or random.Random()
-        self._routes = {d.name: d.route(delivery.user_agent) for d in settings.destinations}
-        self._ordered = _ordered(settings)
+        self._routes = {d.name: d.route(delivery.user_agent) for d in settings.value.destinations}
+        self._buckets = _buckets(settings.value)
+        # A destination held back by its hooks' rate limits: when to claim for it again.
+        self._paced: dict[str, float] = {}
+        self._ordered = _ordered(settings.value)
         self._lease = delivery.lease_seconds
+        # Leases held (claimed, in flight, or waiting for their outcome to be written) are
+        # renewed every quarter lease, so a slow outcome write never lets one lapse while
+        # the process is alive and reaches the database. After a database error, leases
+        # that lapsed since are left alone for half a lease once it answers again: time
+        # for their holder, whose renewals retry at once, to take them back.
+        self._renew_every = self._lease / 4
+        self._renew_retry = min(0.5, self._renew_every / 2)
+        self._renewed_until = 0.0  # every lease held at the last renewal runs until then
+        self._trouble_since: float | None = None  # the first database error of an outage
+        self._recovered_at: float | None = None  # its first success after
+        self._renew_task: asyncio.Task[None] | None = None
         self._max_in_flight = delivery.max_in_flight
         self._max_per_hook = delivery.max_per_hook
         self._policy = RetryPolicy(
@@ -137,28 +118,42 @@ class Dispatcher:
         self._timeout = delivery.timeout_seconds
         self._due_hint = math.inf  # the earliest next_attempt_at known to this process
         self._due_checked = 0.0  # when the store was last asked for it
-        self._sleep_until = 0.0  # while the loop waits: when it will look again by itself
         self._in_flight_by_url: Counter[str] = Counter()
         self._leases: dict[int, int] = {}  # delivery id -> token, until recorded
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._wake = asyncio.Event()
-        self._stopping = False
-        self._loop_task: asyncio.Task[None] | None = None
+        # Rounds and deferred releases are the worker's side tasks.
+        self._worker = Worker(
+            self._step,
+            name="efd-dispatcher",
+            clock=clock,
+            retry_on=(StoreError,),
+            coalesce=_COALESCE,
+        )
+        self._stopped = False
+        # Early: it knows a new destination before ingestion routes a message to it.
+        settings.subscribe(self._configure, early=True)
         self._recorder: GroupCommit[_Recorded, None] = GroupCommit(
             self._record, max_items=2000, name="efd-outcome-recorder"
         )
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def start(self) -> None:
+    async def start(self, stack: AsyncExitStack) -> None:
+        """Start claiming; at shutdown, stop with a grace of a round's timeout (and a margin)."""
         self._recorder.start()
-        self._loop_task = asyncio.create_task(self._run(), name="efd-dispatcher")
+        self._worker.start()
+        self._renew_task = asyncio.create_task(self._renew_leases(), name="efd-lease-renewal")
+        stack.push_async_callback(self.stop, self._timeout + SHUTDOWN_MARGIN)
 
     def notify(self) -> None:
         """New work may be due: claim now rather than at the next poll."""
-        self._wake.set()
+        self._worker.notify()
 
-    async def reload(self, settings: Settings) -> None:
+    @property
+    def running(self) -> bool:
+        """Whether the claiming loop is alive."""
+        return self._worker.running
+
+    async def _configure(self, settings: Settings) -> None:
         """Take the configuration's destinations (hooks, headers, secrets, user agent) for
         rounds that start from now on; rounds in flight finish with the Route they began
         with. Deliveries claimed for a destination no longer configured are given back
@@ -176,33 +171,36 @@ class Dispatcher:
             self._ready.setdefault(name, deque())
             self._backlog.setdefault(name, True)  # look at once: it may have work waiting
         self._routes = routes
+        self._buckets = _buckets(settings)
+        self._paced = {name: at for name, at in self._paced.items() if name in self._buckets}
         self._ordered = _ordered(settings)
         if leases:
             with contextlib.suppress(StoreError):  # else the leases simply lapse
-                await self._deliveries.release(leases, time.time())
-        self._wake.set()
+                await self._deliveries.release(leases, self._clock.now())
+        self._worker.notify()
 
     async def stop(self, grace: float) -> None:
         """Stop claiming, give in-flight rounds `grace` seconds, record, release the rest."""
-        self._stopping = True
-        self._wake.set()
-        if self._loop_task is not None:
-            await self._loop_task
-        if self._tasks:
-            log.info("waiting up to %.1f s for %d deliveries in flight", grace, len(self._tasks))
-            _, pending = await asyncio.wait(set(self._tasks), timeout=grace)
-            for task in pending:
-                task.cancel()
-            if pending:
-                await asyncio.wait(pending)
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._worker.side_tasks:
+            log.info(
+                "waiting up to %.1f s for %d deliveries in flight", grace, self._worker.side_tasks
+            )
+        await self._worker.stop(grace)
         await self._recorder.close()
+        if self._renew_task is not None:
+            self._renew_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._renew_task
         if self._leases:
             # Cut short before their outcome was known: due again at the next start.
             log.warning(
                 "releasing %d claimed deliveries not finished at shutdown", len(self._leases)
             )
             with contextlib.suppress(StoreError):
-                await self._deliveries.release(list(self._leases.items()), time.time())
+                await self._deliveries.release(list(self._leases.items()), self._clock.now())
 
     @property
     def circuits(self) -> Circuits:
@@ -210,28 +208,16 @@ class Dispatcher:
 
     # -- the loop --------------------------------------------------------------------------
 
-    async def _run(self) -> None:
-        backoff = Backoff()
-        while not self._stopping:
-            self._wake.clear()
-            try:
-                busy = await self._claim_round()
-                wait = 0.0 if busy else await self._idle_wait()
-                backoff.reset()
-            except StoreError as error:
-                wait = backoff.next()
-                log.error(
-                    "dispatcher cannot reach the database: %s; retrying in %.1f s", error, wait
-                )
-            if wait > 0 and not self._stopping:
-                self._sleep_until = time.time() + wait
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(wait):
-                        await self._wake.wait()
-                self._sleep_until = 0.0
-                await asyncio.sleep(_COALESCE)
-            else:
-                await asyncio.sleep(0)
+    async def _step(self) -> float:
+        """One pass: claim and start what is due; how long the worker may then wait."""
+        try:
+            busy = await self._claim_round()
+            wait = 0.0 if busy else await self._idle_wait()
+        except StoreError:
+            self._database_failed()
+            raise  # the worker backs off and logs it
+        self._database_answered()
+        return wait
 
     def _capacity(self, route: Route) -> int:
         free = self._max_in_flight - self._in_flight
@@ -246,10 +232,16 @@ class Dispatcher:
             ready = self._ready.get(route.name)
             if ready is None:
                 continue  # removed by a reload meanwhile
-            limit = min(self._capacity(route) + self._ahead - len(ready), _CLAIM_BATCH)
-            if limit <= 0 or self._stopping:
+            buckets = self._buckets.get(route.name)
+            now = self._clock.now()
+            if buckets and now < self._paced.get(route.name, 0.0):
+                continue  # its tokens are spent: _idle_wait knows when to look again
+            # A rate-limited destination claims only what it starts at once: its tokens are
+            # taken at the claim, so rounds held ready would leave later in a bunch.
+            ahead = 0 if buckets else self._ahead
+            limit = min(self._capacity(route) + ahead - len(ready), _CLAIM_BATCH)
+            if limit <= 0 or self._worker.stopping:
                 continue
-            now = time.time()
             hooks = [url for url, _ in route.hooks]
             if self._circuits.blocked(hooks, now):
                 # Every hook is open and none may be probed yet: claim nothing.
@@ -279,14 +271,28 @@ class Dispatcher:
                 due_by = math.inf
             else:
                 due_by = now
-            claimed = await self._deliveries.claim(
-                route.name,
-                limit,
-                owner=self._owner,
-                now=now,
-                lease_until=now + self._lease,
-                due_by=due_by,
-            )
+            if buckets:
+                claimed, left = await self._deliveries.claim_limited(
+                    route.name,
+                    limit,
+                    [b.row for b in buckets],
+                    owner=self._owner,
+                    now=now,
+                    lease_until=now + self._lease,
+                    due_by=due_by,
+                    lapsed_before=self._lapsed_before(now),
+                )
+                self._pace(route, buckets, limit, len(claimed), left, now)
+            else:
+                claimed = await self._deliveries.claim(
+                    route.name,
+                    limit,
+                    owner=self._owner,
+                    now=now,
+                    lease_until=now + self._lease,
+                    lapsed_before=self._lapsed_before(now),
+                    due_by=due_by,
+                )
             if self._ready.get(route.name) is not ready:
                 # A reload removed the destination during the claim: give them back.
                 leases = [(item.delivery_id, item.lease_token) for item in claimed]
@@ -303,20 +309,43 @@ class Dispatcher:
                 more = True
         return more
 
+    def _pace(
+        self,
+        route: Route,
+        buckets: tuple[ratelimit.Bucket, ...],
+        want: int,
+        claimed: int,
+        left: float,
+        now: float,
+    ) -> None:
+        """After a claim of a rate-limited destination: when its tokens, not its due
+        deliveries, ran out, it is not claimed for again until a quantum's worth has
+        accrued; and what it claimed while held back counts as held back."""
+        if route.name in self._paced and claimed:
+            for bucket in buckets:
+                label = route.labels.get(bucket.url) or webhooks.redact_url(bucket.url)
+                self._metrics.held_back[(route.name, label)] += claimed
+        if claimed < want and left < 1.0:
+            self._paced[route.name] = now + ratelimit.next_claim_in(buckets, left)
+        else:
+            self._paced.pop(route.name, None)
+
     def _start_ready(self, route: Route) -> None:
         ready = self._ready.get(route.name)
         if ready is None:
             return  # removed by a reload: what it had claimed was given back
-        while ready and not self._stopping and self._capacity(route) > 0:
+        while ready and not self._worker.stopping and self._capacity(route) > 0:
             item, lease_until = ready.popleft()
-            if time.time() + self._timeout + 2 > lease_until:
-                # Waited so long its lease could lapse mid-round: leave it to lapse (due
-                # again in moments) rather than risk another process sending it too.
+            if self._leases.get(item.delivery_id) != item.lease_token:
+                continue  # a renewal found it taken by another claim: never send it
+            if self._clock.now() + self._timeout + 2 > max(lease_until, self._renewed_until):
+                # Its lease could lapse mid-round (renewals are failing): leave it to lapse
+                # rather than risk another process sending it too.
                 self._leases.pop(item.delivery_id, None)
                 continue
             self._start(route, item)
         if len(ready) <= self._ahead // 2 and self._backlog[route.name]:
-            self._wake.set()  # claim more before the ready queue runs dry
+            self._worker.notify()  # claim more before the ready queue runs dry
 
     async def _idle_wait(self) -> float:
         """How long to sleep: until the next due retry, at most _IDLE_POLL.
@@ -325,11 +354,15 @@ class Dispatcher:
         scheduled itself comes due; asking on every wake-up costs a query per claim. A
         destination with no free slot is left out: a finishing delivery wakes the loop.
         """
-        now = time.time()
+        now = self._clock.now()
         wait = _IDLE_POLL
         open_routes = []
         for route in self._routes.values():
             if self._capacity(route) <= 0:
+                continue
+            paced = self._paced.get(route.name)
+            if paced is not None and paced > now:
+                wait = min(wait, paced - now)  # held back by its rate limits until then
                 continue
             hooks = [url for url, _ in route.hooks]
             if self._circuits.blocked(hooks, now):
@@ -352,7 +385,7 @@ class Dispatcher:
     def _start(self, route: Route, item: Claimed) -> None:
         failed = webhooks.failed_labels(route, item.failed_hooks)
         urls = [url for url, label in route.labels.items() if label not in failed]
-        now = time.time()
+        now = self._clock.now()
         closed = [
             url
             for url in urls
@@ -369,10 +402,10 @@ class Dispatcher:
             return
         urls = closed
         self._in_flight += 1
-        self._in_flight_by_url.update(urls)
-        task = asyncio.create_task(self._deliver(route, item, urls, failed))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        by_url = self._in_flight_by_url
+        for url in urls:  # Counter.update's generality costs more than the round's bookkeeping
+            by_url[url] += 1
+        self._worker.spawn(self._deliver(route, item, urls, failed))
 
     def _defer(self, leases: list[tuple[int, int]], at: float) -> None:
         async def defer() -> None:
@@ -382,9 +415,7 @@ class Dispatcher:
         self._background(defer())
 
     def _background(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._worker.spawn(work)
 
     def _circuit_changes(self, results: list[AttemptResult], urls: list[str], now: float) -> None:
         """Count the round's results against the hooks' circuits; log, expose and act on a
@@ -421,7 +452,7 @@ class Dispatcher:
                 self._circuits.release_probe(url)  # the round sent nothing (purged payload)
 
     async def _wake_waiting(self, destination: str, hook: tuple[str, ...]) -> None:
-        now = time.time()
+        now = self._clock.now()
         try:
             woken = await self._deliveries.wake(destination, hook, now)
         except StoreError as error:
@@ -431,14 +462,67 @@ class Dispatcher:
             log.info("%d deliveries to %s waiting on the circuit are due now", woken, destination)
         self._due_hint = min(self._due_hint, now)
         self._backlog[destination] = True
-        self._wake.set()
+        self._worker.notify()
 
     def _release(self, route: Route, urls: list[str]) -> None:
         self._in_flight -= 1
-        self._in_flight_by_url.subtract(urls)
+        by_url = self._in_flight_by_url
+        for url in urls:
+            by_url[url] -= 1
         self._start_ready(route)
-        if not self._ready.get(route.name) and self._due_hint <= time.time():
-            self._wake.set()  # a slot is free and a retry this process scheduled is due
+        if not self._ready.get(route.name) and self._due_hint <= self._clock.now():
+            self._worker.notify()  # a slot is free and a retry this process scheduled is due
+
+    # -- leases ----------------------------------------------------------------------------
+
+    def _database_failed(self) -> None:
+        if self._trouble_since is None or self._recovered_at is not None:
+            self._trouble_since = self._clock.now()
+            self._recovered_at = None
+
+    def _database_answered(self) -> None:
+        if self._trouble_since is not None and self._recovered_at is None:
+            self._recovered_at = self._clock.now()
+
+    def _lapsed_before(self, now: float) -> float:
+        """Claims take a lapsed lease only if it ended before this: now, or, until half a
+        lease after the database answered again, when the outage began."""
+        if self._trouble_since is None:
+            return now
+        if self._recovered_at is not None and now - self._recovered_at >= self._lease / 2:
+            self._trouble_since = self._recovered_at = None
+            return now
+        return self._trouble_since
+
+    async def _renew_leases(self) -> None:
+        while True:
+            await asyncio.sleep(self._renew_every)
+            while self._leases:
+                held = list(self._leases.items())
+                now = self._clock.now()
+                try:
+                    taken = set(await self._deliveries.renew(held, now + self._lease))
+                except StoreError as error:
+                    if self._trouble_since is None or self._recovered_at is not None:
+                        # Once an outage: the renewal retries every half second.
+                        log.error("cannot renew %d leases: %s; retrying", len(held), error)
+                    self._database_failed()
+                    await asyncio.sleep(self._renew_retry)
+                    continue
+                self._database_answered()
+                self._renewed_until = now + self._lease
+                lost = 0
+                for delivery_id, token in held:
+                    if delivery_id in taken and self._leases.get(delivery_id) == token:
+                        del self._leases[delivery_id]  # its outcome, if any, is stale
+                        lost += 1
+                if lost:
+                    log.warning(
+                        "%d claimed deliveries were taken by another claim before their "
+                        "lease was renewed",
+                        lost,
+                    )
+                break
 
     # -- one round -------------------------------------------------------------------------
 
@@ -450,11 +534,11 @@ class Dispatcher:
             results, note = await self._send_round(route, item, urls)
         finally:
             # Counted before the slot is freed, so the next round sees a circuit that opened.
-            self._circuit_changes(results, urls, time.time())
+            self._circuit_changes(results, urls, self._clock.now())
             # The slots are free once the receivers answered; recording the outcome may
             # wait behind a large commit, and the lease keeps the delivery ours meanwhile.
             self._release(route, urls)
-        now = time.time()
+        now = self._clock.now()
         first = item.first_attempt_at or min((r.started_at for r in results), default=now)
         decision = retry.decide(
             results,
@@ -469,8 +553,8 @@ class Dispatcher:
         self._report(route, item, results, decision, note)
         if decision.next_attempt_at is not None:
             self._due_hint = min(self._due_hint, decision.next_attempt_at)
-            if decision.next_attempt_at < self._sleep_until:
-                self._wake.set()  # due before the loop meant to look again
+            if decision.next_attempt_at < self._worker.waking_at:
+                self._worker.notify()  # due before the loop meant to look again
         outcome = Outcome(
             delivery_id=item.delivery_id,
             lease_token=item.lease_token,
@@ -491,7 +575,10 @@ class Dispatcher:
                 outcome=r.verdict.value,
                 status_code=r.status_code,
                 error_class=r.error_class,
-                error=r.error,
+                # A receiver's Retry-After, honoured by the next round, is logged with it.
+                error=r.error
+                if r.retry_after is None
+                else f"Retry-After: {r.retry_after:g} s" + (f"; {r.error}" if r.error else ""),
                 response_head=r.response_head,
             )
             for r in results
@@ -541,7 +628,7 @@ class Dispatcher:
                 "message %s to %s: retry in %.1f s",
                 item.message_id,
                 destination,
-                decision.next_attempt_at - time.time(),
+                decision.next_attempt_at - self._clock.now(),
             )
         elif decision.status is DeliveryStatus.FAILED:
             metrics.failed[destination] += 1
@@ -570,12 +657,14 @@ class Dispatcher:
         while True:
             try:
                 stale = await self._deliveries.record(outcomes, rows)
+                self._database_answered()
                 break
             except StoreError as error:
+                self._database_failed()
                 # Keep the outcomes: losing them would resend delivered messages. At shutdown,
                 # give up after a few tries: the leases lapse and the rounds are sent again.
                 tries += 1
-                if self._stopping and tries >= 3:
+                if self._worker.stopping and tries >= 3:
                     log.error("giving up on %d outcomes at shutdown: %s", len(items), error)
                     return [None] * len(items)
                 delay = backoff.next()
@@ -594,8 +683,8 @@ class Dispatcher:
             # A head's outcome made the next message of its lane due now (efd/store/lanes.py).
             for destination in handed_on & self._backlog.keys():
                 self._backlog[destination] = True
-            self._due_hint = min(self._due_hint, time.time())
-            self._wake.set()
+            self._due_hint = min(self._due_hint, self._clock.now())
+            self._worker.notify()
         if self._hub is not None and self._hub.active:
             for _, attempt_rows, destination, message_id in items:
                 for row in attempt_rows:
@@ -617,3 +706,12 @@ class Dispatcher:
             self._metrics.stale_outcomes += stale
             log.warning("%d outcomes arrived after their lease moved on; not applied", stale)
         return [None] * len(items)
+
+
+def _buckets(settings: Settings) -> dict[str, tuple[ratelimit.Bucket, ...]]:
+    """The token buckets of each destination that has rate-limited hooks."""
+    found = {
+        d.name: ratelimit.buckets(d.name, [(hook.url, hook.limit()) for hook in d.hooks])
+        for d in settings.destinations
+    }
+    return {name: buckets for name, buckets in found.items() if buckets}

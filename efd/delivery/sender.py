@@ -18,6 +18,7 @@ from typing import Any
 
 import aiohttp
 from aiohappyeyeballs import AddrInfoType
+from yarl import URL
 
 from efd import tls
 from efd.processes.pool import LOST, Pool
@@ -77,6 +78,7 @@ class Sender:
         # and requests in flight keep the one they started with.
         self._presenting: dict[ClientCert, ssl.SSLContext] = {}
         self._session: aiohttp.ClientSession | None = None
+        self._urls: dict[str, URL] = {}  # each hook's URL parsed once, not per request
 
     def _guarded_socket(self, addr_info: AddrInfoType) -> socket.socket:
         family, type_, proto, _, address = addr_info
@@ -102,6 +104,9 @@ class Sender:
                 total=self.timeout, connect=None, sock_read=None, ceil_threshold=1e9
             ),
             trust_env=False,  # never route webhooks through an ambient proxy
+            # A webhook carries no session: cookies a receiver sets are neither kept nor
+            # sent back (and the jar's per-request filtering is not paid).
+            cookie_jar=aiohttp.DummyCookieJar(),
             auto_decompress=False,
             skip_auto_headers=("Accept-Encoding", "Accept"),
         )
@@ -169,8 +174,16 @@ class Sender:
             except tls.ClientCertError as error:  # the files changed since the last reload
                 return self._error(url, started_at, clock, "client_cert", str(error))
         try:
+            target = self._urls.get(url)
+            if target is None:
+                if len(self._urls) >= 4096:  # hooks come and go with reloads
+                    self._urls.clear()
+                try:
+                    target = self._urls[url] = URL(url)
+                except ValueError as error:  # as aiohttp reports a URL it cannot parse
+                    raise aiohttp.InvalidURL(url) from error
             async with self._session.post(
-                url, data=body, headers=headers, allow_redirects=False, ssl=context
+                target, data=body, headers=headers, allow_redirects=False, ssl=context
             ) as response:
                 status = response.status
                 retry_after_header = response.headers.get("Retry-After")
@@ -275,10 +288,13 @@ def _to_tuple(r: AttemptResult) -> ResultTuple:
     )
 
 
+_VERDICTS = {verdict.value: verdict for verdict in Verdict}  # a lookup, not Enum's __call__
+
+
 def _from_tuple(t: ResultTuple) -> AttemptResult:
     url, started_at, duration, verdict, status, error_class, error, head, retry_after = t
     return AttemptResult(
-        url, started_at, duration, Verdict(verdict), status, error_class, error, head, retry_after
+        url, started_at, duration, _VERDICTS[verdict], status, error_class, error, head, retry_after
     )
 
 

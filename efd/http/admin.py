@@ -34,6 +34,7 @@ from efd.errors import ClientError, StoreError
 from efd.http import openapi, server
 from efd.http.responses import error_response, json_response
 from efd.rules import jsonjs, selection
+from efd.settings import Current
 from efd.store import operations
 from efd.store.operations import Operations
 from efd.store.runner import AsyncStore
@@ -51,22 +52,30 @@ def _unavailable(error: StoreError) -> web.Response:
 
 
 class AdminApi:
+    """The /admin/* operator endpoints (see the module's description) and /openapi.json.
+
+    Owns nothing but the rendered OpenAPI document: it reads and moves deliveries through
+    OperationsStore and wakes the dispatcher. May not send, and may not change a delivery
+    another process holds a lease on (the store's fences see to it).
+    """
+
     def __init__(
         self,
-        settings: Settings,
+        settings: Current[Settings],
         *,
         db: AsyncStore,
         operations: Operations,
         on_due: Callable[[], None],
     ) -> None:
-        self._settings = settings
+        self._current = settings
         self._db = db
         self._ops = operations
         self._on_due = on_due  # new work is due now: the dispatcher's notify
         self._openapi = json.dumps(openapi.document(__version__)).encode()
 
-    def reload(self, settings: Settings) -> None:
-        self._settings = settings
+    @property
+    def _settings(self) -> Settings:
+        return self._current.value
 
     def routes(self) -> list[web.RouteDef]:
         return [

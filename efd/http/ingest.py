@@ -27,6 +27,7 @@ from efd.rules.payload import (
     parse_request,
     too_large,
 )
+from efd.settings import Current
 
 log = logging.getLogger(__name__)
 
@@ -89,28 +90,40 @@ async def read_body(request: web.Request) -> bytes:
 
 
 class Ingest:
+    """The handlers of /v1/* (Segment's Tracking API): authenticate a write key, parse and
+    validate (in a parser process for large bodies), route to destinations, and store each
+    message with its pending deliveries through the group-commit writer, answering only
+    once it is committed.
+
+    Owns the write-key, source and allowed-origin maps derived from the configuration
+    (rebuilt on each reload). May not deliver, read the store, or open a transaction of
+    its own: it only submits rows to the writer and wakes the dispatcher.
+    """
+
     def __init__(
         self,
-        settings: Settings,
+        settings: Current[Settings],
         *,
         writer: Writer,
         metrics: Metrics,
         on_stored: Callable[[], None],
         parsers: Parsers | None = None,
     ) -> None:
-        self.reload(settings)
+        self._configure(settings.value)
+        settings.subscribe(self._configure)
         self._parsers = parsers
         self._writer = writer
         self._metrics = metrics
         self._on_stored = on_stored
 
-    def reload(self, settings: Settings) -> None:
+    def _configure(self, settings: Settings) -> None:
         """Take the configuration's sources (write keys, names, allowed origins): requests
         that arrive after this see them."""
         self._keys: WriteKeys[SourceConfig] = WriteKeys(
             {s.write_key.get_secret_value(): s for s in settings.sources}
         )
         self._by_name = {s.name: s for s in settings.sources}
+        self._filters = settings.filter_sets()
         self._origins = {
             s.name: AllowedOrigins(s.allowed_origins)
             for s in settings.sources
@@ -195,8 +208,16 @@ class Ingest:
         if fresh < len(status):
             self._metrics.duplicates[source.name] += status.count(InsertStatus.DUPLICATE)
             self._metrics.suppressed[source.name] += status.count(InsertStatus.SUPPRESSED)
+        if self._filters:
+            for row, row_status in zip(rows, status, strict=True):
+                if row_status == InsertStatus.STORED:
+                    for destination, _, filtered in row.shaped:
+                        if filtered is not None:
+                            self._metrics.filtered[destination] += 1
         if any(
-            r.destinations for r, s in zip(rows, status, strict=True) if s == InsertStatus.STORED
+            r.destinations or r.shaped
+            for r, s in zip(rows, status, strict=True)
+            if s == InsertStatus.STORED
         ):
             self._on_stored()
         return web.Response(body=_SUCCESS, content_type="application/json")
@@ -213,5 +234,10 @@ class Ingest:
                 name, rows = parsed
                 return self._by_name[name], rows
         return parse_request(
-            data, source=source, keys=self._keys, type_=type_, received_at=received_at
+            data,
+            source=source,
+            keys=self._keys,
+            type_=type_,
+            received_at=received_at,
+            filters=self._filters,
         )

@@ -30,10 +30,12 @@ from efd.config import Settings
 from efd.errors import ClientError, StoreError
 from efd.http import server
 from efd.http.responses import error_response, json_response
+from efd.observe.metrics import Metrics
 from efd.observe.stream import Hub
 from efd.rules import webhooks
 from efd.rules.circuit import Circuits
 from efd.rules.selection import iso, lanes_json
+from efd.settings import Current
 from efd.store.health import Health, HealthStore, WindowStats
 from efd.store.runner import AsyncStore
 
@@ -60,21 +62,43 @@ def _window_json(stats: WindowStats | None) -> dict[str, Any]:
 
 
 def _asset(name: str) -> bytes:
-    return resources.files("efd.http.console").joinpath(name).read_bytes()
+    return resources.files("efd.http").joinpath("console", name).read_bytes()
 
 
 class LiveApi:
-    def __init__(self, settings: Settings, *, db: AsyncStore, hub: Hub, circuits: Circuits) -> None:
-        self._settings = settings
+    """GET /admin/destinations, GET /admin/stream and the console.
+
+    Owns the open streams' connections, and ends them when a reload changes the admin
+    token. Reads the store's health queries and the dispatcher's circuits; may not change
+    either.
+    """
+
+    def __init__(
+        self,
+        settings: Current[Settings],
+        *,
+        db: AsyncStore,
+        hub: Hub,
+        circuits: Circuits,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self._current = settings
+        self._metrics = metrics or Metrics()
+        self._token = settings.value.server.admin_token
+        settings.subscribe(self._configure)
         self._db = db
         self._health: Health = HealthStore(db.store)
         self._hub = hub
         self._circuits = circuits
         self._streams: set[asyncio.Transport] = set()  # connections of open streams
 
-    def reload(self, settings: Settings) -> None:
-        changed = settings.server.admin_token != self._settings.server.admin_token
-        self._settings = settings
+    @property
+    def _settings(self) -> Settings:
+        return self._current.value
+
+    def _configure(self, settings: Settings) -> None:
+        changed = settings.server.admin_token != self._token
+        self._token = settings.server.admin_token
         if changed and self._streams:
             log.info(
                 "admin token changed: ending %d open streams of GET /admin/stream",
@@ -125,6 +149,7 @@ class LiveApi:
             for hook in destination.hooks:
                 url = labels[destination.name][hook.url]
                 last = errors.get(url)
+                limit = hook.limit()
                 hook_list.append(
                     {
                         "url": url,
@@ -135,6 +160,10 @@ class LiveApi:
                         "window": {
                             label: _window_json(windows[label].get(url)) for label, _ in WINDOWS
                         },
+                        # Its rate limit, and the rounds it held back (this process's count).
+                        "maxPerSecond": None if limit is None else limit[0],
+                        "burst": None if limit is None else limit[1],
+                        "heldBack": self._metrics.held_back.get((destination.name, url), 0),
                     }
                 )
             result.append(

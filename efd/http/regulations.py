@@ -27,6 +27,7 @@ from efd.rows import RegulationStatus
 from efd.rules import jsonjs
 from efd.rules.messages import format_timestamp
 from efd.services.regulations import sources_in_scope
+from efd.settings import Current
 from efd.store.regulations import (
     DELETE_TYPES,
     REGULATION_TYPES,
@@ -97,22 +98,34 @@ def _iso(value: float | None) -> str | None:
 
 
 class RegulationsApi:
+    """POST /regulations and GET /regulations/{id}: records deletion and suppression
+    requests, and reports their progress.
+
+    Owns the set of source names it validates scopes against (rebuilt on each reload). May
+    not carry a regulation out: it records it and wakes the runner
+    (efd/services/regulations.py), which does.
+    """
+
     def __init__(
         self,
-        settings: Settings,
+        settings: Current[Settings],
         *,
         db: AsyncStore,
         regulations: Regulations,
         on_created: Callable[[], None],
     ) -> None:
-        self._settings = settings
+        self._current = settings
         self._db = db
         self._regulations = regulations
         self._on_created = on_created
-        self._sources = {s.name for s in settings.sources}
+        self._configure(settings.value)
+        settings.subscribe(self._configure)
 
-    def reload(self, settings: Settings) -> None:
-        self._settings = settings
+    @property
+    def _settings(self) -> Settings:
+        return self._current.value
+
+    def _configure(self, settings: Settings) -> None:
         self._sources = {s.name for s in settings.sources}
 
     def routes(self) -> list[web.RouteDef]:
@@ -203,6 +216,7 @@ class RegulationsApi:
                                             "failed",
                                             "expired",
                                             "discarded",
+                                            "filtered",
                                         )
                                     },
                                 }

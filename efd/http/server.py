@@ -31,7 +31,6 @@ both directions.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hmac
 import ipaddress
 import json
@@ -47,6 +46,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from efd import __version__
 from efd.errors import ClientError
 from efd.http.responses import client_error, error_response
+from efd.loop import Worker
 
 if TYPE_CHECKING:
     from efd.config import Settings
@@ -268,7 +268,7 @@ class Listener:
         self._last_address_log = 0.0
         self._last_stall_log = 0.0
         self._server: asyncio.Server | None = None
-        self._sweeper: asyncio.Task[None] | None = None
+        self._sweeper: Worker | None = None
         self.loop = asyncio.get_event_loop()
 
     def _protocol(self) -> asyncio.Protocol:
@@ -342,16 +342,16 @@ class Listener:
         self._server = await self.loop.create_server(
             self._protocol, host, port, reuse_address=True, backlog=1024
         )
-        self._sweeper = asyncio.create_task(self._sweep(), name="efd-request-clock")
+        self._sweeper = Worker(self._sweep, name="efd-request-clock")
+        self._sweeper.start()
         return int(self._server.sockets[0].getsockname()[1])
 
-    async def _sweep(self) -> None:
-        interval = min(1.0, self.limits.request_timeout / 4)
-        while True:
-            await asyncio.sleep(interval)
-            now = self.loop.time()
-            for connection in list(self.connections.values()):
-                connection.expire_if_late(now)
+    async def _sweep(self) -> float:
+        """Close the connections past their deadline; the wait until the next look."""
+        now = self.loop.time()
+        for connection in list(self.connections.values()):
+            connection.expire_if_late(now)
+        return min(1.0, self.limits.request_timeout / 4)
 
     async def close(self) -> None:
         """Stop accepting; connections already open finish through the runner's cleanup."""
@@ -359,9 +359,7 @@ class Listener:
             self._server.close()
             self._server = None
         if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+            await self._sweeper.stop()
             self._sweeper = None
 
     def guard(self, handler: Handler) -> Handler:

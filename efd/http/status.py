@@ -27,6 +27,7 @@ from efd.http import server
 from efd.http.responses import json_response
 from efd.observe.metrics import CONTENT_TYPE, Metrics
 from efd.rules.selection import unconfigured
+from efd.settings import Current
 from efd.store.health import Health, HealthStore
 from efd.store.runner import AsyncStore
 
@@ -36,10 +37,15 @@ PROBE_TIMEOUT = 2.0  # seconds a probe write may take
 
 
 class Status:
+    """GET /healthz, GET /readyz and GET /metrics (see the module's description).
+
+    Owns the readiness probe and its last outcome. May write nothing but the probe row.
+    """
+
     def __init__(
-        self, settings: Settings, *, db: AsyncStore, metrics: Metrics, owner: str = ""
+        self, settings: Current[Settings], *, db: AsyncStore, metrics: Metrics, owner: str = ""
     ) -> None:
-        self._settings = settings
+        self._current = settings
         self._db = db
         self._health: Health = HealthStore(db.store)
         self._metrics = metrics
@@ -47,8 +53,9 @@ class Status:
         self._probe: asyncio.Future[None] | None = None
         self._probed: tuple[float, str | None] | None = None  # (when, why unready or None)
 
-    def reload(self, settings: Settings) -> None:
-        self._settings = settings
+    @property
+    def _settings(self) -> Settings:
+        return self._current.value
 
     def routes(self) -> list[web.RouteDef]:
         return [

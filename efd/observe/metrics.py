@@ -59,6 +59,9 @@ class Metrics:
         self.retried: Counter[str] = Counter()
         self.failed: Counter[str] = Counter()
         self.expired: Counter[str] = Counter()
+        self.filtered: Counter[str] = Counter()  # by destination: stopped by its filters
+        # by (destination, hook label): rounds sent later than due because of the hook's limit
+        self.held_back: Counter[tuple[str, str]] = Counter()
         self.attempts: Counter[tuple[str, str]] = Counter()  # by (destination, outcome)
         self.stale_outcomes = 0
         self.connections_refused = 0  # over [server] max_connections
@@ -116,6 +119,12 @@ _COUNTERS = (
     ("efd_deliveries_retried", "Rounds that will be retried.", "destination", "retried"),
     ("efd_deliveries_failed", "Deliveries failed for good.", "destination", "failed"),
     ("efd_deliveries_expired", "Deliveries whose retry window closed.", "destination", "expired"),
+    (
+        "efd_deliveries_filtered",
+        "Deliveries a destination's filters stopped at routing (drop, sample): never sent.",
+        "destination",
+        "filtered",
+    ),
 )
 
 
@@ -141,6 +150,14 @@ class _Collector(Collector):
         for (destination, outcome), value in sorted(m.attempts.items()):
             attempts.add_metric([destination, outcome], value)
         yield attempts
+        held_back = CounterMetricFamily(
+            "efd_requests_held_back",
+            "Requests to a rate-limited hook sent later than due, held back by its max_per_second.",
+            labels=["destination", "hook"],
+        )
+        for (destination, hook), value in sorted(m.held_back.items()):
+            held_back.add_metric([destination, hook], value)
+        yield held_back
         yield CounterMetricFamily(
             "efd_connections_refused",
             "Connections answered 503 and closed: [server] max_connections were open, or "

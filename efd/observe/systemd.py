@@ -8,11 +8,11 @@ so a wedged loop stops them and systemd restarts efd (WatchdogSec=).
 
 from __future__ import annotations
 
-import asyncio
 import logging
+import math
 import os
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 log = logging.getLogger(__name__)
 
@@ -44,14 +44,12 @@ class Notifier:
         except OSError as error:
             log.warning("cannot notify systemd at %s: %s", self._address, error)
 
-    async def watchdog(self, healthy: Callable[[], bool]) -> None:
-        """Ping every half WatchdogSec while `healthy()`; runs until cancelled."""
+    async def ping_watchdog(self) -> float:
+        """WATCHDOG=1 now; the seconds until the next ping is due (half WatchdogSec)."""
         if self.watchdog_interval is None:
-            return
-        while True:
-            if healthy():
-                self.notify(watchdog="1")
-            await asyncio.sleep(self.watchdog_interval)
+            return math.inf
+        self.notify(watchdog="1")
+        return self.watchdog_interval
 
     def close(self) -> None:
         if self._socket is not None:

@@ -8,29 +8,35 @@ whose process died is simply parsed again in the daemon.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from efd.processes.pool import LOST, Pool
 from efd.rows import NewMessage
+from efd.rules.filters import FilterSet
 from efd.rules.payload import ChildParser, from_child
 
 # (write key, name, destinations) of each source: what a parser process knows of them.
 SourceList = Sequence[tuple[str, str, tuple[str, ...]]]
+# Destination -> its filters, for the destinations that have some: pickled as configured,
+# compiled again in the child.
+Filters = Mapping[str, FilterSet]
 
 
 class ParserChild:
     """A parser process's handler: ChildParser, called as the pool calls."""
 
     def __init__(self, setup: dict[str, Any]) -> None:
-        self._parse = ChildParser(setup["sources"])
+        self._setup = setup
+        self._parse = ChildParser(setup["sources"], setup["filters"])
 
     async def start(self) -> None:
         pass
 
     def configure(self, update: dict[str, Any]) -> None:
-        if "sources" in update:
-            self._parse = ChildParser(update["sources"])
+        if "sources" in update or "filters" in update:
+            self._setup = {**self._setup, **update}
+            self._parse = ChildParser(self._setup["sources"], self._setup["filters"])
 
     async def __call__(
         self, data: bytes, source: str | None, type_: str | None, received_at: float
@@ -43,13 +49,19 @@ class ParserChild:
 
 class ParserPool:
     def __init__(
-        self, *, processes: int, sources: SourceList, log_level: str, log_format: str
+        self,
+        *,
+        processes: int,
+        sources: SourceList,
+        filters: Filters,
+        log_level: str,
+        log_format: str,
     ) -> None:
         self._pool = Pool(
             "parser",
             processes,
             "efd.processes.parsers:ParserChild",
-            {"sources": list(sources)},
+            {"sources": list(sources), "filters": dict(filters)},
             log_level=log_level,
             log_format=log_format,
         )
@@ -64,8 +76,10 @@ class ParserPool:
     async def close(self, timeout: float) -> None:
         await self._pool.close(timeout)
 
-    async def reload(self, sources: SourceList, log_level: str) -> None:
-        await self._pool.configure({"sources": list(sources), "log_level": log_level})
+    async def reload(self, sources: SourceList, filters: Filters, log_level: str) -> None:
+        await self._pool.configure(
+            {"sources": list(sources), "filters": dict(filters), "log_level": log_level}
+        )
 
     async def parse(
         self, data: bytes, source: str | None, type_: str | None, received_at: float

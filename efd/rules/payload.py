@@ -22,6 +22,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from efd.errors import ClientError
 from efd.rows import NewMessage
 from efd.rules import jsonjs, routing, webhooks
+from efd.rules.filters import FilterSet
 from efd.rules.messages import (
     MAX_MESSAGE_BYTES,
     MAX_REQUEST_BYTES,
@@ -128,6 +129,9 @@ def decode_basic(value: str) -> str:
 _row_values = attrgetter(*(field.name for field in fields(NewMessage)))
 
 
+_NO_FILTERS: Mapping[str, FilterSet] = {}
+
+
 @dataclass(frozen=True, slots=True)
 class _ChildSource:
     name: str
@@ -141,11 +145,13 @@ def parse_request(
     keys: WriteKeys[S],
     type_: str | None,
     received_at: datetime,
+    filters: Mapping[str, FilterSet] = _NO_FILTERS,
 ) -> tuple[S, list[NewMessage]]:
     """The body of an ingestion request → the rows to store (pure; raises ClientError).
 
     `source` is the one named by the Basic auth header, if any; otherwise the body's
-    writeKey is looked up in `keys`.
+    writeKey is looked up in `keys`. `filters`: the destination filters, by destination,
+    of those destinations that have some (routing.shape).
     """
     try:
         payload, plain = jsonjs.loads_checked(data)
@@ -170,7 +176,7 @@ def parse_request(
     rows = []
     for index, message in enumerate(messages):
         try:
-            rows.append(message_row(source, message, received_at, plain))
+            rows.append(message_row(source, message, received_at, plain, filters))
         except ClientError as rejection:
             if type_ is None:  # a batch: say which message
                 rejection.index = index
@@ -181,9 +187,15 @@ def parse_request(
 
 class ChildParser:
     """parse_request in a parser process (efd/processes/parsers.py), its answers as plain tuples:
-    what crosses the pipe is cheap to pickle. `from_child` reads them back."""
+    what crosses the pipe is cheap to pickle. `from_child` reads them back. The filters
+    arrive pickled as their configuration and are compiled again here (FilterSet)."""
 
-    def __init__(self, sources: Sequence[tuple[str, str, tuple[str, ...]]]) -> None:
+    def __init__(
+        self,
+        sources: Sequence[tuple[str, str, tuple[str, ...]]],
+        filters: Mapping[str, FilterSet] = _NO_FILTERS,
+    ) -> None:
+        self._filters = dict(filters)
         by_key = {key: _ChildSource(name, dests) for key, name, dests in sources}
         self._keys = WriteKeys(by_key)
         self._by_name = {source.name: source for source in by_key.values()}
@@ -198,14 +210,22 @@ class ChildParser:
                 keys=self._keys,
                 type_=type_,
                 received_at=datetime.fromtimestamp(received_at, UTC),
+                filters=self._filters,
             )
         except ClientError as r:
             return ("rejected", r.code, r.message, r.field, r.index, r.status)
         return ("ok", source.name, [_row_values(row) for row in rows])
 
 
-def message_row(source: Source, message: Message, received_at: datetime, plain: bool) -> NewMessage:
-    data = webhooks.encode(webhooks.body_for(message), plain=plain)
+def message_row(
+    source: Source,
+    message: Message,
+    received_at: datetime,
+    plain: bool,
+    filters: Mapping[str, FilterSet] = _NO_FILTERS,
+) -> NewMessage:
+    body_dict = webhooks.body_for(message)
+    data = webhooks.encode(body_dict, plain=plain)
     if len(data) > MAX_MESSAGE_BYTES:
         # Checked as stored and sent: a batch's shared context and integrations are merged
         # into each message, so small messages can grow past the limit here.
@@ -215,6 +235,11 @@ def message_row(source: Source, message: Message, received_at: datetime, plain: 
             f"{len(data)} bytes with the batch's context and integrations merged in",
         )
     body = data.decode("utf-8")
+    destinations = routing.route(source.destinations, message.integrations)
+    shaped: tuple[routing.Shaped, ...] = ()
+    if filters:
+        plain_ones, shaped = routing.shape(body_dict, destinations, filters, plain=plain)
+        destinations = list(plain_ones)
     return NewMessage(
         source=source.name,
         message_id=message.message_id,
@@ -225,10 +250,11 @@ def message_row(source: Source, message: Message, received_at: datetime, plain: 
         timestamp=message.timestamp.timestamp(),
         received_at=received_at.timestamp(),
         body=body,
-        destinations=tuple(routing.route(source.destinations, message.integrations)),
+        destinations=tuple(destinations),
         original_timestamp=(
             None if message.original_timestamp is None else message.original_timestamp.timestamp()
         ),
+        shaped=shaped,
     )
 
 

@@ -332,6 +332,8 @@ def message_json(record: MessageRecord, window: float) -> dict[str, Any]:
                 "nextAttemptAt": iso(d.next_attempt_at) if d.status == "pending" else None,
                 "windowEndsAt": iso(window_ends_at(d, window)),
                 "replayOf": d.replay_of,
+                # Which filter stopped it, and why (docs/filters.md).
+                "filteredBy": d.last_error if d.status == DeliveryStatus.FILTERED else None,
                 # Queued in its lane (an ordered destination): the messageId of the lane's
                 # head, which has to have an outcome first.
                 "waitingFor": record.waiting_for.get(d.id),

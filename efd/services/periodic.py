@@ -14,6 +14,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -31,6 +32,7 @@ from efd.personas.sync import (
     longest_lookback,
     run_sync,
 )
+from efd.settings import Current
 from efd.store.computations import Computations
 from efd.store.profiles import Profiles
 from efd.store.runner import AsyncStore
@@ -59,12 +61,18 @@ def computations(settings: Settings) -> list[Computation]:
 
 
 class Periodic:
+    """The coarse periodic jobs on APScheduler: retention and the audience and computed
+    trait syncs, each once per cluster per interval (the jobs table decides which process).
+
+    Owns the scheduler and the syncs running now; rebuilds the sync jobs on a reload. May
+    not send: what a sync stores is delivered by the dispatcher, which it wakes.
+    """
+
     def __init__(
         self,
         *,
-        settings: Settings,
+        settings: Current[Settings],
         db: AsyncStore,
-        computations: list[Computation],
         computations_store: Computations,
         profiles: Profiles,
         metrics: Metrics,
@@ -73,7 +81,8 @@ class Periodic:
     ) -> None:
         self._settings = settings
         self._db = db
-        self.computations = computations
+        self.computations = computations(settings.value)
+        settings.subscribe(self._configure)
         self._computations = computations_store
         self._profiles = profiles
         self._metrics = metrics
@@ -83,7 +92,7 @@ class Periodic:
         self._sync_tasks: set[asyncio.Task[Any]] = set()
         self._scheduler: AsyncIOScheduler | None = None
 
-    def start(self) -> None:
+    async def start(self, stack: AsyncExitStack) -> None:
         scheduler = self._scheduler = AsyncIOScheduler()
         scheduler.add_job(
             self.retention,
@@ -102,6 +111,7 @@ class Periodic:
         )
         self._schedule_syncs()
         scheduler.start()
+        stack.push_async_callback(self.stop)
 
     def _schedule_syncs(self) -> None:
         assert self._scheduler is not None
@@ -119,17 +129,18 @@ class Periodic:
                 replace_existing=True,
             )
 
-    def reload(self, settings: Settings, found: list[Computation]) -> None:
+    def _configure(self, settings: Settings) -> None:
         """Take the configuration's audiences and computed traits: each is synced on its
         own interval from now on (first about a second from now; the jobs table still
         keeps it to once per cluster per interval). A sync running now finishes."""
-        assert self._scheduler is not None
-        self._settings = settings
-        for computation in self.computations:
-            with contextlib.suppress(JobLookupError):
-                self._scheduler.remove_job(f"sync:{computation.store_key}")
+        found = computations(settings)
+        if self._scheduler is not None:
+            for computation in self.computations:
+                with contextlib.suppress(JobLookupError):
+                    self._scheduler.remove_job(f"sync:{computation.store_key}")
         self.computations = found
-        self._schedule_syncs()
+        if self._scheduler is not None:
+            self._schedule_syncs()
 
     async def stop(self) -> None:
         if self._scheduler is not None:
@@ -148,7 +159,7 @@ class Periodic:
             store.jobs.claim_job, "retention", interval=RETENTION_EVERY, owner=self._owner, now=now
         ):
             return  # another process of the cluster has this turn
-        days = self._settings.storage.retention_days
+        days = self._settings.value.storage.retention_days
         # Small batches, each its own transaction, so ingestion never waits long.
         total = await self._in_batches(store.jobs.purge_finished, now - days * 86400)
         if total:
@@ -176,8 +187,9 @@ class Periodic:
                 store.jobs.claim_job, "lanes", interval=LANES_EVERY, owner=self._owner, now=now
             ):
                 return {}, 0
-            ordered = [d.name for d in self._settings.destinations if d.ordering == "per_user"]
-            window = self._settings.delivery.retry_window_seconds
+            settings = self._settings.value
+            ordered = [d.name for d in settings.destinations if d.ordering == "per_user"]
+            window = settings.delivery.retry_window_seconds
             expired, promoted = await self._db.write(store.lanes.tend, ordered, window, now)
         except StoreError as error:
             log.warning("lanes: cannot tend them now: %s", str(error).splitlines()[0][:200])

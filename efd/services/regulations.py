@@ -9,19 +9,20 @@ lease lapses (at once on SQLite, at start-up), and resumes after the last finish
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 
 from efd.config import Settings, SourceConfig
 from efd.errors import LeaseLost, StoreError
+from efd.loop import SYSTEM_CLOCK, Clock, Worker
 from efd.observe.metrics import Metrics
 from efd.rows import NewMessage, RegulationStatus
 from efd.rules import webhooks
 from efd.rules.retry import Backoff
+from efd.settings import Current
 from efd.store.regulations import DELETE_TYPES, RegulationClaim, Regulations
 from efd.store.runner import AsyncStore
 
@@ -64,82 +65,72 @@ def sources_in_scope(settings: Settings, scope: str | None) -> list[SourceConfig
 
 
 class RegulationRunner:
-    """Claims regulations and works through them; several processes may run one each."""
+    """Claims regulations and works through them; several processes may run one each.
+
+    Owns its worker loop and the regulation it holds the lease of (given back at a stop, so
+    the next start resumes it). Every step is a transaction fenced by that lease. May not
+    send: the delete notifications it stores are delivered by the dispatcher, like any
+    message, which it wakes.
+    """
 
     def __init__(
         self,
         *,
         db: AsyncStore,
         regulations: Regulations,
-        settings: Settings,
+        settings: Current[Settings],
         metrics: Metrics,
         owner: str,
         on_notified: Callable[[], None],
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._db = db
+        self._clock = clock
         self._regulations = regulations
-        self._settings = settings
+        self._settings = settings  # sources added or removed: regulations not yet past a
+        # source see the change
         self._metrics = metrics
         self._owner = owner
         self._on_notified = on_notified
-        self._lease = settings.delivery.lease_seconds
-        self._wake = asyncio.Event()
-        self._stopping = False
-        self._task: asyncio.Task[None] | None = None
+        self._lease = settings.value.delivery.lease_seconds
+        self._worker = Worker(
+            self._step, name="efd-regulations", clock=clock, retry_on=(StoreError,)
+        )
         self._current: RegulationClaim | None = None
 
-    def reload(self, settings: Settings) -> None:
-        """Sources added or removed: regulations not yet past a source see the change."""
-        self._settings = settings
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="efd-regulations")
+    async def start(self, stack: AsyncExitStack) -> None:
+        self._worker.start()
+        stack.push_async_callback(self.stop)
 
     def notify(self) -> None:
-        self._wake.set()
+        self._worker.notify()
 
     async def stop(self) -> None:
         """Finish the current step, then give the regulation back for a quick resume."""
-        self._stopping = True
-        self._wake.set()
-        if self._task is not None:
-            await self._task
+        await self._worker.stop()
         if self._current is not None:
             with contextlib.suppress(StoreError):
                 await self._db.write(self._regulations.release_regulation, self._current)
 
-    async def _run(self) -> None:
-        backoff = Backoff()
-        while not self._stopping:
-            self._wake.clear()
-            try:
-                now = time.time()
-                claim = await self._db.write(
-                    self._regulations.claim_regulation, self._owner, now, now + self._lease
-                )
-                backoff.reset()
-            except StoreError as error:
-                log.error("regulations: cannot reach the store: %s; retrying", error)
-                await self._sleep(backoff.next())
-                continue
-            if claim is not None:
-                await self._work(claim)
-                continue
-            await self._sleep(_POLL)
-
-    async def _sleep(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await self._wake.wait()
+    async def _step(self) -> float:
+        """Claim a regulation and work through it; else look again after a poll."""
+        now = self._clock.now()
+        claim = await self._db.write(
+            self._regulations.claim_regulation, self._owner, now, now + self._lease
+        )
+        if claim is None:
+            return _POLL
+        await self._work(claim)
+        return 0.0
 
     def _until(self) -> float:
-        return time.time() + self._lease
+        return self._clock.now() + self._lease
 
     async def _work(self, claim: RegulationClaim) -> None:
         self._current = claim
         backoff = Backoff()
         try:
-            while not self._stopping:
+            while not self._worker.stopping:
                 try:
                     await self._process(claim)
                     return
@@ -154,7 +145,7 @@ class RegulationRunner:
                         error,
                         delay,
                     )
-                    await self._sleep(delay)
+                    await self._worker.sleep(delay)
                 except Exception as error:
                     log.exception("regulation %s failed", claim.id)
                     with contextlib.suppress(StoreError, LeaseLost):
@@ -163,26 +154,26 @@ class RegulationRunner:
                             claim,
                             RegulationStatus.FAILED,
                             claim.progress,
-                            time.time(),
+                            self._clock.now(),
                             f"{type(error).__name__}: {error}"[:1000],
                         )
                         self._metrics.regulations_finished[RegulationStatus.FAILED] += 1
                     return
         finally:
-            if not self._stopping:
+            if not self._worker.stopping:
                 self._current = None
 
     async def _process(self, claim: RegulationClaim) -> None:
         db, store = self._db, self._regulations
         if claim.type in DELETE_TYPES:
             done = claim.progress.get("sources", {})
-            for source in sources_in_scope(self._settings, claim.scope):
-                if self._stopping:
+            for source in sources_in_scope(self._settings.value, claim.scope):
+                if self._worker.stopping:
                     return
                 if source.name in done or not source.destinations:
                     continue
                 users = await db.read(store.requested_subjects, claim)
-                now = time.time()
+                now = self._clock.now()
                 rows = delete_notifications(claim, source.name, source.destinations, users, now)
                 count = await db.write(
                     store.record_notifications,
@@ -202,10 +193,14 @@ class RegulationRunner:
                 self._on_notified()
             if not claim.progress.get("purge", {}).get("done"):
                 await self._purge(claim)
-        if self._stopping:
+        if self._worker.stopping:
             return
         await db.write(
-            store.finish_regulation, claim, RegulationStatus.FINISHED, claim.progress, time.time()
+            store.finish_regulation,
+            claim,
+            RegulationStatus.FINISHED,
+            claim.progress,
+            self._clock.now(),
         )
         self._metrics.regulations_finished[RegulationStatus.FINISHED] += 1
         log.info("regulation %s (%s) finished", claim.id, claim.type)
@@ -216,13 +211,13 @@ class RegulationRunner:
         await db.write(store.link_subjects, claim, self._until())
         top = await db.read(store.max_message_pk)
         for low in range(0, top, _PURGE_STEP):
-            if self._stopping:
+            if self._worker.stopping:
                 return
             high = min(low + _PURGE_STEP, top)
             await db.write(store.link_anonymous_ids, claim, low, high, self._until())
         purged = 0
         for low in range(0, top, _PURGE_STEP):
-            if self._stopping:
+            if self._worker.stopping:
                 return
             high = min(low + _PURGE_STEP, top)
             purged += await db.write(store.purge_messages, claim, low, high, self._until())

@@ -381,22 +381,35 @@ class OperationsStore:
     def replay(
         self, message_pk: int, targets: Sequence[tuple[int, str]], now: float
     ) -> list[tuple[int, str]]:
-        """New pending deliveries of the message, one per (original delivery id,
-        destination), due now; returns their (id, destination)."""
+        """New deliveries of the message, one per (original delivery id, destination);
+        returns their (id, destination). Each repeats what routing made of its original:
+        pending and due now with the same body, or, where the destination's filters stopped
+        the message, `filtered` again (docs/filters.md)."""
         created: list[tuple[int, str]] = []
         with self._db.write() as conn:
             for original, destination in targets:
+                kept = conn.execute(
+                    select(deliveries.c.status, deliveries.c.last_error, deliveries.c.body).where(
+                        deliveries.c.id == original
+                    )
+                ).first()
+                filtered = kept is not None and kept.status == DeliveryStatus.FILTERED.value
                 new_id = conn.execute(
                     insert(deliveries)
                     .values(
                         message_pk=message_pk,
                         destination=destination,
-                        status=DeliveryStatus.PENDING.value,
+                        status=(
+                            DeliveryStatus.FILTERED if filtered else DeliveryStatus.PENDING
+                        ).value,
                         attempts=0,
                         created_at=now,
-                        next_attempt_at=now,
+                        next_attempt_at=None if filtered else now,
+                        finished_at=now if filtered else None,
+                        last_error=kept.last_error if filtered and kept is not None else None,
                         lease_token=0,
                         replay_of=original,
+                        body=None if kept is None else kept.body,
                     )
                     .returning(deliveries.c.id)
                 ).scalar_one()

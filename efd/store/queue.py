@@ -6,6 +6,7 @@ recorded, released, woken and expired. Synchronous; callers run it in threads
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -32,10 +33,11 @@ _CLAIM = (
                 deliveries.c.status == PENDING,
                 deliveries.c.next_attempt_at <= bindparam("c_due_by"),
                 # A row another process holds under a live lease is never taken, even by a
-                # claim that reaches past `now` (a circuit's probe).
+                # claim that reaches past `now` (a circuit's probe); nor, after a database
+                # outage, one whose lease lapsed during it (its holder renews it first).
                 or_(
                     deliveries.c.lease_owner.is_(None),
-                    deliveries.c.next_attempt_at <= bindparam("c_now"),
+                    deliveries.c.next_attempt_at < bindparam("c_lapsed"),
                 ),
             )
             .order_by(deliveries.c.next_attempt_at)
@@ -56,8 +58,21 @@ _CLAIM = (
         deliveries.c.attempts,
         deliveries.c.first_attempt_at,
         deliveries.c.failed_hooks,
+        deliveries.c.body,  # a body of its own (field filters: ingestion.py), else NULL
     )
 )
+
+
+class Tokens(Protocol):
+    """A claim's rate limits (efd/store/ratelimit.py), in the claim's transaction."""
+
+    def available(self, conn: Connection, want: int) -> int:
+        """How many of `want` rounds the buckets allow now (their rows locked)."""
+        ...
+
+    def take(self, conn: Connection, used: int) -> None:
+        """Take `used` tokens from each bucket."""
+        ...
 
 
 class Queue(Protocol):
@@ -75,7 +90,11 @@ class Queue(Protocol):
         now: float,
         lease_until: float,
         due_by: float | None = None,
+        lapsed_before: float | None = None,
+        tokens: Tokens | None = None,
     ) -> list[Claimed]: ...
+
+    def renew(self, leases: Sequence[tuple[int, int]], until: float) -> list[int]: ...
 
     def record(self, outcomes: Sequence[Outcome], attempt_rows: Sequence[AttemptRow]) -> int: ...
 
@@ -114,24 +133,35 @@ class DeliveryQueue:
         now: float,
         lease_until: float,
         due_by: float | None = None,
+        lapsed_before: float | None = None,
+        tokens: Tokens | None = None,
     ) -> list[Claimed]:
         """Lease up to `limit` deliveries of one destination due by `due_by` (default
-        `now`), oldest first, never one under another claimer's live lease.
+        `now`), oldest first, never one under another claimer's live lease, nor one whose
+        lease ended at or after `lapsed_before` (default: just after `now`).
 
         The lease moves next_attempt_at to `lease_until` and bumps the fencing token;
         FOR UPDATE SKIP LOCKED (where rows lock) keeps concurrent claimers off each other's
-        rows.
+        rows. `tokens`: the rate limits' buckets (efd/store/ratelimit.py), in the same
+        transaction: no more are claimed than they allow, and only what is claimed is taken.
         """
         params = {
             "c_destination": destination,
             "c_now": now,
             "c_due_by": now if due_by is None else due_by,
             "c_limit": limit,
+            "c_lapsed": math.nextafter(now, math.inf) if lapsed_before is None else lapsed_before,
             "c_owner": owner,
             "c_until": lease_until,
         }
         with self._db.bookkeeping() as conn:
+            if tokens is not None:
+                params["c_limit"] = tokens.available(conn, limit)
+                if not params["c_limit"]:
+                    return []
             claimed = self._backend.execute(conn, "claim", _CLAIM, [params])
+            if tokens is not None:
+                tokens.take(conn, len(claimed))
             if not claimed:
                 return []
             bodies: dict[int, tuple[str, str | None, str, float]] = {}
@@ -160,12 +190,12 @@ class DeliveryQueue:
                 first_attempt_at=first,
                 failed_hooks=frozenset(json.loads(failed)) if failed else frozenset(),
                 message_id=bodies[pk][0],
-                body=bodies[pk][1],
+                body=bodies[pk][1] if own_body is None else own_body,
                 message_pk=pk,
                 source=bodies[pk][2],
                 received_at=bodies[pk][3],
             )
-            for delivery_id, token, pk, attempts_so_far, first, failed in claimed
+            for delivery_id, token, pk, attempts_so_far, first, failed, own_body in claimed
         ]
         result.sort(key=lambda c: c.delivery_id)
         return result
@@ -185,6 +215,34 @@ class DeliveryQueue:
             applied = self._backend.record_outcomes(conn, outcomes)
             self._hand_on(conn, outcomes)
         return len(outcomes) - applied
+
+    def renew(self, leases: Sequence[tuple[int, int]], until: float) -> list[int]:
+        """Extend the leases (delivery id, token) to `until`, lapsed or not, where the token
+        still matches and the delivery is pending; return the ids of the others (another
+        claim took them, or they are finished)."""
+        if not leases:
+            return []
+        with self._db.bookkeeping() as conn:
+            conn.execute(
+                update(deliveries)
+                .where(
+                    deliveries.c.id == bindparam("r_id"),
+                    deliveries.c.lease_token == bindparam("r_token"),
+                    deliveries.c.status == PENDING,
+                )
+                .values(next_attempt_at=bindparam("r_until")),
+                [{"r_id": d, "r_token": t, "r_until": until} for d, t in leases],
+            )
+            held = dict(leases)
+            kept: set[int] = set()
+            for chunk in chunked(sorted(held)):
+                rows = conn.execute(
+                    select(deliveries.c.id, deliveries.c.lease_token).where(
+                        deliveries.c.id.in_(chunk), deliveries.c.status == PENDING
+                    )
+                )
+                kept.update(pk for pk, token in rows if held[pk] == token)
+        return [pk for pk in held if pk not in kept]
 
     def _hand_on(self, conn: Connection, outcomes: Sequence[Outcome]) -> None:
         """The heads among these outcomes that finished hand their lanes on, in the same

@@ -403,6 +403,15 @@ class RegulationsStore:
                 .where(attempts.c.delivery_id.in_(their_deliveries))
                 .values(response_head=None, error=None)
             )
+            # A body a field filter made for one destination is the payload too.
+            conn.execute(
+                update(deliveries)
+                .where(
+                    deliveries.c.message_pk.in_(select(messages.c.id).where(*targets)),
+                    deliveries.c.body.is_not(None),
+                )
+                .values(body=None)
+            )
             purged = conn.execute(
                 update(messages)
                 .where(*targets)

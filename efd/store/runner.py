@@ -21,6 +21,7 @@ from efd.errors import StoreError
 from efd.rows import AttemptRow, Claimed, Outcome
 from efd.store import Store
 from efd.store.database import edge
+from efd.store.ratelimit import Buckets, HookTokens
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -121,6 +122,31 @@ class AsyncDeliveries:
 
     def __init__(self, db: AsyncStore) -> None:
         self._db = db
+        self._tokens = HookTokens(db.store.database, db.store.queue)
+
+    async def claim_limited(
+        self,
+        destination: str,
+        limit: int,
+        buckets: Buckets,
+        *,
+        owner: str,
+        now: float,
+        lease_until: float,
+        due_by: float | None = None,
+        lapsed_before: float | None = None,
+    ) -> tuple[list[Claimed], float]:
+        return await self._db.write(
+            self._tokens.claim,
+            destination,
+            limit,
+            buckets,
+            owner=owner,
+            now=now,
+            lease_until=lease_until,
+            due_by=due_by,
+            lapsed_before=lapsed_before,
+        )
 
     async def claim(
         self,
@@ -131,6 +157,7 @@ class AsyncDeliveries:
         now: float,
         lease_until: float,
         due_by: float | None = None,
+        lapsed_before: float | None = None,
     ) -> list[Claimed]:
         return await self._db.write(
             self._db.store.queue.claim,
@@ -140,7 +167,11 @@ class AsyncDeliveries:
             now=now,
             lease_until=lease_until,
             due_by=due_by,
+            lapsed_before=lapsed_before,
         )
+
+    async def renew(self, leases: Sequence[tuple[int, int]], until: float) -> list[int]:
+        return await self._db.write(self._db.store.queue.renew, leases, until)
 
     async def record(self, outcomes: Sequence[Outcome], attempts: Sequence[AttemptRow]) -> int:
         return await self._db.write(self._db.store.queue.record, outcomes, attempts)

@@ -74,6 +74,9 @@ deliveries = Table(
     Column("lease_owner", String(80)),  # the process holding the claim, NULL when none
     Column("lease_token", Integer, nullable=False, server_default=text("0")),  # fencing
     Column("replay_of", Id),  # a replay: the delivery it sends again (same message)
+    # The body a destination's field filters made; NULL: the message's body (and once a
+    # deletion request purged it).
+    Column("body", Text),
     # The lane of a delivery to an ordered destination (efd/rules/lanes.py); NULL: none.
     Column("lane", Text),
     Index(
@@ -133,6 +136,16 @@ jobs = Table(
     Column("name", String(100), primary_key=True),
     Column("last_run_at", Float, nullable=False),
     Column("owner", String(80)),
+)
+
+# One token bucket per rate-limited hook (efd/store/ratelimit.py), shared by every daemon on
+# the store. Keyed by a hash of destination and URL: no URL is written here.
+hook_tokens = Table(
+    "hook_tokens",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("tokens", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),  # when `tokens` was last refilled
 )
 
 # -- profiles, audiences and computed traits (maintained only when some are configured) ------

@@ -124,10 +124,17 @@ async def claim(
     now: float = T,
     lease_until: float | None = None,
     due_by: float | None = None,
+    lapsed_before: float | None = None,
 ) -> list[Claimed]:
     until = now + LEASE if lease_until is None else lease_until
     return await q.deliveries.claim(
-        "d", limit, owner=owner, now=now, lease_until=until, due_by=due_by
+        "d",
+        limit,
+        owner=owner,
+        now=now,
+        lease_until=until,
+        due_by=due_by,
+        lapsed_before=lapsed_before,
     )
 
 
@@ -213,6 +220,50 @@ async def test_concurrent_claims_never_share_a_delivery(queue: Queue) -> None:
     taken = [pk for claimed in rounds for pk in ids(claimed)]
     assert len(taken) == 30
     assert len(set(taken)) == 30
+
+
+async def test_a_claim_leaves_alone_leases_that_lapsed_at_or_after_lapsed_before(
+    queue: Queue,
+) -> None:
+    # After a database outage a daemon claims only leases that lapsed before it began:
+    # those that lapsed during it belong to a holder that renews them once it can.
+    early, late = await queue.add("d", 2, T)
+    await claim(queue, limit=1, owner="A", lease_until=T + 10)
+    await claim(queue, limit=1, owner="A", lease_until=T + 30)
+    after = await claim(queue, owner="B", now=T + 40, lapsed_before=T + 20)
+    assert ids(after) == [early]
+    assert ids(await claim(queue, owner="B", now=T + 40)) == [late]
+
+
+# -- renew ------------------------------------------------------------------------------------
+
+
+async def test_a_renewal_keeps_held_leases_lapsed_or_not_and_names_those_taken(
+    queue: Queue,
+) -> None:
+    await queue.add("d", 3, T)
+    taken, lapsed, held = await claim(queue, limit=3, owner="A", lease_until=T + 10)
+    # All three lapse; B takes the oldest. A renews the three later still: it keeps the
+    # two no claim took meanwhile, and learns it lost the first.
+    [again] = await claim(queue, limit=1, owner="B", now=T + 15, lease_until=T + 75)
+    assert again.delivery_id == taken.delivery_id
+    leases = [(c.delivery_id, c.lease_token) for c in (taken, lapsed, held)]
+    assert await queue.deliveries.renew(leases, T + 80) == [taken.delivery_id]
+    assert await claim(queue, owner="C", now=T + 70) == []
+    assert await queue.deliveries.next_due("d") == T + 75  # B's lease is untouched
+    # Outcomes under the renewed leases still apply.
+    done = [outcome(c, DeliveryStatus.DELIVERED, at=T + 20) for c in (lapsed, held)]
+    assert await queue.deliveries.record(done, []) == 0
+
+
+async def test_a_renewal_names_a_finished_delivery(queue: Queue) -> None:
+    await queue.add("d", 1, T)
+    [c] = await claim(queue)
+    assert await queue.deliveries.record([outcome(c, DeliveryStatus.DELIVERED, at=T)], []) == 0
+    assert await queue.deliveries.renew([(c.delivery_id, c.lease_token)], T + 100) == [
+        c.delivery_id
+    ]
+    assert await queue.deliveries.next_due("d") is None
 
 
 # -- record -----------------------------------------------------------------------------------

@@ -176,8 +176,8 @@ async def test_stream_shows_accepted_messages_and_their_attempts(
 async def test_a_consumer_that_never_reads_is_dropped_and_ingestion_goes_on(tmp_path):
     settings = live_settings(f"sqlite:///{tmp_path}/efd.db", ["http://127.0.0.1:9/unused"])
     settings["sources"][0]["destinations"] = []  # messages only: no delivery work
-    daemon = Daemon(config.load(None, **settings))
-    daemon.hub = Hub(buffer=50, rate=100_000)  # a small buffer: dropped after little traffic
+    # A small buffer: dropped after little traffic.
+    daemon = Daemon(config.load(None, **settings), hub=Hub(buffer=50, rate=100_000))
     await daemon.start()
     try:
         stalled = socket.socket()

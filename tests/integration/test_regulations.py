@@ -228,6 +228,7 @@ async def test_one_delete_notification_per_user_to_each_affected_source(
             "failed": 0,
             "expired": 0,
             "discarded": 0,
+            "filtered": 0,  # destination filters never stop a delete notification
         }
     ]
     assert streams["app"]["destinations"][0]["name"] == "mobile"

@@ -5,11 +5,13 @@ and both real databases, so the twin cannot drift from what `claim` really does.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from efd.errors import StoreUnavailable
 from efd.rows import AttemptRow, Claimed, DeliveryStatus, Outcome
 
 
@@ -53,6 +55,12 @@ class MemoryDeliveries:
     recorded_count: int = 0
     rounds: Completed | None = None
     clock: float = 1_000_000.0
+    down: bool = False  # every call fails, as with a database that stopped
+    slow_outcomes: asyncio.Event | None = None  # outcome writes wait for it; the rest not
+
+    def _reach(self) -> None:
+        if self.down:
+            raise StoreUnavailable("the database stopped")
 
     def add(
         self, destination: str, count: int, *, due_in: float = 0.0, lane: str | None = None
@@ -104,9 +112,12 @@ class MemoryDeliveries:
         now: float,
         lease_until: float,
         due_by: float | None = None,
+        lapsed_before: float | None = None,
     ) -> list[Claimed]:
+        self._reach()
         self.calls["claim"] += 1
         bound = now if due_by is None else due_by
+        lapsed = math.nextafter(now, math.inf) if lapsed_before is None else lapsed_before
         due = sorted(
             (
                 r
@@ -114,7 +125,7 @@ class MemoryDeliveries:
                 if r.destination == destination
                 and r.status is DeliveryStatus.PENDING
                 and r.next_attempt_at <= bound
-                and (not r.leased or r.next_attempt_at <= now)
+                and (not r.leased or r.next_attempt_at < lapsed)
             ),
             key=lambda r: r.next_attempt_at,
         )[:limit]
@@ -143,7 +154,21 @@ class MemoryDeliveries:
             for r in sorted(due, key=lambda r: r.id)
         ]
 
+    async def renew(self, leases: Sequence[tuple[int, int]], until: float) -> list[int]:
+        self._reach()
+        taken = []
+        for pk, token in leases:
+            r = self.rows[pk]
+            if r.token == token and r.status is DeliveryStatus.PENDING:
+                r.next_attempt_at = until
+            else:
+                taken.append(pk)
+        return taken
+
     async def record(self, outcomes: Sequence[Outcome], attempts: Sequence[AttemptRow]) -> int:
+        self._reach()
+        if self.slow_outcomes is not None:
+            await self.slow_outcomes.wait()
         self.attempts.extend(attempts)
         self.recorded_count += len(outcomes)
         stale = 0
@@ -162,6 +187,7 @@ class MemoryDeliveries:
         return stale
 
     async def release(self, leases: Sequence[tuple[int, int]], now: float) -> None:
+        self._reach()
         self.released.extend(leases)
         for pk, token in leases:
             r = self.rows[pk]
@@ -169,6 +195,7 @@ class MemoryDeliveries:
                 r.next_attempt_at, r.leased = now, False
 
     async def next_due(self, destination: str) -> float | None:
+        self._reach()
         self.calls["next_due"] += 1
         self.asked_due.set()
         due = [

@@ -10,6 +10,7 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +23,9 @@ from efd.observe.metrics import Metrics
 from efd.rows import DeliveryStatus
 from efd.rules.retry import AttemptResult, Verdict
 from efd.rules.webhooks import Route, webhook_id
+from efd.settings import Current
 from tests.support.memory import MemoryDeliveries
+from tests.unit.clocks import FakeClock
 
 HOOK_A, HOOK_B = "https://a.example/hook", "https://b.example/hook"
 HOOK_O = "https://o.example/hook"  # destination "o" is ordered per user
@@ -96,30 +99,37 @@ def settings(**delivery: Any) -> config.Settings:
 async def running():  # type: ignore[no-untyped-def]
     started: list[Dispatcher] = []
 
-    def start(
-        store: MemoryDeliveries, rounds: FakeRounds, metrics: Metrics | None = None, **delivery: Any
+    async def start(
+        store: MemoryDeliveries,
+        rounds: FakeRounds,
+        metrics: Metrics | None = None,
+        clock: FakeClock | None = None,
+        holder: Current[config.Settings] | None = None,
+        **delivery: Any,
     ) -> Dispatcher:
         d = Dispatcher(
             deliveries=store,
             rounds=rounds,
-            settings=settings(**delivery),
+            settings=holder or Current(settings(**delivery)),
             metrics=metrics or Metrics(),
             owner="test",
+            **({} if clock is None else {"clock": clock}),
         )
-        d.start()
+        await d.start(stack)
         started.append(d)
         return d
 
-    yield start
-    for d in started:
-        await d.stop(grace=0.1)
+    async with AsyncExitStack() as stack:
+        yield start
+        for d in started:
+            await d.stop(grace=0.1)  # before the stack's stop, which gives a round's timeout
 
 
 async def test_every_due_delivery_is_delivered_once(running):
     store, rounds = MemoryDeliveries(), FakeRounds()
     store.add("a", 300)
     store.add("b", 200)
-    running(store, rounds)
+    await running(store, rounds)
     await store.wait(lambda: store.status() == {"delivered": 500})
     assert rounds.sent == {HOOK_A: 300, HOOK_B: 200}
     assert len(store.attempts) == 500
@@ -129,7 +139,7 @@ async def test_a_hook_never_has_more_than_max_per_hook_rounds_and_claims_stay_bo
     rounds = FakeRounds(held={HOOK_A})
     store = MemoryDeliveries(rounds=rounds)
     store.add("a", 200)
-    running(store, rounds, max_per_hook=3)
+    await running(store, rounds, max_per_hook=3)
     await rounds.started.wait()
     rounds.gate.set()  # let them all through, 3 at a time
     await store.wait(lambda: store.status("a") == {"delivered": 200})
@@ -142,17 +152,30 @@ async def test_a_stuck_receiver_does_not_hold_up_another_destination(running):
     store, rounds = MemoryDeliveries(), FakeRounds(held={HOOK_A})
     store.add("a", 100)
     store.add("b", 100)
-    running(store, rounds, max_per_hook=4)
+    await running(store, rounds, max_per_hook=4)
     await store.wait(lambda: store.status("b") == {"delivered": 100})
     assert store.status("a") == {"pending": 100}  # held at the receiver, none lost
     assert rounds.in_flight[HOOK_A] == 4
+
+
+async def test_the_dispatcher_keeps_the_time_of_its_clock(running):
+    # A minute of its clock passes without a minute passing: the delivery due in a minute
+    # is sent when that clock says so.
+    clock = FakeClock(start=MemoryDeliveries().clock)
+    store, rounds = MemoryDeliveries(), FakeRounds()
+    [pk] = store.add("a", 1, due_in=60)
+    await running(store, rounds, clock=clock)
+    await store.wait(lambda: store.status("a") == {"delivered": 1})
+    assert store.clock + 60 <= clock.time < store.clock + 60 + 2
+    assert store.rows[pk].attempts == 1
+    assert max(clock.waits) <= dispatcher._IDLE_POLL  # it looked again at least every poll
 
 
 async def test_new_work_wakes_an_idle_dispatcher_at_once(running, monkeypatch):
     # Without the wake-up the dispatcher would next look in an hour.
     monkeypatch.setattr(dispatcher, "_IDLE_POLL", 3600.0)
     store, rounds = MemoryDeliveries(), FakeRounds()
-    d = running(store, rounds)
+    d = await running(store, rounds)
     await store.asked_due.wait()  # it found nothing to claim and went idle
     store.add("a", 1)
     d.notify()
@@ -163,7 +186,7 @@ async def test_a_retry_runs_when_due_without_a_wake_up(running, monkeypatch):
     monkeypatch.setattr(dispatcher, "_IDLE_POLL", 3600.0)
     store, rounds = MemoryDeliveries(), FakeRounds(verdicts={HOOK_A: Verdict.RETRY})
     store.add("a", 1)
-    running(store, rounds)
+    await running(store, rounds)
     await store.wait(lambda: rounds.sent[HOOK_A] >= 1 and store.rows[1].attempts == 1)
     rounds.verdicts.clear()  # the receiver is back; the retry is due within 20 ms
     await store.wait(lambda: store.status("a") == {"delivered": 1})
@@ -173,7 +196,7 @@ async def test_a_retry_runs_when_due_without_a_wake_up(running, monkeypatch):
 async def test_every_round_of_a_delivery_goes_under_its_message_s_webhook_id(running):
     store, rounds = MemoryDeliveries(), FakeRounds(verdicts={HOOK_A: Verdict.RETRY})
     store.add("a", 2)
-    running(store, rounds)
+    await running(store, rounds)
     await store.wait(lambda: all(r.attempts >= 2 for r in store.rows.values()))
     rounds.verdicts.clear()
     await store.wait(lambda: store.status("a") == {"delivered": 2})
@@ -186,7 +209,7 @@ async def test_every_round_of_a_delivery_goes_under_its_message_s_webhook_id(run
 async def test_a_failed_hook_is_final_and_the_delivery_fails(running):
     store, rounds = MemoryDeliveries(), FakeRounds(verdicts={HOOK_A: Verdict.FAIL})
     store.add("a", 5)
-    running(store, rounds)
+    await running(store, rounds)
     await store.wait(lambda: store.status("a") == {"failed": 5})
     assert rounds.sent[HOOK_A] == 5  # never retried
 
@@ -194,7 +217,7 @@ async def test_a_failed_hook_is_final_and_the_delivery_fails(running):
 async def test_stop_gives_back_what_was_claimed_but_not_sent(running):
     store, rounds = MemoryDeliveries(), FakeRounds(held={HOOK_A})
     store.add("a", 50)
-    d = running(store, rounds, max_per_hook=2)
+    d = await running(store, rounds, max_per_hook=2)
     await rounds.started.wait()
     await store.wait(lambda: store.most_leased["a"] > 2)  # some were claimed ahead
     await d.stop(grace=0.05)  # the 2 in flight are cut short too
@@ -206,7 +229,7 @@ async def test_stop_gives_back_what_was_claimed_but_not_sent(running):
 async def test_an_outcome_after_the_lease_moved_on_is_counted_stale(running):
     store, rounds, metrics = MemoryDeliveries(), FakeRounds(held={HOOK_A}), Metrics()
     store.add("a", 1)
-    running(store, rounds, metrics)
+    await running(store, rounds, metrics)
     await rounds.started.wait()
     store.rows[1].token += 1  # another process claimed it meanwhile
     rounds.gate.set()
@@ -221,7 +244,7 @@ async def test_a_saturated_destination_does_not_spin_the_dispatcher(running):
     a spinning loop would claim on each."""
     store, rounds = MemoryDeliveries(), FakeRounds(held={HOOK_A})
     store.add("a", 50)
-    running(store, rounds, max_per_hook=1)
+    await running(store, rounds, max_per_hook=1)
     await rounds.started.wait()
     for _ in range(5):
         await asyncio.sleep(0)  # let the claim round that started the round finish
@@ -237,7 +260,7 @@ async def test_an_idle_dispatcher_does_not_ask_the_store_again_and_again(running
     or the idle poll. (It used to wake itself after every empty claim: 270 claims a
     second, a third of a core, doing nothing.)"""
     store, rounds = MemoryDeliveries(), FakeRounds()
-    running(store, rounds)
+    await running(store, rounds)
     await store.asked_due.wait()
     before = Counter(store.calls)
     for _ in range(1000):
@@ -249,7 +272,7 @@ async def test_an_open_circuit_gets_probes_only_and_its_closing_makes_the_backlo
     store, rounds = MemoryDeliveries(), FakeRounds(verdicts={HOOK_A: Verdict.RETRY})
     store.add("a", 5)
     metrics = Metrics()
-    running(
+    await running(
         store,
         rounds,
         metrics,
@@ -276,7 +299,7 @@ async def test_hooks_are_stored_by_label_and_rows_naming_them_by_url_still_count
     old, new = store.add("c", 2)
     store.rows[old].failed_hooks = frozenset({SECRET_1})
     metrics = Metrics()
-    running(
+    await running(
         store, rounds, metrics, circuit_failures=1, retry_initial_seconds=600, retry_max_seconds=600
     )
     await store.wait(lambda: store.status("c") == {"failed": 1, "pending": 1})
@@ -293,12 +316,13 @@ async def test_a_destination_removed_by_a_reload_with_rounds_in_flight(running):
     rounds = FakeRounds(held={HOOK_A})
     store = MemoryDeliveries(rounds=rounds)
     store.add("a", 20)
-    d = running(store, rounds, max_per_hook=2)
+    holder = Current(settings(max_per_hook=2))
+    d = await running(store, rounds, holder=holder)
     await rounds.started.wait()
     while rounds.in_flight[HOOK_A] < 2:  # two rounds at the receiver, held there
         await asyncio.sleep(0.001)
     remaining = config.load(None, destinations=[{"name": "b", "hooks": [{"url": HOOK_B}]}])
-    await d.reload(remaining)
+    await holder.replace(remaining)
     rounds.gate.set()  # the rounds in flight finish after the destination is gone
     await store.wait(lambda: store.status("a") == {"delivered": 2, "pending": 18})
     # The loop goes on: another destination's work is still delivered.
@@ -306,8 +330,83 @@ async def test_a_destination_removed_by_a_reload_with_rounds_in_flight(running):
     d.notify()
     await store.wait(lambda: store.status("b") == {"delivered": 5})
     assert not any(r.leased for r in store.rows.values())  # nothing of "a" held back
-    assert d._loop_task is not None
-    assert not d._loop_task.done()
+    assert d.running
+
+
+def short_lease(**delivery: Any) -> config.Settings:
+    """Leases of 2.2 s: below what the configuration allows (timeout + 5 s), so that a
+    test of their lapse takes seconds; above the timeout + 2 s a round needs left on its
+    lease to start."""
+    base = settings(timeout_seconds=0.05, **delivery)
+    return base.model_copy(
+        update={"delivery": base.delivery.model_copy(update={"lease_seconds": 2.2})}
+    )
+
+
+@pytest.fixture
+async def two_processes():  # type: ignore[no-untyped-def]
+    """Two dispatchers (two daemons) on one store and one set of receivers."""
+    started: list[Dispatcher] = []
+
+    async def start(store: MemoryDeliveries, rounds: FakeRounds) -> list[Dispatcher]:
+        for owner in ("one", "two"):
+            d = Dispatcher(
+                deliveries=store,
+                rounds=rounds,
+                settings=Current(short_lease()),
+                metrics=Metrics(),
+                owner=owner,
+            )
+            await d.start(stack)
+            started.append(d)
+        return started
+
+    async with AsyncExitStack() as stack:
+        yield start
+        for d in started:
+            await d.stop(grace=0.1)
+
+
+async def test_outcomes_written_later_than_the_lease_are_not_sent_again(two_processes):
+    """Outcome writes stall for twice the lease while the database answers everything
+    else: the leases are renewed meanwhile, so neither process claims those deliveries
+    again and no receiver gets a message twice."""
+    stalled = asyncio.Event()
+    store, rounds = MemoryDeliveries(slow_outcomes=stalled), FakeRounds()
+    store.add("a", 20)
+    await two_processes(store, rounds)
+    try:
+        async with asyncio.timeout(30):
+            while rounds.completed < 20:  # answered; their outcomes wait
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(2 * 2.2)
+    finally:
+        stalled.set()
+    await store.wait(lambda: store.status("a") == {"delivered": 20})
+    assert rounds.sent[HOOK_A] == 20
+    assert set(Counter(rounds.webhook_ids).values()) == {1}
+
+
+async def test_outcomes_held_up_by_a_database_outage_are_not_sent_again(two_processes):
+    """The database stops after the rounds were sent and stays down until their leases
+    lapsed. When it is back, new work wakes the other process at once: it leaves the
+    lapsed leases to their holder, which renews them first, so no receiver gets a
+    message twice."""
+    store, rounds = MemoryDeliveries(), FakeRounds(held={HOOK_A})
+    store.add("a", 20)
+    processes = await two_processes(store, rounds)
+    await rounds.started.wait()
+    await asyncio.sleep(0.05)  # the first claim took all 20; the rounds wait
+    store.down = True
+    rounds.gate.set()  # answered, but their outcomes cannot be written
+    await asyncio.sleep(2.2 + 0.3)  # every lease lapses
+    store.down = False
+    for d in processes:
+        d.notify()
+    await store.wait(lambda: store.status("a") == {"delivered": 20})
+    await asyncio.sleep(0.5)  # a second sending would have started by now
+    assert rounds.sent[HOOK_A] == 20
+    assert set(Counter(rounds.webhook_ids).values()) == {1}
 
 
 # -- ordered destinations ------------------------------------------------------------------

@@ -265,6 +265,16 @@ async function messageDetail(source, messageId) {
         el("td", {}, delivery.replayOf ?? "—"),
       ),
     );
+    if (delivery.filteredBy) {
+      body.append(
+        el(
+          "tr",
+          { class: "filtered-by" },
+          el("td", { class: "muted" }, "↳ filtered"),
+          el("td", { class: "mono", colspan: "5" }, delivery.filteredBy),
+        ),
+      );
+    }
     for (const attempt of delivery.attempts) {
       body.append(
         el(
@@ -482,7 +492,7 @@ function destinationPanel(destination) {
       el(
         "tr",
         {},
-        ...["hook", "circuit", "last error", "1 h attempts", "success", "p50", "p99",
+        ...["hook", "circuit", "limit", "last error", "1 h attempts", "success", "p50", "p99",
           "24 h attempts", "success", "p50", "p99"].map((h) => el("th", {}, h)),
       ),
     ),
@@ -495,6 +505,13 @@ function destinationPanel(destination) {
         { class: "hook", data: { circuit: hook.circuit } },
         el("td", { class: "mono" }, hook.url),
         el("td", {}, el("span", { class: "badge " + hook.circuit }, hook.circuit)),
+        el(
+          "td",
+          { class: "limit" },
+          hook.maxPerSecond == null
+            ? "—"
+            : `${hook.maxPerSecond}/s, burst ${hook.burst}; held back ${hook.heldBack}`,
+        ),
         el(
           "td",
           { class: "last-error" },

@@ -172,6 +172,7 @@ DELIVERY = {
         "nextAttemptAt",
         "windowEndsAt",
         "replayOf",
+        "filteredBy",
         "waitingFor",
         "attempts",
     ],
@@ -183,6 +184,11 @@ DELIVERY = {
         "nextAttemptAt": NULLABLE_ISO,
         "windowEndsAt": ISO,
         "replayOf": {"type": ["integer", "null"], "description": "the delivery it replays"},
+        "filteredBy": {
+            **NULLABLE_STRING,
+            "description": "status filtered: the destination filter that stopped the message, "
+            "and why (never sent); null otherwise",
+        },
         "waitingFor": {
             **NULLABLE_STRING,
             "description": "status queued (an ordered destination): the messageId of the head "
@@ -359,7 +365,16 @@ DESTINATION_HEALTH = {
             "type": "array",
             "items": {
                 "type": "object",
-                "required": ["url", "circuit", "lastError", "lastErrorAt", "window"],
+                "required": [
+                    "url",
+                    "circuit",
+                    "lastError",
+                    "lastErrorAt",
+                    "window",
+                    "maxPerSecond",
+                    "burst",
+                    "heldBack",
+                ],
                 "properties": {
                     "url": {"type": "string", "description": "credentials and query values hidden"},
                     "circuit": {"type": "string", "enum": ["closed", "open"]},
@@ -369,6 +384,19 @@ DESTINATION_HEALTH = {
                         "type": "object",
                         "required": ["1h", "24h"],
                         "properties": {"1h": _WINDOW, "24h": _WINDOW},
+                    },
+                    "maxPerSecond": {
+                        "type": ["number", "null"],
+                        "description": "the hook's rate limit (max_per_second); null: none",
+                    },
+                    "burst": {
+                        "type": ["number", "null"],
+                        "description": "requests it may take at once after a quiet spell",
+                    },
+                    "heldBack": {
+                        **COUNT_VALUE,
+                        "description": "requests this daemon sent later than due because of "
+                        "the limit, since it started",
                     },
                 },
             },

@@ -17,7 +17,7 @@ from functools import reduce
 from typing import Any, Final, TypeAlias, TypeGuard
 
 from efd.rows import Event
-from efd.rules.audiences.lang import (
+from efd.rules.audiences.tree import (
     Aggregate,
     And,
     Compare,

@@ -1,4 +1,5 @@
-"""Tokenizer and parser for efd's subset of Segment's audience query language.
+"""Parser for efd's subset of Segment's audience query language; its tree is
+efd/rules/audiences/tree.py's, its tokenizer efd/rules/audiences/lex.py's.
 
 The reference is docs/audience-language.md. Text is parsed into an immutable AST; nothing in the
 text is ever executed. `parse_condition` and `parse_expression` also check the result type:
@@ -7,11 +8,38 @@ an audience condition must be true/false, a computed trait must be an aggregate.
 
 from __future__ import annotations
 
-import math
-import re
-from dataclasses import dataclass, field
-from typing import Final, NoReturn, TypeAlias
+from typing import Final, NoReturn
 from typing import Literal as Lit
+
+from efd.rules.audiences.lex import Token, tokenize
+from efd.rules.audiences.tree import (
+    BOOL_TYPES,
+    VALUE_TYPES,
+    Aggregate,
+    AggregateFunc,
+    And,
+    BoolNode,
+    Compare,
+    CompareOp,
+    Condition,
+    EventQuery,
+    Expression,
+    Literal,
+    Match,
+    MatchOp,
+    Node,
+    Not,
+    Or,
+    ParseError,
+    Presence,
+    PropertyRef,
+    Requirements,
+    Scalar,
+    TraitRef,
+    ValueNode,
+    Window,
+    requirements,
+)
 
 __all__ = [
     "Aggregate",
@@ -38,340 +66,8 @@ __all__ = [
     "requirements",
 ]
 
-Scalar: TypeAlias = str | int | float | bool | None
-
 # Guards the recursive-descent parser against pathological nesting (RecursionError).
 MAX_DEPTH: Final = 64
-
-
-class ParseError(ValueError):
-    """A syntax or type error, with a 1-based position in the source text."""
-
-    def __init__(self, message: str, line: int, column: int) -> None:
-        super().__init__(f"line {line}, column {column}: {message}")
-        self.message = message
-        self.line = line
-        self.column = column
-
-
-# ---------------------------------------------------------------------------------------------
-# AST. `pos` (line, column) is excluded from equality so tests and caches compare structure only.
-
-
-@dataclass(frozen=True, kw_only=True)
-class _Node:
-    pos: tuple[int, int] = field(default=(1, 1), compare=False, repr=False)
-
-
-@dataclass(frozen=True)
-class Literal(_Node):
-    value: Scalar
-
-
-@dataclass(frozen=True)
-class TraitRef(_Node):
-    name: str
-
-
-@dataclass(frozen=True)
-class PropertyRef(_Node):
-    """property('x'): only valid inside where(), reads the event's property."""
-
-    name: str
-
-
-UNIT_SECONDS: Final[dict[str, int]] = {"days": 86400, "hours": 3600, "minutes": 60}
-
-
-@dataclass(frozen=True)
-class Window(_Node):
-    amount: int
-    unit: Lit["days", "hours", "minutes"]
-
-    @property
-    def seconds(self) -> float:
-        return float(self.amount * UNIT_SECONDS[self.unit])
-
-
-@dataclass(frozen=True)
-class EventQuery(_Node):
-    """event('Name') with its filters; not a value until an aggregate is applied."""
-
-    event: str
-    where: BoolNode | None = None
-    within: Window | None = None
-
-
-AggregateFunc: TypeAlias = Lit[
-    "count", "sum", "avg", "min", "max", "first", "last", "mode", "unique", "unique_count"
-]
-
-
-@dataclass(frozen=True)
-class Aggregate(_Node):
-    """An event query reduced to one value. `prop` is None only for count."""
-
-    query: EventQuery
-    func: AggregateFunc
-    prop: str | None = None
-    min_frequency: int | None = None  # mode('p', N) only
-
-
-CompareOp: TypeAlias = Lit["=", "!=", "<", "<=", ">", ">=", "contains"]
-MatchOp: TypeAlias = Lit["contains", "one_of", "starts_with", "ends_with", "omits"]
-
-
-@dataclass(frozen=True)
-class Compare(_Node):
-    left: ValueNode
-    op: CompareOp
-    right: ValueNode
-
-
-@dataclass(frozen=True)
-class Match(_Node):
-    """Method comparators with a list of candidates, e.g. trait('x').one_of('a', 'b')."""
-
-    operand: ValueNode
-    op: MatchOp
-    values: tuple[ValueNode, ...]
-
-
-@dataclass(frozen=True)
-class Presence(_Node):
-    """.exists() (present=True) or .absent() (present=False)."""
-
-    operand: ValueNode
-    present: bool
-
-
-@dataclass(frozen=True)
-class And(_Node):
-    items: tuple[BoolNode, ...]
-
-
-@dataclass(frozen=True)
-class Or(_Node):
-    items: tuple[BoolNode, ...]
-
-
-@dataclass(frozen=True)
-class Not(_Node):
-    item: BoolNode
-
-
-ValueNode: TypeAlias = Literal | TraitRef | PropertyRef | Aggregate
-BoolNode: TypeAlias = Compare | Match | Presence | And | Or | Not
-Node: TypeAlias = ValueNode | BoolNode | EventQuery
-
-_VALUE_TYPES: Final = (Literal, TraitRef, PropertyRef, Aggregate)
-_BOOL_TYPES: Final = (Compare, Match, Presence, And, Or, Not)
-
-
-# ---------------------------------------------------------------------------------------------
-# What storage must load to evaluate an expression.
-
-
-@dataclass(frozen=True)
-class Requirements:
-    """Event names, trait names and the longest lookback an expression needs.
-
-    lookback_seconds is None when some event query has no within() (all history is needed),
-    and 0.0 when no event is referenced at all.
-    """
-
-    event_names: frozenset[str]
-    trait_names: frozenset[str]
-    lookback_seconds: float | None
-
-    def union(self, other: Requirements) -> Requirements:
-        lookback = (
-            None
-            if self.lookback_seconds is None or other.lookback_seconds is None
-            else max(self.lookback_seconds, other.lookback_seconds)
-        )
-        return Requirements(
-            self.event_names | other.event_names, self.trait_names | other.trait_names, lookback
-        )
-
-
-def requirements(node: Node) -> Requirements:
-    events: set[str] = set()
-    traits: set[str] = set()
-    lookbacks: list[float | None] = []
-
-    def walk(n: Node) -> None:
-        if isinstance(n, TraitRef):
-            traits.add(n.name)
-        elif isinstance(n, Aggregate):
-            walk(n.query)
-        elif isinstance(n, EventQuery):
-            events.add(n.event)
-            lookbacks.append(None if n.within is None else n.within.seconds)
-            if n.where is not None:
-                walk(n.where)
-        elif isinstance(n, Compare):
-            walk(n.left)
-            walk(n.right)
-        elif isinstance(n, Match):
-            walk(n.operand)
-            for v in n.values:
-                walk(v)
-        elif isinstance(n, Presence):
-            walk(n.operand)
-        elif isinstance(n, And | Or):
-            for item in n.items:
-                walk(item)
-        elif isinstance(n, Not):
-            walk(n.item)
-
-    walk(node)
-    if any(lb is None for lb in lookbacks):
-        lookback: float | None = None
-    else:
-        lookback = max((lb for lb in lookbacks if lb is not None), default=0.0)
-    return Requirements(frozenset(events), frozenset(traits), lookback)
-
-
-@dataclass(frozen=True)
-class Condition:
-    """A parsed audience condition (yields true/false)."""
-
-    source: str
-    root: BoolNode
-
-    def requirements(self) -> Requirements:
-        return requirements(self.root)
-
-
-@dataclass(frozen=True)
-class Expression:
-    """A parsed computed-trait expression (yields a value)."""
-
-    source: str
-    root: Aggregate
-
-    def requirements(self) -> Requirements:
-        return requirements(self.root)
-
-
-# ---------------------------------------------------------------------------------------------
-# Tokenizer
-
-
-@dataclass(frozen=True, slots=True)
-class _Token:
-    kind: Lit["str", "num", "name", "op", "end"]
-    value: str | int | float  # names are lower-cased: keywords and functions ignore case
-    text: str  # the source spelling, for messages
-    line: int
-    column: int
-
-
-_NUMBER: Final = re.compile(r"[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
-_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_ESCAPES: Final = {"\\": "\\", "'": "'", '"': '"', "n": "\n", "r": "\r", "t": "\t"}
-_TWO_CHAR_OPS: Final = ("==", "!=", "<=", ">=")
-_ONE_CHAR_OPS: Final = "()<>=.,-:"  # ':' only to reject within(parent: ...) clearly
-
-
-def _tokenize(text: str) -> tuple[list[_Token], ParseError | None]:
-    """Tokens up to the end or to the first lexical error, which is returned, not raised,
-    so that the parser reports whichever error comes first in the text."""
-    tokens: list[_Token] = []
-    try:
-        _scan(text, tokens)
-    except ParseError as err:
-        tokens.append(_Token("end", "", "", err.line, err.column))
-        return tokens, err
-    return tokens, None
-
-
-def _scan(text: str, tokens: list[_Token]) -> None:
-    i, n = 0, len(text)
-    line, line_start = 1, 0
-    while i < n:
-        c = text[i]
-        if c == "\n":
-            line += 1
-            i += 1
-            line_start = i
-            continue
-        if c.isspace():
-            i += 1
-            continue
-        col = i - line_start + 1
-        if c in "'\"":
-            start = i
-            value, i = _read_string(text, i, line, line_start)
-            tokens.append(_Token("str", value, text[start:i], line, col))
-            continue
-        m = _NUMBER.match(text, i)
-        if m:
-            raw = m.group()
-            num: int | float = int(raw) if m.group(1) is None and m.group(2) is None else float(raw)
-            if isinstance(num, float) and not math.isfinite(num):
-                raise ParseError(f"number {raw} is out of range", line, col)
-            tokens.append(_Token("num", num, raw, line, col))
-            i = m.end()
-            continue
-        m = _NAME.match(text, i)
-        if m:
-            tokens.append(_Token("name", m.group().lower(), m.group(), line, col))
-            i = m.end()
-            continue
-        two = text[i : i + 2]
-        if two in _TWO_CHAR_OPS:
-            tokens.append(_Token("op", two, two, line, col))
-            i += 2
-            continue
-        if c in _ONE_CHAR_OPS:
-            tokens.append(_Token("op", c, c, line, col))
-            i += 1
-            continue
-        if c in "&|":
-            word = "and" if c == "&" else "or"
-            raise ParseError(f"unexpected character '{c}'; write '{word}'", line, col)
-        if c == "!":
-            raise ParseError("unexpected character '!'; write 'not' or '!='", line, col)
-        raise ParseError(f"unexpected character {c!r}", line, col)
-    tokens.append(_Token("end", "", "", line, n - line_start + 1))
-
-
-def _read_string(text: str, start: int, line: int, line_start: int) -> tuple[str, int]:
-    """Read a quoted string starting at text[start]; return (value, index after the quote)."""
-    quote = text[start]
-    out: list[str] = []
-    j = start + 1
-    while True:
-        # A raw newline means the closing quote is missing: report the opening quote.
-        if j >= len(text) or text[j] == "\n":
-            raise ParseError("unterminated string", line, start - line_start + 1)
-        ch = text[j]
-        if ch == quote:
-            return "".join(out), j + 1
-        if ch != "\\":
-            out.append(ch)
-            j += 1
-            continue
-        esc = text[j + 1] if j + 1 < len(text) else ""
-        col = j - line_start + 1
-        if esc in _ESCAPES and esc:
-            out.append(_ESCAPES[esc])
-            j += 2
-        elif esc == "u":
-            digits = text[j + 2 : j + 6]
-            if len(digits) != 4 or not all(d in "0123456789abcdefABCDEF" for d in digits):
-                raise ParseError("\\u must be followed by 4 hex digits", line, col)
-            code = int(digits, 16)
-            if 0xD800 <= code <= 0xDFFF:
-                raise ParseError("\\u escapes of surrogates are not allowed", line, col)
-            out.append(chr(code))
-            j += 6
-        elif esc in ("", "\n"):
-            raise ParseError("unterminated string", line, start - line_start + 1)
-        else:
-            raise ParseError(f"unknown escape '\\{esc}' in string", line, col)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -443,7 +139,7 @@ def _compare(left: ValueNode, op: CompareOp, right: ValueNode) -> BoolNode:
     return Compare(left, op, right, pos=left.pos)
 
 
-def _describe(tok: _Token) -> str:
+def _describe(tok: Token) -> str:
     if tok.kind == "end":
         return "end of input"
     if tok.kind == "str":
@@ -457,26 +153,26 @@ def _describe(tok: _Token) -> str:
 
 class _Parser:
     def __init__(self, text: str) -> None:
-        self.tokens, self.lex_error = _tokenize(text)
+        self.tokens, self.lex_error = tokenize(text)
         self.i = 0
         self.depth = 0
         self.in_where = False
 
     # -- token helpers
 
-    def peek(self) -> _Token:
+    def peek(self) -> Token:
         tok = self.tokens[self.i]
         if tok.kind == "end" and self.lex_error is not None:
             raise self.lex_error
         return tok
 
-    def advance(self) -> _Token:
+    def advance(self) -> Token:
         tok = self.tokens[self.i]
         if tok.kind != "end":
             self.i += 1
         return tok
 
-    def fail(self, message: str, tok: _Token | None = None) -> NoReturn:
+    def fail(self, message: str, tok: Token | None = None) -> NoReturn:
         tok = tok or self.peek()
         raise ParseError(message, tok.line, tok.column)
 
@@ -491,7 +187,7 @@ class _Parser:
         tok = self.peek()
         return tok.kind == "name" and tok.value == word
 
-    def expect_op(self, op: str, message: str) -> _Token:
+    def expect_op(self, op: str, message: str) -> Token:
         if not self.is_op(op):
             self.fail(f"{message}, found {_describe(self.peek())}{self.hint()}")
         return self.advance()
@@ -503,7 +199,7 @@ class _Parser:
             return f" (methods are called with a dot: .{tok.value}(...))"
         return ""
 
-    def nest(self, tok: _Token) -> None:
+    def nest(self, tok: Token) -> None:
         self.depth += 1
         if self.depth > MAX_DEPTH:
             self.fail(f"expression is nested more than {MAX_DEPTH} levels deep", tok)
@@ -515,7 +211,7 @@ class _Parser:
             # A bare event query in a condition means "happened at least once".
             count = Aggregate(node, "count", pos=node.pos)
             return Compare(count, ">=", Literal(1, pos=node.pos), pos=node.pos)
-        if isinstance(node, _BOOL_TYPES):
+        if isinstance(node, BOOL_TYPES):
             return node
         self.fail_at(_NEED_CONDITION, node)
 
@@ -526,7 +222,7 @@ class _Parser:
                 "e.g. event('Signed Up').count() >= 1",
                 node,
             )
-        if isinstance(node, _VALUE_TYPES):
+        if isinstance(node, VALUE_TYPES):
             return node
         self.fail_at("expected a value, found a condition; conditions cannot be compared", node)
 
@@ -632,7 +328,7 @@ class _Parser:
             self.fail("unexpected end of input; expected a value or a condition")
         self.fail(f"expected a value or a condition, found {_describe(tok)}")
 
-    def parse_name(self, tok: _Token) -> Node:
+    def parse_name(self, tok: Token) -> Node:
         pos = (tok.line, tok.column)
         word = tok.value
         constants: dict[str | int | float, Scalar] = {"true": True, "false": False, "null": None}
@@ -680,7 +376,7 @@ class _Parser:
 
     # -- methods
 
-    def parse_method(self, node: Node, name_tok: _Token) -> Node:
+    def parse_method(self, node: Node, name_tok: Token) -> Node:
         """Apply `.name(` ... `)`; the opening parenthesis is already consumed."""
         name = str(name_tok.value)
         if isinstance(node, EventQuery):
@@ -688,11 +384,11 @@ class _Parser:
         if isinstance(node, Aggregate) and node.func == "unique" and name == "count":
             self.no_arguments("count")
             return Aggregate(node.query, "unique_count", node.prop, pos=node.pos)
-        if isinstance(node, _VALUE_TYPES):
+        if isinstance(node, VALUE_TYPES):
             return self.value_method(node, name, name_tok)
         self.fail(f"cannot call .{name_tok.text}() on a condition", name_tok)
 
-    def query_method(self, query: EventQuery, name: str, name_tok: _Token) -> Node:
+    def query_method(self, query: EventQuery, name: str, name_tok: Token) -> Node:
         if name == "where":
             outer, self.in_where = self.in_where, True
             cond = self.as_bool(self.parse_or())
@@ -721,7 +417,7 @@ class _Parser:
             name_tok,
         )
 
-    def value_method(self, operand: ValueNode, name: str, name_tok: _Token) -> Node:
+    def value_method(self, operand: ValueNode, name: str, name_tok: Token) -> Node:
         pos = operand.pos
         if name in _METHOD_COMPARE:
             arg = self.read_value_arg(name)
@@ -816,7 +512,7 @@ def parse_condition(text: str) -> Condition:
     """Parse an audience condition; it must yield true/false."""
     parser = _Parser(text)
     node = parser.parse_all()
-    if isinstance(node, _VALUE_TYPES):
+    if isinstance(node, VALUE_TYPES):
         parser.fail_at(
             "an audience condition must be true or false, but this yields a value; "
             "compare it, e.g. event('Order Completed').count() >= 1",
@@ -837,7 +533,7 @@ def parse_expression(text: str) -> Expression:
             "after the event query",
             node,
         )
-    if isinstance(node, _BOOL_TYPES):
+    if isinstance(node, BOOL_TYPES):
         parser.fail_at(
             "a computed trait must yield a value, but this is a condition (true or false); "
             "use an aggregate such as event('Order Completed').sum('revenue')",

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeAlias
 
 from efd.rules import jsonjs
-from efd.rules.filters.fql import (
+from efd.rules.filters.tree import (
     And,
     Call,
     Compare,

@@ -1,4 +1,5 @@
-"""Lexer, parser and printer of FQL, Segment's Filter Query Language (pure: no I/O).
+"""Lexer, parser and printer of FQL, Segment's Filter Query Language (pure: no I/O); the tree
+it parses into is efd/rules/filters/tree.py's.
 
 The reference is docs/filters.md. Text is parsed into an immutable tree; nothing in it is ever
 executed. The parser also checks what it can see without a message: a condition must be able
@@ -11,9 +12,29 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
-from typing import Final, NoReturn, TypeAlias
+from dataclasses import dataclass
+from typing import Final, NoReturn
 from typing import Literal as Lit
+
+from efd.rules.filters.tree import (
+    FUNCTIONS,
+    And,
+    Call,
+    Compare,
+    CompareOp,
+    FqlError,
+    In,
+    ListExpr,
+    Literal,
+    Node,
+    Not,
+    Or,
+    Path,
+    Scalar,
+    describe_kinds,
+    glob_regex,
+    kinds_of,
+)
 
 __all__ = [
     "FUNCTIONS",
@@ -33,225 +54,8 @@ __all__ = [
     "to_fql",
 ]
 
-Scalar: TypeAlias = str | int | float | bool | None
-
 # Guards the recursive-descent parser against pathological nesting (RecursionError).
 MAX_DEPTH: Final = 64
-
-
-class FqlError(ValueError):
-    """A syntax or type error, with a 1-based line and column in the source text."""
-
-    def __init__(self, message: str, line: int, column: int) -> None:
-        super().__init__(f"line {line}, column {column}: {message}")
-        self.message = message
-        self.line = line
-        self.column = column
-
-
-# ---------------------------------------------------------------------------------------------
-# The tree. `pos` (line, column) is left out of equality, so trees compare by structure.
-
-
-@dataclass(frozen=True, kw_only=True)
-class _Node:
-    pos: tuple[int, int] = field(default=(1, 1), compare=False, repr=False)
-
-
-@dataclass(frozen=True)
-class Literal(_Node):
-    value: Scalar
-
-
-@dataclass(frozen=True)
-class Path(_Node):
-    """A dotted field path, e.g. context.page.url: ("context", "page", "url")."""
-
-    segments: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class ListExpr(_Node):
-    items: tuple[Node, ...]
-
-
-FunctionName: TypeAlias = Lit[
-    "contains",
-    "match",
-    "length",
-    "lowercase",
-    "uppercase",
-    "snakecase",
-    "kebabcase",
-    "titlecase",
-    "typeof",
-    "bool",
-    "string",
-    "number",
-]
-
-
-@dataclass(frozen=True)
-class Call(_Node):
-    name: FunctionName
-    args: tuple[Node, ...]
-
-
-CompareOp: TypeAlias = Lit["=", "!=", "<", "<=", ">", ">="]
-
-
-@dataclass(frozen=True)
-class Compare(_Node):
-    op: CompareOp
-    left: Node
-    right: Node
-
-
-@dataclass(frozen=True)
-class In(_Node):
-    """`item in collection`: true when the collection is a list holding the item."""
-
-    item: Node
-    collection: Node
-
-
-@dataclass(frozen=True)
-class Not(_Node):
-    item: Node
-
-
-@dataclass(frozen=True)
-class And(_Node):
-    items: tuple[Node, ...]
-
-
-@dataclass(frozen=True)
-class Or(_Node):
-    items: tuple[Node, ...]
-
-
-Node: TypeAlias = Literal | Path | ListExpr | Call | Compare | In | Not | And | Or
-
-# ---------------------------------------------------------------------------------------------
-# What the parser knows of a value's type without a message: "any" is a field path, whose
-# type only the message tells.
-
-Kind: TypeAlias = Lit["bool", "number", "string", "list", "null", "any"]
-_KIND_WORDS: Final[dict[str, str]] = {
-    "bool": "true or false",
-    "number": "a number",
-    "string": "a string",
-    "list": "a list",
-    "null": "null",
-}
-
-
-@dataclass(frozen=True)
-class _Signature:
-    args: tuple[frozenset[str], ...]  # the kinds each argument may have ("any" always may)
-    result: frozenset[str]  # the kinds it may yield
-
-
-_TEXT: Final = frozenset({"string", "null"})
-FUNCTIONS: Final[dict[str, _Signature]] = {
-    "contains": _Signature((_TEXT, _TEXT), frozenset({"bool"})),
-    "match": _Signature((_TEXT, _TEXT), frozenset({"bool"})),
-    "length": _Signature((frozenset({"string", "list", "null"}),), frozenset({"number"})),
-    "lowercase": _Signature((_TEXT,), _TEXT),
-    "uppercase": _Signature((_TEXT,), _TEXT),
-    "snakecase": _Signature((_TEXT,), _TEXT),
-    "kebabcase": _Signature((_TEXT,), _TEXT),
-    "titlecase": _Signature((_TEXT,), _TEXT),
-    "typeof": _Signature((frozenset(_KIND_WORDS),), frozenset({"string"})),
-    "bool": _Signature((frozenset(_KIND_WORDS),), frozenset({"bool"})),
-    "string": _Signature((frozenset(_KIND_WORDS),), frozenset({"string"})),
-    "number": _Signature((frozenset({"number", "string", "null"}),), frozenset({"number", "null"})),
-}
-
-
-def _kinds(node: Node) -> frozenset[str]:
-    """The kinds of value `node` can yield; {"any"} when only the message can tell."""
-    if isinstance(node, Literal):
-        value = node.value
-        if value is None:
-            return frozenset({"null"})
-        if isinstance(value, bool):
-            return frozenset({"bool"})
-        return frozenset({"string" if isinstance(value, str) else "number"})
-    if isinstance(node, ListExpr):
-        return frozenset({"list"})
-    if isinstance(node, Call):
-        return FUNCTIONS[node.name].result
-    if isinstance(node, Path):
-        return frozenset({"any"})
-    return frozenset({"bool"})
-
-
-def _describe_kinds(kinds: frozenset[str]) -> str:
-    return " or ".join(_KIND_WORDS[k] for k in sorted(kinds))
-
-
-# ---------------------------------------------------------------------------------------------
-# Glob patterns of match(): *, ?, [abc], [a-z], [^abc] and \x.
-
-
-def glob_regex(pattern: str) -> re.Pattern[str]:
-    """The regular expression a glob pattern stands for (matched whole); ValueError naming
-    the problem when the pattern is malformed."""
-    out: list[str] = []
-    i, n = 0, len(pattern)
-    while i < n:
-        c = pattern[i]
-        if c == "*":
-            out.append(".*")
-        elif c == "?":
-            out.append(".")
-        elif c == "\\":
-            if i + 1 >= n:
-                raise ValueError("the pattern ends with a lone '\\'; write '\\\\' for a backslash")
-            i += 1
-            out.append(re.escape(pattern[i]))
-        elif c == "[":
-            i = _glob_class(pattern, i, out)
-            continue
-        else:
-            out.append(re.escape(c))
-        i += 1
-    return re.compile("".join(out), re.DOTALL)
-
-
-def _glob_class(pattern: str, start: int, out: list[str]) -> int:
-    """Translate the class opening at pattern[start]; return the index after its ']'."""
-    i, n = start + 1, len(pattern)
-    negate = i < n and pattern[i] in "^!"
-    if negate:
-        i += 1
-    chars: list[str] = []
-    while i < n and pattern[i] != "]":
-        c = pattern[i]
-        if c == "\\":
-            if i + 1 >= n:
-                break
-            i += 1
-            c = pattern[i]
-        if i + 2 < n and pattern[i + 1] == "-" and pattern[i + 2] != "]":
-            high = pattern[i + 2]
-            if high == "\\" and i + 3 < n:
-                high = pattern[i + 3]
-                i += 1
-            if ord(high) < ord(c):
-                raise ValueError(f"the range '{c}-{high}' in the pattern runs backwards")
-            chars.append(f"{re.escape(c)}-{re.escape(high)}")
-            i += 3
-            continue
-        chars.append(re.escape(c))
-        i += 1
-    if i >= n:
-        raise ValueError(f"the '[' at offset {start} of the pattern is never closed by ']'")
-    if not chars:
-        raise ValueError(f"the class at offset {start} of the pattern is empty")
-    out.append(("[^" if negate else "[") + "".join(chars) + "]")
-    return i + 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -498,23 +302,23 @@ class _Parser:
 
     def condition(self, node: Node) -> Node:
         """`node` stands where true or false is needed: refuse what can never be either."""
-        kinds = _kinds(node)
+        kinds = kinds_of(node)
         if "any" in kinds or "bool" in kinds:
             return node
         self.fail_at(
-            f"expected a condition (true or false), found {_describe_kinds(kinds)}; "
+            f"expected a condition (true or false), found {describe_kinds(kinds)}; "
             "compare it, e.g. properties.total > 100",
             node,
         )
 
     def numeric(self, node: Node, op: str) -> None:
-        kinds = _kinds(node)
+        kinds = kinds_of(node)
         if "any" in kinds or "number" in kinds:
             return
         hint = ""
         if isinstance(node, Literal) and isinstance(node.value, str):
             hint = "; to compare a number written as a string, convert it with number()"
-        self.fail_at(f"'{op}' compares numbers, but this is {_describe_kinds(kinds)}{hint}", node)
+        self.fail_at(f"'{op}' compares numbers, but this is {describe_kinds(kinds)}{hint}", node)
 
     # -- grammar
 
@@ -582,11 +386,11 @@ class _Parser:
             self.fail("comparisons cannot be chained; combine them with 'and'")
         pos = left.pos
         if op == "in":
-            kinds = _kinds(right)
+            kinds = kinds_of(right)
             if "any" not in kinds and "list" not in kinds:
                 self.fail_at(
                     f"'in' looks in a list, e.g. type in ['track', 'page'], "
-                    f"but this is {_describe_kinds(kinds)}",
+                    f"but this is {describe_kinds(kinds)}",
                     right,
                 )
             return In(left, right, pos=pos)
@@ -681,12 +485,12 @@ class _Parser:
                 tok,
             )
         for number, (arg, allowed) in enumerate(zip(call.args, signature.args, strict=True), 1):
-            kinds = _kinds(arg)
+            kinds = kinds_of(arg)
             if "any" in kinds or kinds & allowed:
                 continue
             self.fail_at(
-                f"argument {number} of {call.name}() must be {_describe_kinds(allowed)}, "
-                f"found {_describe_kinds(kinds)}",
+                f"argument {number} of {call.name}() must be {describe_kinds(allowed)}, "
+                f"found {describe_kinds(kinds)}",
                 arg,
             )
         if call.name == "match":

@@ -33,6 +33,9 @@ class Backend(Protocol):
     row_locks: bool
     # messages.message_key is indexed in the table (else only in the writer's memory).
     indexes_message_keys: bool
+    # SQL giving the database server's clock in UNIX seconds, for times several processes
+    # compare (rate limits' buckets); None: the one process's own clock serves.
+    clock: str | None
 
     def engines(self, *, synchronous: str, pool_size: int) -> tuple[Engine, Engine]:
         """(writer, reader) engines for this database; the same engine twice when one pool

@@ -145,6 +145,7 @@ class PostgresBackend:
     percentiles = True
     row_locks = True
     indexes_message_keys = True
+    clock: str | None = "EXTRACT(EPOCH FROM clock_timestamp())"
 
     def __init__(self, url: str) -> None:
         self.url = url

@@ -230,6 +230,7 @@ class SqliteBackend:
     percentiles = False
     row_locks = False
     indexes_message_keys = False
+    clock: str | None = None
 
     def __init__(self, url: str) -> None:
         self.url = url

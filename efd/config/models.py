@@ -1,19 +1,13 @@
-"""Configuration: a TOML file, overridden by EFD_* environment variables.
+"""The configuration's shape: one frozen model a section, each checking its own values.
 
-Every problem is reported with the key it concerns, all at once, so an operator fixes a
-config in one pass. Unknown keys are errors, at every depth.
+Rules that span entries (unique names, references that resolve) are in efd.config.checks.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import os
-import pwd
 import re
-import stat
-import tomllib
-from collections.abc import Mapping
-from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
@@ -27,20 +21,14 @@ from pydantic import (
     PlainSerializer,
     PrivateAttr,
     SecretStr,
-    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
-from pydantic_settings import (
-    BaseSettings,
-    InitSettingsSource,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
-)
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from efd import tls
-from efd.personas.keys import PERSONAS_SOURCE, snake_case
+from efd.personas.keys import snake_case
 from efd.rules import netguard
 from efd.rules.audiences import ParseError, parse_condition, parse_expression
 from efd.rules.filters import Condition, Filter, FilterSet, FqlError, parse_field_path
@@ -179,6 +167,25 @@ class HookConfig(_Strict):
     # A client certificate (PEM) efd presents to this hook.
     client_cert: str | None = Field(default=None, validate_default=True)
     _client: ClientCert | None = PrivateAttr(default=None)
+    # The most requests a second efd sends this hook, across every daemon on the store, and
+    # how many may go at once after a quiet spell (docs/delivery.md#rate-limits).
+    max_per_second: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    burst: float | None = Field(default=None, ge=1, allow_inf_nan=False, validate_default=True)
+
+    @field_validator("burst")
+    @classmethod
+    def _burst_with_a_limit(cls, burst: float | None, info: ValidationInfo) -> float | None:
+        if burst is not None and info.data.get("max_per_second", 0) is None:
+            raise ValueError("only a hook with max_per_second takes a burst")
+        return burst
+
+    def limit(self) -> tuple[float, float] | None:
+        """(requests a second, burst) when the hook is rate-limited; the burst defaults to
+        one second's worth, at least one request."""
+        if self.max_per_second is None:
+            return None
+        burst = self.burst if self.burst is not None else max(1.0, self.max_per_second)
+        return self.max_per_second, burst
 
     @field_validator("url")
     @classmethod
@@ -525,218 +532,13 @@ class Settings(BaseSettings):
         # adds it, from what it read).
         return (init_settings, env_settings)
 
+    def filter_sets(self) -> dict[str, FilterSet]:
+        """Destination -> its filters, for the destinations that have some (routing.shape
+        costs nothing when this is empty)."""
+        return {d.name: d.filter_set() for d in self.destinations if d.filters}
+
     def destination(self, name: str) -> DestinationConfig:
         for destination in self.destinations:
             if destination.name == name:
                 return destination
         raise KeyError(name)
-
-
-class ConfigError(Exception):
-    """The configuration is invalid; `problems` lists each as "key: what is wrong"."""
-
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("\n".join(problems))
-        self.problems = problems
-
-
-def _key(loc: tuple[int | str, ...]) -> str:
-    key = ""
-    for part in loc:
-        key += f"[{part}]" if isinstance(part, int) else (f".{part}" if key else str(part))
-    return key
-
-
-def _entries(data: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
-    value = data.get(key)
-    if not isinstance(value, list):
-        return []
-    return [entry if isinstance(entry, Mapping) else {} for entry in value]
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _cross_checks(data: Mapping[str, Any]) -> list[str]:
-    """Rules that span entries: unique names and keys, references that resolve.
-
-    Works on plain data, so it runs on the raw file too when the schema check failed:
-    every problem is reported in one pass.
-    """
-    problems = []
-    seen_names: dict[str, int] = {}
-    seen_keys: dict[str, int] = {}
-    sources = _entries(data, "sources")
-    for i, source in enumerate(sources):
-        name, key = source.get("name"), source.get("write_key")
-        if name == PERSONAS_SOURCE:
-            problems.append(
-                f"sources[{i}].name: {PERSONAS_SOURCE!r} is reserved for the messages "
-                "audiences and computed traits send"
-            )
-        if isinstance(name, str):
-            if name in seen_names:
-                problems.append(
-                    f"sources[{i}].name: duplicate source name {name!r} "
-                    f"(also sources[{seen_names[name]}])"
-                )
-            seen_names.setdefault(name, i)
-        if isinstance(key, str) and key:
-            if key in seen_keys:
-                problems.append(
-                    f"sources[{i}].write_key: the same write key as sources[{seen_keys[key]}]"
-                )
-            seen_keys.setdefault(key, i)
-    destination_names: dict[str, int] = {}
-    for i, destination in enumerate(_entries(data, "destinations")):
-        name = destination.get("name")
-        if not isinstance(name, str):
-            continue
-        if name in destination_names:
-            problems.append(
-                f"destinations[{i}].name: duplicate destination name {name!r} "
-                f"(also destinations[{destination_names[name]}])"
-            )
-        destination_names.setdefault(name, i)
-    for i, source in enumerate(sources):
-        names = source.get("destinations")
-        for j, name in enumerate(names if isinstance(names, list) else []):
-            if isinstance(name, str) and name not in destination_names:
-                problems.append(f"sources[{i}].destinations[{j}]: no destination named {name!r}")
-    trait_keys: dict[str, str] = {}
-    for section in ("audiences", "computed_traits"):
-        for i, entry in enumerate(_entries(data, section)):
-            names = entry.get("destinations")
-            for j, name in enumerate(names if isinstance(names, list) else []):
-                if isinstance(name, str) and name not in destination_names:
-                    problems.append(
-                        f"{section}[{i}].destinations[{j}]: no destination named {name!r}"
-                    )
-            name = entry.get("name")
-            key = snake_case(name) if isinstance(name, str) else ""
-            if not key:
-                continue
-            if key in trait_keys:
-                problems.append(
-                    f"{section}[{i}].name: delivered as the trait {key!r}, "
-                    f"like {trait_keys[key]}; names must differ in their snake_case form"
-                )
-            trait_keys.setdefault(key, f"{section}[{i}]")
-    server = data.get("server")
-    server = server if isinstance(server, Mapping) else {}
-    per_address = _number(server.get("max_connections_per_address"))
-    connections = _number(server.get("max_connections", ServerConfig().max_connections))
-    if per_address is not None and connections is not None and per_address > connections:
-        problems.append("server.max_connections_per_address: may not exceed server.max_connections")
-    delivery = data.get("delivery")
-    delivery = delivery if isinstance(delivery, Mapping) else {}
-    defaults = DeliveryConfig()
-
-    def value(key: str) -> float | None:
-        return _number(delivery.get(key, getattr(defaults, key)))
-
-    initial, maximum = value("retry_initial_seconds"), value("retry_max_seconds")
-    if initial is not None and maximum is not None and maximum < initial:
-        problems.append(
-            "delivery.retry_max_seconds: must be at least delivery.retry_initial_seconds"
-        )
-    timeout, lease = value("timeout_seconds"), value("lease_seconds")
-    if timeout is not None and lease is not None and lease <= timeout + 5:
-        problems.append(
-            "delivery.lease_seconds: must exceed delivery.timeout_seconds by more than 5 s"
-        )
-    return problems
-
-
-def _plain(settings: Settings) -> dict[str, Any]:
-    data = settings.model_dump()
-    for source, model in zip(data["sources"], settings.sources, strict=True):
-        source["write_key"] = model.write_key.get_secret_value()
-    return data
-
-
-class ConfigFileError(ConfigError):
-    """The file cannot be read or parsed: one problem, "<path>: <why>"."""
-
-    def __init__(self, path: Path, why: str) -> None:
-        super().__init__([f"{path}: {why}"])
-        self.path = path
-        self.why = why
-
-
-def _who() -> str:
-    try:
-        return f"user {pwd.getpwuid(os.geteuid()).pw_name}"
-    except KeyError:  # a uid without a name
-        return f"uid {os.geteuid()}"
-
-
-def _read(path: Path) -> dict[str, Any]:
-    """The file's TOML; else ConfigFileError, "<path>: <why>", that shows nothing
-    of the content (a config holds write keys and tokens)."""
-    try:
-        mode = path.stat().st_mode
-        if stat.S_ISDIR(mode):
-            raise ConfigFileError(path, "a directory, not a file")
-        if not stat.S_ISREG(mode):
-            raise ConfigFileError(path, "not a regular file")
-        data = path.read_bytes()
-    except (FileNotFoundError, NotADirectoryError):
-        raise ConfigFileError(path, "no such file") from None
-    except PermissionError:
-        raise ConfigFileError(path, f"permission denied (efd runs as {_who()})") from None
-    except OSError as error:
-        raise ConfigFileError(path, f"cannot read it: {error.strerror or 'I/O error'}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        # Where, never what: the exception itself carries the whole file.
-        line_start = data.rfind(b"\n", 0, error.start) + 1
-        line = data.count(b"\n", 0, error.start) + 1
-        column = len(data[line_start : error.start].decode("utf-8")) + 1
-        raise ConfigFileError(path, f"not valid UTF-8 (line {line}, column {column})") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        # tomllib's messages name a position, and at most a key or one character.
-        why = str(error).encode("unicode_escape").decode("ascii")
-        raise ConfigFileError(path, f"not valid TOML: {why}") from None
-
-
-def load(path: str | os.PathLike[str] | None, **overrides: Any) -> Settings:
-    """Read and validate the configuration, or raise ConfigError naming every bad key. A
-    file that cannot be read or parsed is one problem naming the file and why."""
-    raw = _read(Path(path)) if path is not None else {}
-
-    class _FileSettings(Settings):
-        @classmethod
-        def settings_customise_sources(
-            cls,
-            settings_cls: type[BaseSettings],
-            init_settings: PydanticBaseSettingsSource,
-            env_settings: PydanticBaseSettingsSource,
-            dotenv_settings: PydanticBaseSettingsSource,
-            file_secret_settings: PydanticBaseSettingsSource,
-        ) -> tuple[PydanticBaseSettingsSource, ...]:
-            # The file is read once, above: what is validated is what was read.
-            return (init_settings, env_settings, InitSettingsSource(settings_cls, raw))
-
-    try:
-        settings: Settings = _FileSettings(**overrides)
-    except ValidationError as error:
-        problems = []
-        for item in error.errors():
-            message = item["msg"].removeprefix("Value error, ")
-            if item["type"] == "extra_forbidden":
-                message = "unknown key"
-            problems.append(f"{_key(item['loc'])}: {message}")
-        reported = {problem.split(": ", 1)[0] for problem in problems}
-        problems += [
-            problem for problem in _cross_checks(raw) if problem.split(": ", 1)[0] not in reported
-        ]
-        raise ConfigError(problems) from None
-    problems = _cross_checks(_plain(settings))
-    if problems:
-        raise ConfigError(problems)
-    return settings

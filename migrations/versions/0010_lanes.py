@@ -1,7 +1,7 @@
 """lanes: ordered delivery per user (deliveries.lane, the lanes table)
 
-Revision ID: 0008
-Revises: 0007
+Revision ID: 0010
+Revises: 0009
 Create Date: 2026-11-25
 
 A delivery to a destination with `ordering = "per_user"` names its lane; the lanes table
@@ -16,8 +16,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0008"
-down_revision = "0007"
+revision = "0010"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,130 @@
+"""The README's performance tables, written from results.json (`bench/run.py --readme`)."""
+
+# ruff: noqa: RUF001  (the tables are prose: en dashes and multiplication signs)
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+_BLOCK = re.compile(r"(<!-- bench:(?P<name>[a-z]+) -->\n).*?(<!-- /bench:(?P=name) -->)", re.DOTALL)
+
+
+def _n(value: Any, digits: int = 0) -> str:
+    if value is None:
+        return "–"
+    return f"{value:,.{digits}f}"
+
+
+def _x(value: Any, limit: Any) -> str:
+    return f"{value / limit:.2f}" if value and limit else "–"
+
+
+def _growth(entry: dict[str, Any], key: str, daemons: str) -> str:
+    value = entry.get(key)
+    return f" (× {value:.2f})" if daemons != "1" and value is not None else ""
+
+
+def _run(context: dict[str, Any], full: str) -> str:
+    kind = "a quick run" if context.get("quick") else f"a full {full}run"
+    date = context.get("date")
+    return f"{kind} of {context.get('efd_commit') or '?'}" + (f" ({date})" if date else "")
+
+
+def sqlite_table(results: dict[str, Any]) -> str:
+    context = results.get("context", {})
+    extra = context.get("extra", {})
+    core = extra.get("sqlalchemy_core_events_per_s")
+    bare = results.get("bare_post_per_s")
+    paired_bare = results.get("deliver_bare_post_per_s") or bare
+    spread = results.get("deliver_ratio_spread") or []
+    cpu_spread = results.get("deliver_cpu_us_per_event_spread") or []
+    pairs = results.get("deliver_pairs")
+    recovery = results.get("recovery_events_per_s")
+    steady = results.get("deliver_events_per_s")
+    rows = [
+        "| figure | measured | limit in the same run | target |",
+        "|---|---|---|---|",
+        f"| ingest_batch (100/request, 8 clients, durable) | "
+        f"{_n(results.get('ingest_batch_events_per_s'))} events/s "
+        f"({_x(results.get('ingest_batch_events_per_s'), core)} × Core) | "
+        f"SQLAlchemy Core {_n(core)} events/s | ≥ 30,000 |",
+        f"| ingest_single (64 clients) | {_n(results.get('ingest_single_events_per_s'))} "
+        f"events/s ({_x(results.get('ingest_single_events_per_s'), bare)} × bare POST) | "
+        f"bare POST {_n(bare)}/s | ≥ 5,000 |",
+        f"| deliver (end to end, signed, attempts recorded; median of {pairs or '–'} pairs "
+        f"with the bare POST) | {_n(steady)} events/s (ratio {_n(results.get('deliver_ratio'), 2)}"
+        + (f", pairs {spread[0]:.2f}–{spread[1]:.2f}" if len(spread) == 2 else "")
+        + f") | bare POST {_n(paired_bare)}/s | ratio ≥ 0.9 |",
+        f"| CPU per delivered event (daemon + sender processes, ingestion included) | "
+        f"{_n(results.get('deliver_cpu_us_per_event'))} µs"
+        + (f" (pairs {cpu_spread[0]:.0f}–{cpu_spread[1]:.0f})" if len(cpu_spread) == 2 else "")
+        + f", {_n(results.get('deliver_cpu_ratio_to_bare'), 2)} × bare | bare POST client "
+        f"{_n(results.get('bare_cpu_us_per_post'))} µs per POST | ≤ 90 µs and ≤ 2 × bare |",
+        f"| latency p50 / p99 at 1,000 events/s | {_n(results.get('latency_p50_ms'), 1)} / "
+        f"{_n(results.get('latency_p99_ms'), 1)} ms | | p99 ≤ 50 ms |",
+        f"| ingest with {_n(extra.get('backlog_pending'))} deliveries pending (paired) | "
+        f"ratio {_n(results.get('backlog_ingest_ratio'), 2)} | | ≥ 0.8 |",
+        f"| RSS with that backlog (daemon + 2 sender + 1 parser process) | "
+        f"{_n(results.get('rss_mb_backlog'))} MB | | ≤ 300 MB |",
+        f"| recovery after a 503 outage ({_n(extra.get('recovery_messages'))} messages) | "
+        f"{_n(recovery)} events/s ({_x(recovery, steady)} × steady), "
+        f"{_n(results.get('lost'))} lost, {_n(results.get('duplicates'))} duplicates | | "
+        "≥ steady |",
+    ]
+    head = f"SQLite, {_run(context, '')}:"
+    return head + "\n\n" + "\n".join(rows) + "\n"
+
+
+def pg_table(section: dict[str, Any]) -> str:
+    context = section.get("context", {})
+    limit = section.get("limit_insert_events_per_s")
+    head = (
+        f"PostgreSQL {str(section.get('server', {}).get('server_version', '')).split()[0]}, "
+        f"N daemons on one fresh database, {_run(context, '`--scale` ')}; limit: one client's "
+        f"multi-row INSERT of efd's rows, {_n(limit)} events/s (COPY "
+        f"{_n(section.get('limit_copy_events_per_s'))}); targets: ingest ≥ 0.5 × limit a "
+        "daemon, deliver ≥ 0.5 × limit with 1 daemon and more with 2–3. µs/event: CPU in the "
+        "daemons / in PostgreSQL's backends."
+    )
+    rows = [
+        "| daemons | ingest events/s | × limit (per daemon) | µs/event | deliver events/s "
+        "| × limit | µs/event |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for n, entry in sorted(section.get("daemons", {}).items(), key=lambda kv: int(kv[0])):
+        ingest, deliver = entry.get("ingest_events_per_s"), entry.get("deliver_events_per_s")
+        rows.append(
+            f"| {n} | {_n(ingest)}{_growth(entry, 'ingest_growth', n)} | "
+            f"{_n(entry.get('ingest_ratio_to_limit'), 2)} "
+            f"({_n(entry.get('ingest_per_daemon_ratio_to_limit'), 2)}) | "
+            f"{_n(entry.get('ingest_daemon_cpu_us_per_event'))} / "
+            f"{_n(entry.get('ingest_pg_cpu_us_per_event'))} | "
+            f"{_n(deliver)}{_growth(entry, 'deliver_growth', n)}, "
+            f"{_n(entry.get('deliver_lost'))} lost, "
+            f"{_n(entry.get('deliver_duplicates'))} duplicates | "
+            f"{_n(entry.get('deliver_ratio_to_limit'), 2)} | "
+            f"{_n(entry.get('deliver_daemon_cpu_us_per_event'))} / "
+            f"{_n(entry.get('deliver_pg_cpu_us_per_event'))} |"
+        )
+    return head + "\n\n" + "\n".join(rows) + "\n"
+
+
+def update(readme: Path, results: dict[str, Any]) -> list[str]:
+    """Rewrite the README's marked blocks from `results`; return the names rewritten."""
+    tables = {"sqlite": sqlite_table(results)}
+    if "postgresql" in results:
+        tables["postgresql"] = pg_table(results["postgresql"])
+    done: list[str] = []
+
+    def replace(match: re.Match[str]) -> str:
+        name = match.group("name")
+        if name not in tables:
+            return match.group(0)
+        done.append(name)
+        return match.group(1) + tables[name] + match.group(3)
+
+    text = _BLOCK.sub(replace, readme.read_text())
+    readme.write_text(text)
+    return done

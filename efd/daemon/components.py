@@ -1,0 +1,537 @@
+"""The parts of the daemon, in the order they start.
+
+Each part takes its collaborators (the parts started before it) in its constructor and, in
+`start(stack)`, starts what it owns and registers its own stop on the exit stack, so that
+the stack stops everything in reverse: stop accepting, finish what was accepted, give
+deliveries a bounded grace, close the store, stop the child processes. Each reads the
+configuration through the one holder (efd.settings), and subscribes to it if it keeps
+something derived from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from efd.batching import GroupCommit
+from efd.config import Settings
+from efd.daemon.startup import StartupError, fit_open_files
+from efd.delivery.dispatcher import SHUTDOWN_MARGIN, Dispatcher
+from efd.delivery.ports import Rounds
+from efd.delivery.sender import SenderOptions, SenderPool
+from efd.errors import StoreError
+from efd.http import cors
+from efd.http.admin import AdminApi
+from efd.http.ingest import Ingest
+from efd.http.live import LiveApi
+from efd.http.regulations import MAX_BODY_BYTES, RegulationsApi
+from efd.http.server import Limits, Listener, name_the_server, quiet_parse_errors
+from efd.http.status import Status
+from efd.observe.metrics import Metrics
+from efd.observe.stream import Hub
+from efd.personas.capture import Capture
+from efd.processes.parsers import ParserPool
+from efd.rows import InsertStatus, NewMessage
+from efd.rules.lanes import Lanes, Ordering
+from efd.rules.payload import MAX_RAW_REQUEST_BYTES
+from efd.rules.selection import iso
+from efd.services.periodic import Periodic, computations
+from efd.services.regulations import RegulationRunner
+from efd.settings import Current
+from efd.store import Store
+from efd.store import migrate as migrations
+from efd.store.computations import ComputationsStore
+from efd.store.engine import DatabaseInUse, SqliteLock, normalise_url, safe_url, sqlite_path
+from efd.store.health import HealthStore
+from efd.store.operations import OperationsStore
+from efd.store.profiles import ProfilesStore
+from efd.store.regulations import Regulations, RegulationsStore
+from efd.store.runner import AsyncDeliveries, AsyncStore
+from efd.store.suppressions import Suppressions
+
+log = logging.getLogger("efd.daemon")
+
+_PARSER_STOP = 5.0  # seconds parser processes get to finish at shutdown
+
+
+class Component(Protocol):
+    async def start(self, stack: AsyncExitStack) -> None:
+        """Start; register on `stack` what undoes it."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Shared:
+    """What every part may use: the configuration's holder, the counters, the live
+    stream's hub, and this process's name as a claimer of leases and jobs."""
+
+    settings: Current[Settings]
+    metrics: Metrics
+    hub: Hub
+    owner: str
+
+
+class OpenFiles:
+    """Fits the open-file limit to max_connections before anything opens a file (the child
+    processes inherit the raised limit). Owns nothing to stop."""
+
+    def __init__(self, shared: Shared) -> None:
+        self._shared = shared
+        self.max_connections = shared.settings.value.server.max_connections
+
+    async def start(self, stack: AsyncExitStack) -> None:
+        self.max_connections = fit_open_files(self._shared.settings.value)
+
+
+class ChildProcesses:
+    """The sender and parser processes. Started first, so that they load while the store
+    is opened and migrated; stopped last. Owns the two pools; touches nothing else."""
+
+    def __init__(self, shared: Shared) -> None:
+        self._shared = shared
+        self.senders: SenderPool | None = None  # when delivery.sender_processes > 0
+        self.parsers: ParserPool | None = None  # when server.parse_processes > 0
+        self._senders_ready: asyncio.Future[None] | None = None
+        self._parsers_ready: asyncio.Future[None] | None = None
+
+    async def start(self, stack: AsyncExitStack) -> None:
+        holder = self._shared.settings
+        settings, delivery = holder.value, holder.value.delivery
+        if delivery.sender_processes:
+            self.senders = SenderPool(
+                processes=delivery.sender_processes,
+                options=sender_options(settings),
+                routes=[d.route(delivery.user_agent) for d in settings.destinations],
+                log_level=settings.logging.level,
+                log_format=settings.logging.format,
+            )
+            self._senders_ready = asyncio.ensure_future(self.senders.start())
+            grace = delivery.timeout_seconds + SHUTDOWN_MARGIN
+            stack.push_async_callback(_stop_children, self.senders, self._senders_ready, grace)
+            holder.subscribe(self._reload_senders, early=True)
+        if settings.server.parse_processes:
+            self.parsers = ParserPool(
+                processes=settings.server.parse_processes,
+                sources=_parser_sources(settings),
+                filters=settings.filter_sets(),
+                log_level=settings.logging.level,
+                log_format=settings.logging.format,
+            )
+            self._parsers_ready = asyncio.ensure_future(self.parsers.start())
+            stack.push_async_callback(
+                _stop_children, self.parsers, self._parsers_ready, _PARSER_STOP
+            )
+            holder.subscribe(self._reload_parsers)
+
+    async def senders_ready(self) -> SenderPool | None:
+        await _ready(self._senders_ready)
+        return self.senders
+
+    async def parsers_ready(self) -> ParserPool | None:
+        await _ready(self._parsers_ready)
+        return self.parsers
+
+    async def _reload_senders(self, settings: Settings) -> None:
+        assert self.senders is not None
+        routes = [d.route(settings.delivery.user_agent) for d in settings.destinations]
+        await self.senders.reload(routes, settings.logging.level)
+
+    async def _reload_parsers(self, settings: Settings) -> None:
+        assert self.parsers is not None
+        await self.parsers.reload(
+            _parser_sources(settings), settings.filter_sets(), settings.logging.level
+        )
+
+
+class Storage:
+    """The database: its lock (SQLite: one process), its migrations, the Store and the
+    threads that run it, and the store's parts the services use. Owns the store's
+    suppressions and profile capture (on while an audience or computed trait is
+    configured). May not start any work of its own but resuming what the last process held
+    (SQLite)."""
+
+    def __init__(self, shared: Shared) -> None:
+        self._shared = shared
+        self._db: AsyncStore | None = None
+        self._parts: _StoreParts | None = None
+        self._dissolving: asyncio.Future[None] | None = None
+
+    @property
+    def db(self) -> AsyncStore:
+        assert self._db is not None, "Storage.start() did not finish"
+        return self._db
+
+    @property
+    def parts(self) -> _StoreParts:
+        assert self._parts is not None, "Storage.start() did not finish"
+        return self._parts
+
+    async def start(self, stack: AsyncExitStack) -> None:
+        store = await self._open(stack)
+        db = self._db = AsyncStore(store)
+        stack.push_async_callback(asyncio.to_thread, db.close)
+        suppressions = await db.read(Suppressions, store)
+        store.ingestion.suppressions = suppressions
+        profiles = ProfilesStore(store)
+        self._parts = _StoreParts(
+            profiles=profiles,
+            capture=Capture(profiles),
+            regulations=RegulationsStore(store, suppressions),
+            computations=ComputationsStore(store, suppressions),
+            operations=OperationsStore(store),
+        )
+        self._capture(self._shared.settings.value)
+        self._shared.settings.subscribe(self._capture)
+        if store.single_process:
+            await self._resume()
+        self._lanes(self._shared.settings.value)
+        assert self._dissolving is not None
+        await self._dissolving
+        self._shared.settings.subscribe(self._lanes)
+
+    def _lanes(self, settings: Settings) -> None:
+        """Ingestion puts the deliveries of ordered destinations in lanes from now on, and
+        recorded outcomes hand lanes on; the lanes of a destination whose ordering was
+        turned off are dropped, their waiting deliveries due now (every process of a
+        cluster should run the same configuration)."""
+        ordered = [d.name for d in settings.destinations if d.ordering is Ordering.PER_USER]
+        store = self.db.store
+        store.ingestion.lanes = Lanes(ordered) if ordered else None
+        store.queue.ordered = bool(ordered)
+        self._dissolving = asyncio.ensure_future(self._dissolve(ordered))
+
+    async def _dissolve(self, ordered: list[str]) -> None:
+        try:
+            released = await self.db.write(self.db.store.lanes.dissolve, ordered, time.time())
+        except StoreError as error:
+            log.warning("could not drop the lanes of unordered destinations: %s", error)
+            return
+        if released:
+            log.info("%d deliveries left lanes whose destination is no longer ordered", released)
+
+    def _capture(self, settings: Settings) -> None:
+        # Profiles are kept only when something computes on them.
+        self.db.store.ingestion.capture = self.parts.capture if computations(settings) else None
+
+    async def _open(self, stack: AsyncExitStack) -> Store:
+        storage = self._shared.settings.value.storage
+        database = sqlite_path(normalise_url(storage.url))
+        if database is not None:
+            lock = SqliteLock(database)
+            try:
+                lock.acquire()
+            except DatabaseInUse as error:
+                raise StartupError(str(error)) from None
+            stack.callback(lock.release)
+        log.info("store: %s", safe_url(storage.url))
+        await asyncio.to_thread(migrations.upgrade, storage.url)
+        store = Store(
+            storage.url,
+            synchronous=storage.sqlite_synchronous,
+            pool_size=storage.pool_size,
+        )
+        if await asyncio.to_thread(HealthStore(store).autovacuum_off):
+            log.warning(
+                "PostgreSQL runs with autovacuum off: efd's tables get no planner statistics "
+                "and keep their dead rows, so queries slow down as they grow; turn autovacuum "
+                "on, or run VACUUM ANALYZE on the database regularly"
+            )
+        return store
+
+    async def _resume(self) -> None:
+        """SQLite: this is the only process, so what the last one held is due now."""
+        db = self.db
+        # Before the first request, so that it does not wait for this (and it is logged).
+        await db.write(db.store.ingestion.index_recent_messages, time.time())
+        released = await db.write(db.store.queue.release_all_leases, time.time())
+        if released:
+            log.info("resuming %d deliveries that were in flight at the last stop", released)
+        resumed = await db.write(self.parts.regulations.release_regulation_leases)
+        if resumed:
+            log.info("resuming %d regulations that were running at the last stop", resumed)
+
+
+@dataclass(frozen=True, slots=True)
+class _StoreParts:
+    profiles: ProfilesStore
+    capture: Capture
+    regulations: Regulations
+    computations: ComputationsStore
+    operations: OperationsStore
+
+
+class Delivery:
+    """The dispatcher, with what sends its rounds (the sender processes, or a sender in
+    this process) and, on PostgreSQL, the LISTEN thread that wakes it on other processes'
+    work."""
+
+    def __init__(self, shared: Shared, children: ChildProcesses, storage: Storage) -> None:
+        self._shared = shared
+        self._children = children
+        self._storage = storage
+        self._dispatcher: Dispatcher | None = None
+
+    @property
+    def dispatcher(self) -> Dispatcher:
+        assert self._dispatcher is not None, "Delivery.start() did not finish"
+        return self._dispatcher
+
+    async def start(self, stack: AsyncExitStack) -> None:
+        shared, db = self._shared, self._storage.db
+        rounds: Rounds
+        senders = await self._children.senders_ready()
+        if senders is not None:
+            rounds = senders
+        else:
+            sender = sender_options(shared.settings.value).sender()
+            await sender.start()
+            stack.push_async_callback(sender.close)
+            rounds = sender
+        dispatcher = self._dispatcher = Dispatcher(
+            deliveries=AsyncDeliveries(db),
+            rounds=rounds,
+            settings=shared.settings,
+            metrics=shared.metrics,
+            owner=shared.owner,
+            hub=shared.hub,
+        )
+        if db.store.listener.available:
+            _listen_for_work(stack, db.store, dispatcher.notify)
+        await dispatcher.start(stack)
+
+
+class Services:
+    """The regulation runner and the periodic jobs (retention, audience and trait syncs)."""
+
+    def __init__(self, shared: Shared, storage: Storage, delivery: Delivery) -> None:
+        self._shared = shared
+        self._storage = storage
+        self._delivery = delivery
+        self._runner: RegulationRunner | None = None
+        self._periodic: Periodic | None = None
+
+    @property
+    def runner(self) -> RegulationRunner:
+        assert self._runner is not None, "Services.start() did not finish"
+        return self._runner
+
+    @property
+    def periodic(self) -> Periodic:
+        assert self._periodic is not None, "Services.start() did not finish"
+        return self._periodic
+
+    async def start(self, stack: AsyncExitStack) -> None:
+        shared, storage = self._shared, self._storage
+        notify = self._delivery.dispatcher.notify
+        self._runner = RegulationRunner(
+            db=storage.db,
+            regulations=storage.parts.regulations,
+            settings=shared.settings,
+            metrics=shared.metrics,
+            owner=shared.owner,
+            on_notified=notify,
+        )
+        await self._runner.start(stack)
+        self._periodic = Periodic(
+            settings=shared.settings,
+            db=storage.db,
+            computations_store=storage.parts.computations,
+            profiles=storage.parts.profiles,
+            metrics=shared.metrics,
+            owner=shared.owner,
+            on_sent=notify,
+        )
+        await self._periodic.start(stack)
+
+
+class Http:
+    """The listening socket and what answers on it: ingestion (with its group-commit
+    writer), status, the regulations API, the admin API and the live views. Started last,
+    stopped first: it stops accepting, then lets running requests finish."""
+
+    def __init__(
+        self,
+        shared: Shared,
+        files: OpenFiles,
+        children: ChildProcesses,
+        storage: Storage,
+        delivery: Delivery,
+        services: Services,
+    ) -> None:
+        self._shared = shared
+        self._files = files
+        self._children = children
+        self._storage = storage
+        self._delivery = delivery
+        self._services = services
+        self.port: int | None = None
+        self.listener: Listener | None = None  # once serving
+
+    async def start(self, stack: AsyncExitStack) -> None:
+        shared, storage = self._shared, self._storage
+        db, notify = storage.db, self._delivery.dispatcher.notify
+        parsers = await self._children.parsers_ready()
+        writer: GroupCommit[NewMessage, InsertStatus] = GroupCommit(
+            self._store_messages, max_items=5000, name="efd-ingest-writer", depth=2
+        )
+        writer.start()
+        stack.push_async_callback(writer.close)
+        ingest = Ingest(
+            shared.settings,
+            writer=writer,
+            metrics=shared.metrics,
+            on_stored=notify,
+            parsers=parsers,
+        )
+        regulations = RegulationsApi(
+            shared.settings,
+            db=db,
+            regulations=storage.parts.regulations,
+            on_created=self._services.runner.notify,
+        )
+        admin = AdminApi(shared.settings, db=db, operations=storage.parts.operations, on_due=notify)
+        live = LiveApi(
+            shared.settings,
+            db=db,
+            hub=shared.hub,
+            circuits=self._delivery.dispatcher.circuits,
+            metrics=shared.metrics,
+        )
+        status = Status(shared.settings, db=db, metrics=shared.metrics, owner=shared.owner)
+        routes = status.routes() + regulations.routes() + admin.routes() + live.routes()
+        await self._serve(stack, ingest, routes)
+        stack.callback(shared.hub.close)  # first at shutdown: open streams end, not linger
+
+    async def _serve(
+        self, stack: AsyncExitStack, ingest: Ingest, routes: list[web.RouteDef]
+    ) -> None:
+        server = self._shared.settings.value.server
+        most = self._files.max_connections
+        per_address = server.max_connections_per_address or -(-most // 2)
+        limits = Limits(
+            max_connections=most,
+            request_timeout=server.request_timeout_seconds,
+            keepalive_timeout=server.keepalive_timeout_seconds,
+            max_body_bytes=max(MAX_RAW_REQUEST_BYTES, MAX_BODY_BYTES),
+            max_per_address=min(per_address, most),
+        )
+        listener = self.listener = Listener(limits, self._shared.metrics)
+        app = web.Application(client_max_size=limits.max_body_bytes)
+        app.on_response_prepare.append(listener.response_prepared)
+        ingest_routes = ingest.routes()
+        app.add_routes(listener.guard_routes(ingest_routes))
+        cors.install(app, [route.path for route in ingest_routes])  # web pages send too
+        app.add_routes(listener.guard_routes(routes))
+        # efd inflates gzip bodies itself, with a bound: aiohttp would inflate without one.
+        runner = web.AppRunner(
+            app,
+            access_log=None,
+            shutdown_timeout=10,
+            auto_decompress=False,
+            keepalive_timeout=limits.keepalive_timeout,
+            # After answering before the whole body arrived (a refusal, a 408), read and drop
+            # the rest this long so the client sees the answer, then close (aiohttp: 10 s).
+            lingering_time=2.0,
+        )
+        await runner.setup()
+        stack.push_async_callback(runner.cleanup)  # lets running requests finish
+        quiet_parse_errors()
+        name_the_server()
+        self.port = await listener.start(runner, server.host, server.port)
+        stack.push_async_callback(listener.close)  # first of all: stop accepting
+
+    async def _store_messages(self, take: Callable[[], list[NewMessage]]) -> list[InsertStatus]:
+        db, hub = self._storage.db, self._shared.hub
+        store = db.store
+        taken: list[NewMessage] = []
+
+        def write() -> list[InsertStatus]:
+            rows = take()  # in the writer thread: everything that arrived until now
+            taken.extend(rows)
+            return store.ingestion.insert_messages(rows, time.time()) if rows else []
+
+        statuses = await db.write_later(write)
+        if hub.active:  # committed: the live stream may show them
+            for row, status in zip(taken, statuses, strict=True):
+                if status is InsertStatus.STORED:
+                    hub.publish("message", functools.partial(_message_event, row))
+        return statuses
+
+
+def sender_options(settings: Settings) -> SenderOptions:
+    delivery = settings.delivery
+    return SenderOptions(
+        timeout=delivery.timeout_seconds,
+        allowed_networks=tuple(delivery.allowed_networks),
+        ca_file=delivery.ca_file,
+        response_head_bytes=delivery.response_head_bytes,
+    )
+
+
+def _message_event(row: NewMessage) -> dict[str, Any]:
+    """A stored message as GET /admin/stream shows it."""
+    return {
+        "source": row.source,
+        "messageId": row.message_id,
+        "type": row.type,
+        "userId": row.user_id,
+        "event": row.event,
+        "receivedAt": iso(row.received_at),
+    }
+
+
+def _parser_sources(settings: Settings) -> list[tuple[str, str, tuple[str, ...]]]:
+    return [
+        (s.write_key.get_secret_value(), s.name, tuple(s.destinations)) for s in settings.sources
+    ]
+
+
+async def _ready(starting: asyncio.Future[None] | None) -> None:
+    """Wait for child processes started early (ChildProcesses.start)."""
+    if starting is None:
+        return
+    try:
+        await starting
+    except RuntimeError as error:
+        raise StartupError(str(error)) from None
+
+
+async def _stop_children(
+    pool: SenderPool | ParserPool, starting: asyncio.Future[None] | None, timeout: float
+) -> None:
+    if starting is not None:
+        starting.cancel()  # if start-up failed before they were ready
+        with contextlib.suppress(BaseException):
+            await starting
+    await pool.close(timeout)
+
+
+def _listen_for_work(stack: AsyncExitStack, store: Store, notify: Callable[[], None]) -> None:
+    """PostgreSQL: LISTEN for other processes' new work, so their messages wake our
+    dispatcher too."""
+    loop = asyncio.get_running_loop()
+    stop = threading.Event()
+
+    def wake() -> None:
+        loop.call_soon_threadsafe(notify)
+
+    thread = threading.Thread(
+        target=store.listener.listen, args=(wake, stop.is_set), name="efd-listen", daemon=True
+    )
+    thread.start()
+
+    async def join() -> None:
+        stop.set()
+        await asyncio.to_thread(thread.join)
+
+    stack.push_async_callback(join)

@@ -1,0 +1,87 @@
+"""What the dispatcher needs of the store and of the senders, as Protocols: it knows them
+by nothing else (an import contract holds it to that)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from efd.rows import AttemptRow, Claimed, Outcome
+from efd.rules.retry import AttemptResult
+from efd.rules.webhooks import Route
+
+
+class Rounds(Protocol):
+    """Sends one round of a delivery: the in-process Sender, or the sender processes."""
+
+    async def send_round(
+        self, route: Route, urls: Sequence[str], body: str, webhook_id: str
+    ) -> list[AttemptResult]: ...
+
+
+class Deliveries(Protocol):
+    """The deliveries the dispatcher works on: the store (efd/store/runner.py), or the
+    tests' in-memory twin. Errors of the store are efd.errors.StoreError."""
+
+    async def claim(
+        self,
+        destination: str,
+        limit: int,
+        *,
+        owner: str,
+        now: float,
+        lease_until: float,
+        due_by: float | None = None,
+        lapsed_before: float | None = None,
+    ) -> list[Claimed]:
+        """Lease up to `limit` deliveries of `destination` due by `due_by` (default `now`),
+        oldest first; a delivery under another claimer's live lease is never taken, nor
+        one whose lease ended at or after `lapsed_before` (default `now`)."""
+        ...
+
+    async def claim_limited(
+        self,
+        destination: str,
+        limit: int,
+        buckets: Sequence[tuple[str, float, float, float]],
+        *,
+        owner: str,
+        now: float,
+        lease_until: float,
+        due_by: float | None = None,
+        lapsed_before: float | None = None,
+    ) -> tuple[list[Claimed], float]:
+        """`claim` under the (key, rate, burst, reserve) token buckets of rate-limited
+        hooks, in the same transaction: at most as many as every bucket has tokens for beyond
+        its reserve, taking one from each per delivery claimed. Returns the claimed and the
+        fewest tokens any bucket kept beyond its reserve."""
+        ...
+
+    async def renew(self, leases: Sequence[tuple[int, int]], until: float) -> list[int]:
+        """Extend to `until` the leases (delivery id, token) still held, lapsed or not, as
+        long as no other claim took the delivery; return the ids that were taken (or are
+        no longer pending)."""
+        ...
+
+    async def record(self, outcomes: Sequence[Outcome], attempts: Sequence[AttemptRow]) -> int:
+        """Write attempts and outcomes (fenced by token); return how many were stale."""
+        ...
+
+    async def release(self, leases: Sequence[tuple[int, int]], now: float) -> None:
+        """Give back claimed deliveries never sent: due again at `now`."""
+        ...
+
+    async def next_due(self, destination: str) -> float | None:
+        """The earliest next_attempt_at of the destination's pending deliveries."""
+        ...
+
+    async def wake(self, destination: str, hook: Sequence[str], now: float) -> int:
+        """Make due at `now` the destination's pending deliveries, not leased, whose
+        failed_hooks names none of `hook`'s forms (its label, and its URL as rows written
+        before labels hold it); return how many moved."""
+        ...
+
+    async def expire_waiting(self, destination: str, window: float, now: float) -> int:
+        """Expire the destination's pending deliveries, not leased, whose retry window
+        (from their first attempt, or their creation if never attempted) has closed."""
+        ...

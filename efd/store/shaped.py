@@ -1,0 +1,69 @@
+"""Deliveries a destination's filters shaped at routing (docs/filters.md): a pending one with
+a body of its own, or a finished `filtered` one that is never sent. Inserted beside the plain
+deliveries of ingestion (efd/store/ingestion.py), in the same transaction; a configuration
+without filters never comes here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, insert
+
+from efd.rows import DeliveryStatus, NewMessage
+from efd.store.schema import deliveries
+
+_INSERT = insert(deliveries)
+
+
+def rows(ids: Sequence[int], messages: Sequence[NewMessage], now: float) -> list[dict[str, Any]]:
+    """The shaped deliveries of the messages stored under `ids`."""
+    out: list[dict[str, Any]] = []
+    for pk, message in zip(ids, messages, strict=True):
+        for destination, body, filtered in message.shaped:
+            row = {
+                "message_pk": pk,
+                "destination": destination,
+                "attempts": 0,
+                "created_at": now,
+                "lease_token": 0,
+            }
+            if filtered is None:
+                row.update(status=DeliveryStatus.PENDING.value, next_attempt_at=now, body=body)
+            else:
+                row.update(
+                    status=DeliveryStatus.FILTERED.value, finished_at=now, last_error=filtered
+                )
+            out.append(row)
+    return out
+
+
+def join_lanes(
+    shaped: list[dict[str, Any]],
+    messages: dict[int, NewMessage],
+    lane_of: Callable[[NewMessage, str], str | None],
+) -> bool:
+    """Put each pending one of an ordered destination in its lane, queued (efd/store/
+    lanes.py admits the heads); whether any joined a lane."""
+    joined = False
+    for row in shaped:
+        if row["status"] != DeliveryStatus.PENDING.value:
+            continue
+        lane = lane_of(messages[row["message_pk"]], row["destination"])
+        if lane is not None:
+            row.update(status=DeliveryStatus.QUEUED.value, next_attempt_at=None, lane=lane)
+            joined = True
+    return joined
+
+
+def insert_rows(conn: Connection, shaped: list[dict[str, Any]]) -> bool:
+    """Insert them; whether any is to be sent (pending, or waiting in a lane)."""
+    # Each group with the same keys: an executemany takes one statement's columns.
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for row in shaped:
+        groups.setdefault(tuple(sorted(row)), []).append(row)
+    for group in groups.values():
+        conn.execute(_INSERT, group)
+    sent = (DeliveryStatus.PENDING.value, DeliveryStatus.QUEUED.value)
+    return any(r["status"] in sent for r in shaped)

@@ -1,0 +1,73 @@
+"""The store's edge: whatever the driver raises reaches callers as efd.errors, on real
+databases (a refused connection, a constraint, a statement the database rejects)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from sqlalchemy import text
+
+from efd.errors import StoreError, StoreUnavailable
+from efd.store import Store, migrate
+from efd.store.health import HealthStore
+from efd.store.regulations import RegulationsStore
+from efd.store.runner import AsyncStore
+from efd.store.suppressions import Suppressions
+
+
+@pytest.fixture
+def store(db_url):  # type: ignore[no-untyped-def]
+    migrate.upgrade(db_url)
+    s = Store(db_url)
+    yield s
+    s.dispose()
+
+
+def test_an_unreachable_database_is_store_unavailable() -> None:
+    # Port 1 on the loopback: nothing listens, the connection is refused at once.
+    store = Store("postgresql://efd@127.0.0.1:1/efd")
+    try:
+        with pytest.raises(StoreUnavailable) as raised:
+            HealthStore(store).ping()
+        assert raised.value.__cause__ is not None  # the driver's error, kept for the logs
+    finally:
+        store.dispose()
+
+
+def test_an_unopenable_database_file_is_store_unavailable(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "efd.db").mkdir()  # a directory where the file should be
+    store = Store(f"sqlite:///{tmp_path / 'efd.db'}")
+    try:
+        with pytest.raises(StoreUnavailable):
+            HealthStore(store).ping()
+    finally:
+        store.dispose()
+
+
+def test_a_violated_constraint_is_a_store_error_not_unavailability(store) -> None:  # type: ignore[no-untyped-def]
+    regulations = RegulationsStore(store, Suppressions(store))
+    regulations.create_regulation("r1", "DELETE_ONLY", None, ["u1"], time.time())
+    with pytest.raises(StoreError) as raised:
+        regulations.create_regulation("r1", "DELETE_ONLY", None, ["u1"], time.time())
+    assert not isinstance(raised.value, StoreUnavailable)
+
+
+async def test_the_runner_raises_store_errors_and_notes_failed_writes(store) -> None:  # type: ignore[no-untyped-def]
+    db = AsyncStore(store)
+
+    def bad_statement() -> None:
+        # Straight on the engine, past the parts' transactions: the runner's edge still
+        # turns the driver's error into efd's.
+        with store.database.writer.begin() as conn:
+            conn.execute(text("SELECT * FROM no_such_table"))
+
+    try:
+        assert db.write_failed is None
+        with pytest.raises(StoreError):
+            await db.write(bad_statement)
+        assert db.write_failed is not None
+        with pytest.raises(StoreError):
+            await db.read(bad_statement)
+    finally:
+        db.close()
