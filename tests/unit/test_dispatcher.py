@@ -421,7 +421,7 @@ async def test_a_lane_is_sent_in_order_each_head_handing_on_at_once(running, mon
     monkeypatch.setattr(dispatcher, "_IDLE_POLL", 3600.0)
     store, rounds = MemoryDeliveries(), FakeRounds()
     lanes = {user: store.add("o", 5, lane=user) for user in ("u1", "u2", "u3")}
-    running(store, rounds)
+    await running(store, rounds)
     await store.wait(lambda: store.status("o") == {"delivered": 15})
     sent = [rounds.webhook_ids.index(_webhook_id(pk)) for pk in range(1, 16)]
     for ids in lanes.values():
@@ -434,7 +434,7 @@ async def test_a_refused_head_holds_only_its_own_lane(running):
     bad = store.add("o", 4, lane="bad")
     good = {user: store.add("o", 4, lane=user) for user in ("g1", "g2")}
     rounds.refused = {_webhook_id(bad[0])}
-    running(store, rounds, retry_window_seconds=3600)
+    await running(store, rounds, retry_window_seconds=3600)
     await store.wait(
         lambda: all(store.rows[pk].status is DeliveryStatus.DELIVERED for ids in good.values()
                     for pk in ids)
