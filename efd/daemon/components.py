@@ -164,6 +164,7 @@ class Storage:
         self._shared = shared
         self._db: AsyncStore | None = None
         self._parts: _StoreParts | None = None
+        self._dissolving: asyncio.Future[None] | None = None
 
     @property
     def db(self) -> AsyncStore:
@@ -193,20 +194,25 @@ class Storage:
         self._shared.settings.subscribe(self._capture)
         if store.single_process:
             await self._resume()
-        await self._apply_lanes(self._shared.settings.value)
-        # Early: ingestion puts ordered destinations' deliveries in lanes before it routes.
-        self._shared.settings.subscribe(self._apply_lanes, early=True)
+        self._lanes(self._shared.settings.value)
+        assert self._dissolving is not None
+        await self._dissolving
+        self._shared.settings.subscribe(self._lanes)
 
-    async def _apply_lanes(self, settings: Settings) -> None:
-        """Ingestion puts the deliveries of ordered destinations in lanes from now on; the
-        lanes of a destination whose ordering was turned off are dropped, their waiting
-        deliveries due now (every process of a cluster should run the same configuration)."""
+    def _lanes(self, settings: Settings) -> None:
+        """Ingestion puts the deliveries of ordered destinations in lanes from now on, and
+        recorded outcomes hand lanes on; the lanes of a destination whose ordering was
+        turned off are dropped, their waiting deliveries due now (every process of a
+        cluster should run the same configuration)."""
         ordered = [d.name for d in settings.destinations if d.ordering is Ordering.PER_USER]
         store = self.db.store
         store.ingestion.lanes = Lanes(ordered) if ordered else None
         store.queue.ordered = bool(ordered)
+        self._dissolving = asyncio.ensure_future(self._dissolve(ordered))
+
+    async def _dissolve(self, ordered: list[str]) -> None:
         try:
-            released = await self.db.write(store.lanes.dissolve, ordered, time.time())
+            released = await self.db.write(self.db.store.lanes.dissolve, ordered, time.time())
         except StoreError as error:
             log.warning("could not drop the lanes of unordered destinations: %s", error)
             return

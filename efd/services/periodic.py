@@ -187,10 +187,9 @@ class Periodic:
                 store.jobs.claim_job, "lanes", interval=LANES_EVERY, owner=self._owner, now=now
             ):
                 return {}, 0
-            ordered = [
-                d.name for d in self._settings.value.destinations if d.ordering == "per_user"
-            ]
-            window = self._settings.value.delivery.retry_window_seconds
+            settings = self._settings.value
+            ordered = [d.name for d in settings.destinations if d.ordering == "per_user"]
+            window = settings.delivery.retry_window_seconds
             expired, promoted = await self._db.write(store.lanes.tend, ordered, window, now)
         except StoreError as error:
             log.warning("lanes: cannot tend them now: %s", str(error).splitlines()[0][:200])

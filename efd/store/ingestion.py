@@ -157,11 +157,16 @@ class Ingestion:
             ]
         if delivery_rows:
             self._backend.insert_deliveries(conn, delivery_rows)
-            if self.lanes is not None and any(row[7] is not None for row in delivery_rows):
-                lanes.admit(conn, self._backend, now, messages=(min(ids), max(ids)))
         pending = bool(delivery_rows)
+        laned = any(row[7] is not None for row in delivery_rows)
         if any(r.shaped for r in rows):
-            pending = shaped.insert_rows(conn, shaped.rows(ids, rows, now)) or pending
+            shaped_rows = shaped.rows(ids, rows, now)
+            if self.lanes is not None:
+                by_pk = dict(zip(ids, rows, strict=True))
+                laned = shaped.join_lanes(shaped_rows, by_pk, self.lanes.lane) or laned
+            pending = shaped.insert_rows(conn, shaped_rows) or pending
+        if laned:
+            lanes.admit(conn, self._backend, now, messages=(min(ids), max(ids)))
         if pending:
             self._backend.notify(conn)
         return list(ids)

@@ -6,7 +6,7 @@ without filters never comes here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, insert
@@ -39,12 +39,31 @@ def rows(ids: Sequence[int], messages: Sequence[NewMessage], now: float) -> list
     return out
 
 
+def join_lanes(
+    shaped: list[dict[str, Any]],
+    messages: dict[int, NewMessage],
+    lane_of: Callable[[NewMessage, str], str | None],
+) -> bool:
+    """Put each pending one of an ordered destination in its lane, queued (efd/store/
+    lanes.py admits the heads); whether any joined a lane."""
+    joined = False
+    for row in shaped:
+        if row["status"] != DeliveryStatus.PENDING.value:
+            continue
+        lane = lane_of(messages[row["message_pk"]], row["destination"])
+        if lane is not None:
+            row.update(status=DeliveryStatus.QUEUED.value, next_attempt_at=None, lane=lane)
+            joined = True
+    return joined
+
+
 def insert_rows(conn: Connection, shaped: list[dict[str, Any]]) -> bool:
-    """Insert them; whether any is pending (to be sent)."""
-    pending = [r for r in shaped if r["status"] == DeliveryStatus.PENDING.value]
-    filtered = [r for r in shaped if r["status"] != DeliveryStatus.PENDING.value]
+    """Insert them; whether any is to be sent (pending, or waiting in a lane)."""
     # Each group with the same keys: an executemany takes one statement's columns.
-    for group in (pending, filtered):
-        if group:
-            conn.execute(_INSERT, group)
-    return bool(pending)
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for row in shaped:
+        groups.setdefault(tuple(sorted(row)), []).append(row)
+    for group in groups.values():
+        conn.execute(_INSERT, group)
+    sent = (DeliveryStatus.PENDING.value, DeliveryStatus.QUEUED.value)
+    return any(r["status"] in sent for r in shaped)
