@@ -253,7 +253,7 @@ def _replay(args: argparse.Namespace, settings: config.Settings, operations: Any
         return 1
     targets = replay_targets(originals, args.destination, {d.name for d in settings.destinations})
     created = operations.replay(pk, targets, time.time())
-    ordered = {d.name for d in settings.destinations if d.ordering == "per_user"}
+    ordered = settings.ordered()
     if args.json:
         _print_json(replay_json(created, ordered))
     else:

@@ -16,7 +16,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -42,7 +42,7 @@ from efd.observe.stream import Hub
 from efd.personas.capture import Capture
 from efd.processes.parsers import ParserPool
 from efd.rows import InsertStatus, NewMessage
-from efd.rules.lanes import Lanes, Ordering
+from efd.rules.lanes import Lanes
 from efd.rules.payload import MAX_RAW_REQUEST_BYTES
 from efd.rules.selection import iso
 from efd.services.periodic import Periodic, computations
@@ -204,13 +204,13 @@ class Storage:
         recorded outcomes hand lanes on; the lanes of a destination whose ordering was
         turned off are dropped, their waiting deliveries due now (every process of a
         cluster should run the same configuration)."""
-        ordered = [d.name for d in settings.destinations if d.ordering is Ordering.PER_USER]
+        ordered = settings.ordered()
         store = self.db.store
         store.ingestion.lanes = Lanes(ordered) if ordered else None
         store.queue.ordered = bool(ordered)
         self._dissolving = asyncio.ensure_future(self._dissolve(ordered))
 
-    async def _dissolve(self, ordered: list[str]) -> None:
+    async def _dissolve(self, ordered: Collection[str]) -> None:
         try:
             released = await self.db.write(self.db.store.lanes.dissolve, ordered, time.time())
         except StoreError as error:

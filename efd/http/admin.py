@@ -107,8 +107,8 @@ class AdminApi:
         return self._settings.delivery.retry_window_seconds
 
     @property
-    def _ordered(self) -> set[str]:
-        return {d.name for d in self._settings.destinations if d.ordering == "per_user"}
+    def _ordered(self) -> frozenset[str]:
+        return self._settings.ordered()
 
     @property
     def _configured(self) -> set[str]:

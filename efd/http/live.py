@@ -137,7 +137,7 @@ class LiveApi:
                 for label, seconds in WINDOWS
             }
             errors = await self._db.read(self._health.last_errors, list(hooks), now - 86400)
-            ordered = any(d.ordering == "per_user" for d in self._settings.destinations)
+            ordered = bool(self._settings.ordered())
             blocked = await self._db.read(self._db.store.lanes.blocked) if ordered else {}
         except StoreError as error:
             log.error("admin API: the store is unavailable: %s", str(error).splitlines()[0][:200])

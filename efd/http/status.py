@@ -129,7 +129,7 @@ class Status:
                         for name, count in unconfigured(backlog, configured).items()
                     },
                 }
-            ordered = [d.name for d in self._settings.destinations if d.ordering == "per_user"]
+            ordered = self._settings.ordered()
             if ordered:
                 async with asyncio.timeout(5):
                     blocked = await self._db.read(self._db.store.lanes.blocked)

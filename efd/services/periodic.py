@@ -188,7 +188,7 @@ class Periodic:
             ):
                 return {}, 0
             settings = self._settings.value
-            ordered = [d.name for d in settings.destinations if d.ordering == "per_user"]
+            ordered = settings.ordered()
             window = settings.delivery.retry_window_seconds
             expired, promoted = await self._db.write(store.lanes.tend, ordered, window, now)
         except StoreError as error:
