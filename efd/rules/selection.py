@@ -149,21 +149,27 @@ def _integer(value: Any, field: str, low: int, high: int) -> int:
     )
 
 
+def _known_fields(payload: Any, fields: tuple[str, ...]) -> None:
+    """A request body is a JSON object of these fields only, or the ClientError that says
+    which is wrong."""
+    if not isinstance(payload, dict):
+        raise ClientError("invalid_body", "the request body must be a JSON object", field="body")
+    for key in payload:
+        if key not in fields:
+            raise ClientError(
+                "invalid_field",
+                f"unknown field {key!r}; known: {', '.join(fields)}",
+                field=str(key),
+            )
+
+
 def redrive_query(
     payload: Any, now: float, configured: Collection[str]
 ) -> tuple[DeliveryQuery, bool]:
     """(query, dry_run) of a redrive, from POST /admin/redrive's body or `efd redrive`'s
     options. Only configured destinations are redriven: a delivery to one no longer
     configured would stay pending."""
-    if not isinstance(payload, dict):
-        raise ClientError("invalid_body", "the request body must be a JSON object", field="body")
-    for key in payload:
-        if key not in REDRIVE_FIELDS:
-            raise ClientError(
-                "invalid_field",
-                f"unknown field {key!r}; known: {', '.join(REDRIVE_FIELDS)}",
-                field=str(key),
-            )
+    _known_fields(payload, REDRIVE_FIELDS)
     destinations = tuple(sorted(configured))
     if payload.get("destination") is not None:
         name = _text(payload["destination"], "destination")
@@ -192,15 +198,7 @@ def discard_query(
     """(query, dry_run) of a discard, from POST /admin/discard's body or `efd discard`'s
     options: the pending deliveries to one destination that is not configured. A configured
     destination's deliveries are being sent, so they cannot be discarded."""
-    if not isinstance(payload, dict):
-        raise ClientError("invalid_body", "the request body must be a JSON object", field="body")
-    for key in payload:
-        if key not in DISCARD_FIELDS:
-            raise ClientError(
-                "invalid_field",
-                f"unknown field {key!r}; known: {', '.join(DISCARD_FIELDS)}",
-                field=str(key),
-            )
+    _known_fields(payload, DISCARD_FIELDS)
     if payload.get("destination") is None:
         raise ClientError(
             "missing_field",
@@ -235,15 +233,7 @@ def unconfigured(backlog: Mapping[str, int], configured: Collection[str]) -> dic
 
 def replay_request(payload: Any) -> tuple[str, str, str | None]:
     """(source, messageId, destination or None) from POST /admin/replay's body."""
-    if not isinstance(payload, dict):
-        raise ClientError("invalid_body", "the request body must be a JSON object", field="body")
-    for key in payload:
-        if key not in REPLAY_FIELDS:
-            raise ClientError(
-                "invalid_field",
-                f"unknown field {key!r}; known: {', '.join(REPLAY_FIELDS)}",
-                field=str(key),
-            )
+    _known_fields(payload, REPLAY_FIELDS)
     for key in ("source", "messageId"):
         if key not in payload:
             raise ClientError("missing_field", f"{key} is required", field=key)
