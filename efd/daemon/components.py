@@ -16,7 +16,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -164,7 +164,6 @@ class Storage:
         self._shared = shared
         self._db: AsyncStore | None = None
         self._parts: _StoreParts | None = None
-        self._dissolving: asyncio.Future[None] | None = None
 
     @property
     def db(self) -> AsyncStore:
@@ -194,12 +193,10 @@ class Storage:
         self._shared.settings.subscribe(self._capture)
         if store.single_process:
             await self._resume()
-        self._lanes(self._shared.settings.value)
-        assert self._dissolving is not None
-        await self._dissolving
+        await self._lanes(self._shared.settings.value)
         self._shared.settings.subscribe(self._lanes)
 
-    def _lanes(self, settings: Settings) -> None:
+    async def _lanes(self, settings: Settings) -> None:
         """Ingestion puts the deliveries of ordered destinations in lanes from now on, and
         recorded outcomes hand lanes on; the lanes of a destination whose ordering was
         turned off are dropped, their waiting deliveries due now (every process of a
@@ -208,11 +205,8 @@ class Storage:
         store = self.db.store
         store.ingestion.lanes = Lanes(ordered) if ordered else None
         store.queue.ordered = bool(ordered)
-        self._dissolving = asyncio.ensure_future(self._dissolve(ordered))
-
-    async def _dissolve(self, ordered: Collection[str]) -> None:
         try:
-            released = await self.db.write(self.db.store.lanes.dissolve, ordered, time.time())
+            released = await self.db.write(store.lanes.dissolve, ordered, time.time())
         except StoreError as error:
             log.warning("could not drop the lanes of unordered destinations: %s", error)
             return
