@@ -48,7 +48,7 @@ from efd.rules.selection import iso
 from efd.services.periodic import Periodic, computations
 from efd.services.regulations import RegulationRunner
 from efd.settings import Current
-from efd.store import Store
+from efd.store import Steps, Store
 from efd.store import migrate as migrations
 from efd.store.computations import ComputationsStore
 from efd.store.engine import DatabaseInUse, SqliteLock, normalise_url, safe_url, sqlite_path
@@ -164,6 +164,10 @@ class Storage:
         self._shared = shared
         self._db: AsyncStore | None = None
         self._parts: _StoreParts | None = None
+        # What the store's transactions do for the current settings; the store reads it
+        # through the function it is built with (efd/store/steps.py), replaced as a whole.
+        self._steps = Steps()
+        self._suppressions: Suppressions | None = None
 
     @property
     def db(self) -> AsyncStore:
@@ -179,8 +183,7 @@ class Storage:
         store = await self._open(stack)
         db = self._db = AsyncStore(store)
         stack.push_async_callback(asyncio.to_thread, db.close)
-        suppressions = await db.read(Suppressions, store)
-        store.ingestion.suppressions = suppressions
+        suppressions = self._suppressions = await db.read(Suppressions, store)
         profiles = ProfilesStore(store)
         self._parts = _StoreParts(
             profiles=profiles,
@@ -189,22 +192,32 @@ class Storage:
             computations=ComputationsStore(store, suppressions),
             operations=OperationsStore(store),
         )
-        self._capture(self._shared.settings.value)
-        self._shared.settings.subscribe(self._capture)
+        self._steps = self._steps_for(self._shared.settings.value)
         if store.single_process:
             await self._resume()
-        await self._lanes(self._shared.settings.value)
-        self._shared.settings.subscribe(self._lanes)
+        await self._dissolve_lanes(self._shared.settings.value)
+        self._shared.settings.subscribe(self._configure)
 
-    async def _lanes(self, settings: Settings) -> None:
-        """Ingestion puts the deliveries of ordered destinations in lanes from now on, and
-        recorded outcomes hand lanes on; the lanes of a destination whose ordering was
+    def _steps_for(self, settings: Settings) -> Steps:
+        ordered = settings.ordered()
+        return Steps(
+            suppressions=self._suppressions,
+            # Profiles are kept only when something computes on them.
+            capture=self.parts.capture if computations(settings) else None,
+            lanes=Lanes(ordered) if ordered else None,
+        )
+
+    async def _configure(self, settings: Settings) -> None:
+        self._steps = self._steps_for(settings)
+        await self._dissolve_lanes(settings)
+
+    async def _dissolve_lanes(self, settings: Settings) -> None:
+        """Ingestion puts the deliveries of ordered destinations in lanes, and recorded
+        outcomes hand lanes on (the steps); the lanes of a destination whose ordering was
         turned off are dropped, their waiting deliveries due now (every process of a
         cluster should run the same configuration)."""
         ordered = settings.ordered()
         store = self.db.store
-        store.ingestion.lanes = Lanes(ordered) if ordered else None
-        store.queue.ordered = bool(ordered)
         try:
             released = await self.db.write(store.lanes.dissolve, ordered, time.time())
         except StoreError as error:
@@ -212,10 +225,6 @@ class Storage:
             return
         if released:
             log.info("%d deliveries left lanes whose destination is no longer ordered", released)
-
-    def _capture(self, settings: Settings) -> None:
-        # Profiles are kept only when something computes on them.
-        self.db.store.ingestion.capture = self.parts.capture if computations(settings) else None
 
     async def _open(self, stack: AsyncExitStack) -> Store:
         storage = self._shared.settings.value.storage
@@ -233,6 +242,7 @@ class Storage:
             storage.url,
             synchronous=storage.sqlite_synchronous,
             pool_size=storage.pool_size,
+            steps=lambda: self._steps,
         )
         if await asyncio.to_thread(HealthStore(store).autovacuum_off):
             log.warning(

@@ -15,18 +15,28 @@ from efd.store.jobs import Jobs, JobsStore
 from efd.store.lanes import LanesStore
 from efd.store.listener import Listener, Listens
 from efd.store.queue import DeliveryQueue, Queue
+from efd.store.steps import Steps, StepsSource, no_steps
 
 
 class Store:
     """The store's front door: owns the Database and the core parts built on it. Holds no
     SQL; each part owns its tables' statements."""
 
-    def __init__(self, url: str, *, synchronous: str = "FULL", pool_size: int = 5) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        synchronous: str = "FULL",
+        pool_size: int = 5,
+        steps: StepsSource = no_steps,
+    ) -> None:
+        """`steps`: called at each ingestion and each recorded outcome for the steps the
+        configuration asks of them (efd/store/steps.py); by default none."""
         self.url = url
         self.database = Database(url, synchronous=synchronous, pool_size=pool_size)
         self.backend = self.database.backend
-        self.ingestion = Ingestion(self.database)
-        self.queue: Queue = DeliveryQueue(self.database)
+        self.ingestion = Ingestion(self.database, steps)
+        self.queue: Queue = DeliveryQueue(self.database, steps)
         self.jobs: Jobs = JobsStore(self.database)
         self.listener: Listens = Listener(self.database)
         self.lanes = LanesStore(self.database)
@@ -41,4 +51,4 @@ class Store:
         self.database.dispose()
 
 
-__all__ = ["Database", "Store"]
+__all__ = ["Database", "Steps", "Store"]

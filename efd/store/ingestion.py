@@ -4,7 +4,7 @@ one transaction. Synchronous; the daemon runs it on the writer thread (efd/store
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from operator import attrgetter
 from typing import Any, Protocol
 
@@ -15,27 +15,12 @@ from efd.store import lanes, shaped
 from efd.store.backends.base import MESSAGE_FIELDS
 from efd.store.database import Database
 from efd.store.dedupe import message_key
+from efd.store.steps import Lanes, StepsSource, no_steps
 
 PENDING = DeliveryStatus.PENDING
 QUEUED = DeliveryStatus.QUEUED
 
 _message_fields = attrgetter(*MESSAGE_FIELDS)
-
-
-class Suppressed(Protocol):
-    def suppressed(self, conn: Connection, ids: set[str]) -> set[str]:
-        """Which of these userIds/anonymousIds are suppressed."""
-        ...
-
-
-# Profile capture (efd/personas/capture.py): the stored rows folded into profiles.
-Capture = Callable[[Connection, Sequence[NewMessage]], None]
-
-
-class Lanes(Protocol):
-    def lane(self, row: NewMessage, destination: str) -> str | None:
-        """The lane a delivery of `row` to `destination` joins; None: no lane (unordered)."""
-        ...
 
 
 class StoresMessages(Protocol):
@@ -62,20 +47,14 @@ class Ingests(StoresMessages, Protocol):
 
 class Ingestion:
     """Owns the message insert and its deliveries: deduplication (efd/store/dedupe.py),
-    the suppression check and profile capture inside the same transaction, and the wake-up
-    at commit. Never claims, records or deletes deliveries (efd/store/queue.py)."""
+    the suppression check, lanes and profile capture inside the same transaction (the
+    steps the configuration asks for: efd/store/steps.py), and the wake-up at commit.
+    Never claims, records or deletes deliveries (efd/store/queue.py)."""
 
-    # Steps of the ingestion transaction, set by the daemon: the suppression check
-    # (efd/store/suppressions.py), profile capture while audiences or computed traits
-    # are configured (efd/personas/capture.py), and lanes while a destination is ordered
-    # (efd/rules/lanes.py; efd/store/lanes.py). None: not taken.
-    suppressions: Suppressed | None = None
-    capture: Capture | None = None
-    lanes: Lanes | None = None
-
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, steps: StepsSource = no_steps) -> None:
         self._db = database
         self._backend = database.backend
+        self._steps = steps
 
     def insert_messages(self, rows: Sequence[NewMessage], now: float) -> list[InsertStatus]:
         """Store messages and their deliveries in one transaction.
@@ -85,12 +64,13 @@ class Ingestion:
         SUPPRESSED for a message from a userId or anonymousId a regulation suppressed:
         acknowledged and dropped.
         """
+        steps = self._steps()
         with self._db.write() as conn:
             blocked: set[str] = set()
-            if self.suppressions is not None:
+            if steps.suppressions is not None:
                 who = {i for r in rows for i in (r.user_id, r.anonymous_id) if i is not None}
                 if who:
-                    blocked = self.suppressions.suppressed(conn, who)
+                    blocked = steps.suppressions.suppressed(conn, who)
             keys = [message_key(r.source, r.message_id) for r in rows]
             seen = self._backend.recent_message_ids(conn, keys, now)
             fresh: list[NewMessage] = []
@@ -110,9 +90,9 @@ class Ingestion:
                 status.append(InsertStatus.STORED)
             if not fresh:
                 return status
-            self.insert_with_deliveries(conn, fresh, now, keys=fresh_keys)
-            if self.capture is not None:
-                self.capture(conn, fresh)
+            self._insert(conn, fresh, now, fresh_keys, steps.lanes)
+            if steps.capture is not None:
+                steps.capture(conn, fresh)
             return status
 
     def index_recent_messages(self, now: float) -> None:
@@ -135,10 +115,20 @@ class Ingestion:
         caller has them already."""
         if keys is None:
             keys = [message_key(r.source, r.message_id) for r in rows]
+        return self._insert(conn, rows, now, keys, self._steps().lanes)
+
+    def _insert(
+        self,
+        conn: Connection,
+        rows: Sequence[NewMessage],
+        now: float,
+        keys: Sequence[int],
+        lanes_of: Lanes | None,
+    ) -> list[int]:
         message_rows = [(*_message_fields(r), k) for r, k in zip(rows, keys, strict=True)]
         ids = self._backend.insert_messages(conn, message_rows, keys, now)
         delivery_rows: list[tuple[Any, ...]]
-        if self.lanes is None:
+        if lanes_of is None:
             delivery_rows = [
                 (pk, name, PENDING, 0, now, now, 0, None)
                 for pk, r in zip(ids, rows, strict=True)
@@ -147,7 +137,7 @@ class Ingestion:
         else:
             # A delivery that joins a lane waits, queued, until admit() below makes it the
             # head of a lane that has none.
-            lane_of = self.lanes.lane
+            lane_of = lanes_of.lane
             delivery_rows = [
                 (pk, name, PENDING, 0, now, now, 0, None)
                 if (lane := lane_of(r, name)) is None
@@ -161,9 +151,9 @@ class Ingestion:
         laned = any(row[7] is not None for row in delivery_rows)
         if any(r.shaped for r in rows):
             shaped_rows = shaped.rows(ids, rows, now)
-            if self.lanes is not None:
+            if lanes_of is not None:
                 by_pk = dict(zip(ids, rows, strict=True))
-                laned = shaped.join_lanes(shaped_rows, by_pk, self.lanes.lane) or laned
+                laned = shaped.join_lanes(shaped_rows, by_pk, lanes_of.lane) or laned
             pending = shaped.insert_rows(conn, shaped_rows) or pending
         if laned:
             lanes.admit(conn, self._backend, now, messages=(min(ids), max(ids)))

@@ -17,6 +17,7 @@ from efd.store import lanes
 from efd.store.backends.base import chunked
 from efd.store.database import Database
 from efd.store.schema import deliveries, messages
+from efd.store.steps import StepsSource, no_steps
 
 PENDING = DeliveryStatus.PENDING
 # Not finished: waiting for a round (pending) or behind its lane's head (queued).
@@ -79,8 +80,6 @@ class Queue(Protocol):
     """The delivery queue as its consumers see it (the dispatcher through
     efd/store/runner.py's AsyncDeliveries, the daemon at start and for its gauges)."""
 
-    ordered: bool  # a destination is ordered: recorded outcomes hand lanes on
-
     def claim(
         self,
         destination: str,
@@ -117,12 +116,10 @@ class DeliveryQueue:
     nor deletes anything (retention: efd/store/jobs.py). A head of a lane that gets an
     outcome hands its lane on in the same transaction (efd/store/lanes.py)."""
 
-    # Set by the daemon while a destination is ordered: recorded outcomes hand lanes on.
-    ordered: bool = False
-
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, steps: StepsSource = no_steps) -> None:
         self._db = database
         self._backend = database.backend
+        self._steps = steps  # efd/store/steps.py: whether a destination is ordered
 
     def claim(
         self,
@@ -248,7 +245,7 @@ class DeliveryQueue:
         """The heads among these outcomes that finished hand their lanes on, in the same
         transaction. A stale outcome finished nothing: its delivery is still pending, so
         its lane stays."""
-        if not self.ordered:
+        if not self._steps().ordered:
             return
         finished = [o for o in outcomes if o.status is not PENDING]
         if finished:

@@ -19,7 +19,7 @@ from sqlalchemy import select
 from efd.delivery.dispatcher import Deliveries
 from efd.rows import AttemptRow, Claimed, DeliveryStatus, NewMessage, Outcome
 from efd.rules.lanes import Lanes
-from efd.store import Store, migrate
+from efd.store import Steps, Store, migrate
 from efd.store.runner import AsyncDeliveries, AsyncStore
 from efd.store.schema import deliveries
 from tests.conftest import PG_ADMIN_URL, _pg_url
@@ -54,9 +54,8 @@ def _twin() -> Queue:
 
 
 def _real(url: str) -> tuple[Queue, AsyncStore]:
-    store = Store(url)
-    store.ingestion.lanes = Lanes(["o"])  # as the daemon sets it for an ordered "o"
-    store.queue.ordered = True
+    ordered = Steps(lanes=Lanes(["o"]))  # as the daemon sets it up for an ordered "o"
+    store = Store(url, steps=lambda: ordered)
     db = AsyncStore(store)
     numbers = itertools.count()
 

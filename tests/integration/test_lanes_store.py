@@ -14,7 +14,7 @@ import pytest
 
 from efd.rows import AttemptRow, Claimed, DeliveryQuery, DeliveryStatus, NewMessage, Outcome
 from efd.rules.lanes import Lanes
-from efd.store import Store, migrate
+from efd.store import Steps, Store, migrate
 from efd.store.operations import OperationsStore
 from tests.conftest import sql
 
@@ -22,18 +22,27 @@ ORDERED, PLAIN = "crm", "log"
 
 
 @pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
+def store(db_url: str, ordering: Ordering) -> Iterator[Store]:
     migrate.upgrade(db_url)
-    s = Store(db_url)
-    ordered(s)
+    s = Store(db_url, steps=ordering)
     yield s
     s.dispose()
 
 
-def ordered(s: Store, on: bool = True) -> None:
-    """As the daemon sets a store up while ORDERED has ordering = "per_user" (or not)."""
-    s.ingestion.lanes = Lanes([ORDERED]) if on else None
-    s.queue.ordered = on
+class Ordering:
+    """The steps the daemon gives its store while ORDERED has ordering = "per_user" (`on`)
+    or not; a test switches it as a reload would."""
+
+    def __init__(self) -> None:
+        self.on = True
+
+    def __call__(self) -> Steps:
+        return Steps(lanes=Lanes([ORDERED])) if self.on else Steps()
+
+
+@pytest.fixture
+def ordering() -> Ordering:
+    return Ordering()
 
 
 def message(
@@ -272,15 +281,17 @@ def test_waiting_messages_expire_from_receipt_and_expired_heads_hand_on(
     assert [c.message_id for c in claim(store, now=now)] == ["m4"]
 
 
-def test_tending_expires_waiting_messages_and_repairs_lanes(store: Store, db_url: str) -> None:
+def test_tending_expires_waiting_messages_and_repairs_lanes(
+    store: Store, ordering: Ordering
+) -> None:
     now = time.time()
     store.ingestion.insert_messages([message(f"m{i}", "u") for i in range(1, 4)], now - 150)
     store.ingestion.insert_messages([message("m4", "u")], now)
     [head] = claim(store, now=now)
     # An outcome recorded by a process that did not know the destination was ordered.
-    ordered(store, False)
+    ordering.on = False
     deliver(store, [head])
-    ordered(store)
+    ordering.on = True
     assert claim(store, now=now) == []
     expired, promoted = store.lanes.tend([ORDERED], 100.0, now)
     assert (expired, promoted) == ({ORDERED: 2}, 1)
@@ -324,8 +335,7 @@ def test_an_outcome_waits_for_a_message_joining_its_lane_to_commit(
         pytest.skip("one writer on SQLite: nothing runs at once")
     store.ingestion.insert_messages([message("m1", "u")], time.time())
     [head] = claim(store)
-    other = Store(db_url)
-    ordered(other)
+    other = Store(db_url, steps=Ordering())
     recorder: threading.Thread | None = None
     try:
         with other.database.write() as conn:
@@ -352,9 +362,7 @@ def test_writers_at_once_take_turns_per_lane(store: Store, db_url: str) -> None:
     has exactly one head while it has messages, and each is sent in the order stored."""
     if store.single_process:
         pytest.skip("one writer on SQLite: nothing runs at once")
-    writers = [Store(db_url) for _ in range(3)]
-    for w in writers:
-        ordered(w)
+    writers = [Store(db_url, steps=Ordering()) for _ in range(3)]
     users = [f"u{i}" for i in range(4)]
     per_writer = 40
     errors: list[BaseException] = []

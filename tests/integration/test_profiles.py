@@ -15,7 +15,7 @@ from efd.personas.capture import Capture
 from efd.rows import NewMessage
 from efd.rules.messages import normalise
 from efd.rules.payload import message_row
-from efd.store import Store, migrate
+from efd.store import Steps, Store, migrate
 from efd.store.profiles import ProfilesStore
 from efd.store.regulations import RegulationsStore
 from efd.store.suppressions import Suppressions
@@ -24,10 +24,26 @@ from tests.conftest import sql
 WEB = SourceConfig(name="web", write_key="k", destinations=["d"])
 
 
+class Configured:
+    """The steps the daemon gives its store while audiences or traits are configured,
+    once the parts they use exist; none before."""
+
+    def __init__(self) -> None:
+        self.steps = Steps()
+
+    def __call__(self) -> Steps:
+        return self.steps
+
+
 @pytest.fixture
-def store(db_url):  # type: ignore[no-untyped-def]
+def configured() -> Configured:
+    return Configured()
+
+
+@pytest.fixture
+def store(db_url, configured):  # type: ignore[no-untyped-def]
     migrate.upgrade(db_url)
-    s = Store(db_url)
+    s = Store(db_url, steps=configured)
     yield s
     s.dispose()
 
@@ -39,12 +55,11 @@ class Stores:
 
 
 @pytest.fixture
-def stores(store):  # type: ignore[no-untyped-def]
+def stores(store, configured):  # type: ignore[no-untyped-def]
     """The store as the daemon sets it up while audiences or traits are configured."""
     suppressions = Suppressions(store)
-    store.ingestion.suppressions = suppressions
     profiles = ProfilesStore(store)
-    store.ingestion.capture = Capture(profiles)
+    configured.steps = Steps(suppressions=suppressions, capture=Capture(profiles))
     return Stores(profiles, RegulationsStore(store, suppressions))
 
 
@@ -202,11 +217,11 @@ def test_nothing_is_captured_when_no_audience_or_trait_is_configured(store, db_u
         assert sql(db_url, f"SELECT count(*) FROM {table}") == [(0,)]
 
 
-def test_capture_shares_the_ingestion_transaction(store, stores, db_url):
+def test_capture_shares_the_ingestion_transaction(store, stores, configured, db_url):
     def broken(conn, rows):  # type: ignore[no-untyped-def]
         raise RuntimeError("capture failed")
 
-    store.ingestion.capture = broken
+    configured.steps = Steps(capture=broken)
     with pytest.raises(RuntimeError):
         ingest(store, {"type": "track", "userId": "u1", "event": "E"})
     assert sql(db_url, "SELECT count(*) FROM messages") == [(0,)]
