@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import threading
 import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
@@ -37,6 +36,7 @@ from efd.http.live import LiveApi
 from efd.http.regulations import MAX_BODY_BYTES, RegulationsApi
 from efd.http.server import Limits, Listener, name_the_server, quiet_parse_errors
 from efd.http.status import Status
+from efd.loop import Worker
 from efd.observe.metrics import Metrics
 from efd.observe.stream import Hub
 from efd.personas.capture import Capture
@@ -276,7 +276,7 @@ class _StoreParts:
 
 class Delivery:
     """The dispatcher, with what sends its rounds (the sender processes, or a sender in
-    this process) and, on PostgreSQL, the LISTEN thread that wakes it on other processes'
+    this process) and, on PostgreSQL, the LISTEN worker that wakes it on other processes'
     work."""
 
     def __init__(self, shared: Shared, children: ChildProcesses, storage: Storage) -> None:
@@ -522,20 +522,12 @@ async def _stop_children(
 
 def _listen_for_work(stack: AsyncExitStack, store: Store, notify: Callable[[], None]) -> None:
     """PostgreSQL: LISTEN for other processes' new work, so their messages wake our
-    dispatcher too."""
-    loop = asyncio.get_running_loop()
-    stop = threading.Event()
+    dispatcher too. A lost connection is opened again after the Worker's back-off."""
 
-    def wake() -> None:
-        loop.call_soon_threadsafe(notify)
+    async def listen() -> float:
+        await store.listener.listen(notify)
+        return 0.0  # the server ended the connection: listen again at once
 
-    thread = threading.Thread(
-        target=store.listener.listen, args=(wake, stop.is_set), name="efd-listen", daemon=True
-    )
-    thread.start()
-
-    async def join() -> None:
-        stop.set()
-        await asyncio.to_thread(thread.join)
-
-    stack.push_async_callback(join)
+    worker = Worker(listen, name="efd-listen")
+    worker.start()
+    stack.push_async_callback(functools.partial(worker.stop, interrupt=True))

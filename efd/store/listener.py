@@ -13,7 +13,7 @@ from efd.store.database import Database
 class Listens(Protocol):
     available: bool
 
-    def listen(self, on_notify: Callable[[], None], stopping: Callable[[], bool]) -> None: ...
+    async def listen(self, on_notify: Callable[[], None]) -> None: ...
 
 
 class Listener:
@@ -25,7 +25,9 @@ class Listener:
         self._url = database.url
         self.available = database.backend.notifies
 
-    def listen(self, on_notify: Callable[[], None], stopping: Callable[[], bool]) -> None:
-        """Block, calling `on_notify` for each notification, until `stopping()`. Reconnects
-        by itself; while disconnected, polling covers the gap. Only where `available`."""
-        self._backend.listen(self._url, on_notify, stopping)
+    async def listen(self, on_notify: Callable[[], None]) -> None:
+        """Open a connection and call `on_notify` once listening (for anything stored while
+        nothing listened) and at each notification, until cancelled. Raises
+        StoreUnavailable when the connection fails: the caller listens again after a
+        pause, and polling covers the gap. Only where `available`."""
+        await self._backend.listen(self._url, on_notify)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import json
 import math
@@ -19,6 +21,7 @@ from alembic.migration import MigrationContext
 from psycopg import sql as psql
 from sqlalchemy import create_engine, event, inspect
 
+from efd.errors import StoreUnavailable
 from efd.rows import AttemptRow, DeliveryQuery, DeliveryStatus, NewMessage, Outcome
 from efd.store import Store, migrate
 from efd.store.backends import sqlite as sqlite_backend
@@ -321,28 +324,56 @@ def test_a_periodic_job_runs_once_per_interval_across_processes(store, db_url):
         other.dispose()
 
 
-def test_stored_work_notifies_listeners_in_other_processes(store, db_url):
+async def test_stored_work_notifies_listeners_in_other_processes(store, db_url):
     if store.backend.name == "sqlite":
         pytest.skip("LISTEN/NOTIFY is PostgreSQL's; SQLite serves one process")
-    woken = threading.Event()
-    listening = threading.Event()
-    stop = threading.Event()
+    calls = 0
+    listening = asyncio.Event()
+    woken = asyncio.Event()
 
     def on_notify() -> None:
-        if listening.is_set():
-            woken.set()
-        listening.set()  # the first call marks "now listening"
+        nonlocal calls
+        calls += 1
+        (listening if calls == 1 else woken).set()  # the first call marks "now listening"
 
     listener = Store(db_url)
-    thread = threading.Thread(target=listener.listener.listen, args=(on_notify, stop.is_set))
-    thread.start()
+    task = asyncio.create_task(listener.listener.listen(on_notify))
     try:
-        assert listening.wait(10)
-        store.ingestion.insert_messages([message("wake-up")], time.time())
-        assert woken.wait(2), "no NOTIFY reached the other connection"
+        async with asyncio.timeout(10):
+            await listening.wait()
+        await asyncio.to_thread(store.ingestion.insert_messages, [message("wake-up")], time.time())
+        async with asyncio.timeout(2):
+            await woken.wait()  # else: no NOTIFY reached the other connection
     finally:
-        stop.set()
-        thread.join(10)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        listener.dispose()
+
+
+async def test_a_lost_listen_connection_raises_store_unavailable(store, db_url):
+    """The daemon's Worker listens again after its back-off when this raises."""
+    if store.backend.name == "sqlite":
+        pytest.skip("LISTEN/NOTIFY is PostgreSQL's; SQLite serves one process")
+    listening = asyncio.Event()
+    listener = Store(db_url)
+    task = asyncio.create_task(listener.listener.listen(listening.set))
+    try:
+        async with asyncio.timeout(10):
+            await listening.wait()
+        database = db_url.rsplit("/", 1)[1]
+        sql(
+            db_url,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            f" WHERE datname = '{database}' AND query LIKE 'LISTEN%'",
+        )
+        with pytest.raises(StoreUnavailable, match="LISTEN connection failed"):
+            async with asyncio.timeout(10):
+                await task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, StoreUnavailable):
+            await task
         listener.dispose()
 
 

@@ -112,8 +112,9 @@ class Backend(Protocol):
         """Wake every process's dispatcher at commit, where the dialect can."""
         ...
 
-    def listen(self, url: str, on_notify: Callable[[], None], stopping: Callable[[], bool]) -> None:
-        """Block, calling `on_notify` for each notification, until `stopping()`."""
+    async def listen(self, url: str, on_notify: Callable[[], None]) -> None:
+        """One connection that listens: call `on_notify` once listening and for each
+        notification, until cancelled; raise StoreUnavailable when the connection fails."""
         ...
 
     def autovacuum_off(self, conn: Connection) -> bool:

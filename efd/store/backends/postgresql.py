@@ -9,7 +9,6 @@ short queries) and the server never gets to prepare.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from operator import attrgetter
@@ -20,6 +19,7 @@ from sqlalchemy import Column, Connection, Engine, Table, Text, bindparam, func,
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
+from efd.errors import StoreUnavailable
 from efd.rows import AttemptRow, Outcome
 from efd.store.backends.base import (
     ATTEMPT_COLUMNS,
@@ -238,26 +238,20 @@ class PostgresBackend:
         """Delivered at commit, to every process's LISTEN: none waits for a poll."""
         conn.execute(_NOTIFY, {"channel": NOTIFY_CHANNEL})
 
-    def listen(self, url: str, on_notify: Callable[[], None], stopping: Callable[[], bool]) -> None:
-        """Reconnects by itself; while disconnected, polling covers the gap."""
+    async def listen(self, url: str, on_notify: Callable[[], None]) -> None:
         conninfo = (
             normalise_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
         )
-        delay = 0.5
-        while not stopping():
-            try:
-                with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as conn:
-                    conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-                    delay = 0.5
-                    on_notify()  # anything stored while nothing was listening
-                    while not stopping():
-                        for _ in conn.notifies(timeout=0.5, stop_after=1000):
-                            on_notify()
-            except psycopg.Error:
-                if stopping():
-                    return
-                time.sleep(delay)
-                delay = min(delay * 2, 10.0)
+        try:
+            async with await psycopg.AsyncConnection.connect(
+                conninfo, autocommit=True, connect_timeout=5
+            ) as conn:
+                await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                on_notify()  # anything stored while nothing was listening
+                async for _ in conn.notifies():
+                    on_notify()
+        except psycopg.Error as error:
+            raise StoreUnavailable(f"the LISTEN connection failed: {error}") from error
 
     def autovacuum_off(self, conn: Connection) -> bool:
         return conn.execute(text("SHOW autovacuum")).scalar() == "off"

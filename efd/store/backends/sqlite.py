@@ -392,7 +392,7 @@ class SqliteBackend:
     def notify(self, conn: Connection) -> None:
         """Nothing to wake: one process serves the file, and its callers wake it."""
 
-    def listen(self, url: str, on_notify: Callable[[], None], stopping: Callable[[], bool]) -> None:
+    async def listen(self, url: str, on_notify: Callable[[], None]) -> None:
         raise NotImplementedError("one process serves a SQLite file: nothing to listen for")
 
     def autovacuum_off(self, conn: Connection) -> bool:
