@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
+
+from efd.loop import Worker
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -75,12 +78,15 @@ class GroupCommit(Generic[T, R]):
         self._depth = depth
         self._pending: deque[_Entry[T, R]] = deque()
         self._take_lock = threading.Lock()
-        self._ready = asyncio.Event()
         self._closing = False
-        self._task: asyncio.Task[None] | None = None
+        self._flushing = 0  # flushes started and not yet ended (at most `depth`)
+        self._drained = asyncio.Event()  # closing, and everything submitted was flushed
+        # Each step starts the flushes there is room for, as side tasks; a submission or a
+        # flush that ends notifies it.
+        self._worker = Worker(self._step, name=name)
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name=self._name)
+        self._worker.start()
 
     async def submit(self, items: list[T]) -> list[R]:
         """Flush `items` with whatever else is waiting; return their results in order."""
@@ -88,7 +94,7 @@ class GroupCommit(Generic[T, R]):
             raise RuntimeError(f"{self._name} is shutting down")
         future: asyncio.Future[list[R]] = asyncio.get_running_loop().create_future()
         self._pending.append((items, future))
-        self._ready.set()
+        self._worker.notify()
         return await future
 
     def add(self, items: list[T]) -> None:
@@ -97,31 +103,30 @@ class GroupCommit(Generic[T, R]):
         if self._closing:
             raise RuntimeError(f"{self._name} is shutting down")
         self._pending.append((items, None))
-        self._ready.set()
+        self._worker.notify()
 
     async def close(self) -> None:
         """Flush everything submitted so far, then stop."""
         self._closing = True
-        self._ready.set()
-        if self._task is not None:
-            await self._task
+        if self._worker.running:
+            self._worker.notify()
+            await self._drained.wait()
+        await self._worker.stop()
 
-    async def _run(self) -> None:
-        running: set[asyncio.Task[None]] = set()
+    async def _step(self) -> float:
+        while self._pending and self._flushing < self._depth:
+            self._flushing += 1
+            self._worker.spawn(self._flush_next(), name=f"{self._name} flush")
+        if self._closing and not self._pending and not self._flushing:
+            self._drained.set()
+        return math.inf
 
-        def done(task: asyncio.Task[None]) -> None:
-            running.discard(task)
-            self._ready.set()
-
-        while True:
-            await self._ready.wait()
-            self._ready.clear()
-            while self._pending and len(running) < self._depth:
-                task = asyncio.create_task(self._flush_group(None))
-                running.add(task)
-                task.add_done_callback(done)
-            if self._closing and not self._pending and not running:
-                return
+    async def _flush_next(self) -> None:
+        try:
+            await self._flush_group(None)
+        finally:
+            self._flushing -= 1
+            self._worker.notify()
 
     async def _flush_group(self, fixed: list[_Entry[T, R]] | None) -> None:
         take = _Take(self._pending, self._take_lock, self._max_items, fixed)
