@@ -3,7 +3,7 @@
 users whose every delivery fails, each figure a ratio to one measured in the same run.
 
     .venv/bin/python bench/ordering.py [--users 10000] [--per-user 4] [--pairs 2]
-                                       [--rate 150] [--paced-seconds 15]
+                                       [--rate 150] [--paced-seconds 15] [--fast-retries]
 
 Each measurement starts `python -m efd serve` on a fresh SQLite database (sender processes as
 configured by default) and a receiver in its own process (raw asyncio HTTP/1.1), both on
@@ -140,7 +140,9 @@ def receiver_main(port: int, conn: Any) -> None:
 # -- efd ---------------------------------------------------------------------------------------
 
 
-def start_efd(root: Path, hook: str, ordering: str) -> tuple[subprocess.Popen[bytes], int]:
+def start_efd(
+    root: Path, hook: str, ordering: str, fast_retries: bool
+) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     config = root / "efd.toml"
     config.write_text(
@@ -153,10 +155,10 @@ def start_efd(root: Path, hook: str, ordering: str) -> tuple[subprocess.Popen[by
                 f'url = "sqlite:///{root / "efd.db"}"',
                 "[delivery]",
                 'allowed_networks = ["127.0.0.0/8"]',
-                # The failing users retry for the whole run; their circuit stays closed, as
-                # the healthy users' answers keep coming.
-                "retry_initial_seconds = 0.5",
-                "retry_max_seconds = 2",
+                # The failing users' circuit stays closed, as the healthy users' answers keep
+                # coming; --fast-retries makes their heads retry every 0.5-2 s instead of on
+                # efd's default backoff, the harsher case.
+                *(["retry_initial_seconds = 0.5", "retry_max_seconds = 2"] if fast_retries else []),
                 "circuit_failures = 100000",
                 "[logging]",
                 'level = "WARNING"',
@@ -286,7 +288,7 @@ def measure(variant: str, args: argparse.Namespace, receiver: Any, hook: str) ->
     receiver.send(("failing", failing))
     receiver.recv()
     with tempfile.TemporaryDirectory(prefix="efd-ordering-") as tmp:
-        process, port = start_efd(Path(tmp), hook, ordering)
+        process, port = start_efd(Path(tmp), hook, ordering, args.fast_retries)
         try:
             # drain: user after user in each batch, every user's messages in sequence
             messages = [(u, f"d-{u}-{i}") for i in range(args.per_user) for u in range(args.users)]
@@ -344,6 +346,11 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=2)
     parser.add_argument("--rate", type=float, default=150.0)
     parser.add_argument("--paced-seconds", type=float, default=15.0)
+    parser.add_argument(
+        "--fast-retries",
+        action="store_true",
+        help="failing heads retried every 0.5-2 s (default: efd's own backoff)",
+    )
     args = parser.parse_args()
     # SIGTERM ends the run through the same cleanup as Ctrl-C: no daemon left behind.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
