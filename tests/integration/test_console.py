@@ -1,19 +1,22 @@
 """The web console (/console) in a real Chromium (Playwright, the system browser): the live
-feed, a message's attempts, the destinations' health, a redrive, and search. Every wait is
-on the page's DOM. The test screenshots each view: into $EFD_SCREENSHOTS when set (the README's
-images: `EFD_SCREENSHOTS=docs/img`), else into the test's temporary directory, so a test run leaves
-the working tree as it found it."""
+feed, a message's attempts, the destinations' health, a redrive, search, and an ordered
+destination's blocked lanes. Every wait is on the page's DOM or on what a receiver got. The
+first test screenshots each view: into $EFD_SCREENSHOTS when set (the README's images:
+`EFD_SCREENSHOTS=docs/img`), else into the test's temporary directory, so a test run leaves the
+working tree as it found it."""
 
 from __future__ import annotations
 
+import json
 import os
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
-from tests.conftest import post, settings_dict
+from tests.conftest import eventually, post, settings_dict
 from tests.integration.test_browser import Browser, browser  # noqa: F401  (the fixture)
 
 TOKEN = "console-secret-0123456789"
@@ -27,6 +30,21 @@ class Switch:
 
     async def __call__(self, _request: web.Request, _n: int) -> web.StreamResponse:
         return web.json_response({"status": self.status}, status=self.status)
+
+
+class ByUser:
+    """A receiver's behaviour: 503 for the users in `failing`, 200 for the others; notes the
+    messageIds each user's requests carried, in the order they came."""
+
+    def __init__(self, *failing: str) -> None:
+        self.failing = set(failing)
+        self.seen: dict[str, list[str]] = defaultdict(list)
+
+    async def __call__(self, request: web.Request, _n: int) -> web.StreamResponse:
+        body = json.loads(await request.read())
+        self.seen[body["userId"]].append(body["messageId"])
+        status = 503 if body["userId"] in self.failing else 200
+        return web.json_response({"status": status}, status=status)
 
 
 class Console:
@@ -221,6 +239,63 @@ async def test_console_shows_a_destination_no_longer_configured_and_discards_it(
         await console.click("#refresh-destinations")
         await console.wait('.destination[data-destination="hooks"]')
         await console.do(lambda page: page.wait_for_selector(panel, state="detached"))
+        assert console.errors == []
+    finally:
+        await console.close()
+
+
+async def test_console_shows_an_ordered_destinations_blocked_lane_until_its_head_goes_through(
+    db_url,
+    tmp_path,
+    browser,  # noqa: F811
+    receiver_factory,
+    daemon_factory,
+):
+    state = ByUser("stuck")
+    receiver = await receiver_factory(state)
+    settings = settings_dict(db_url, [receiver.url])
+    settings["server"]["admin_token"] = TOKEN
+    settings["destinations"][0]["ordering"] = "per_user"
+    # The stuck user's retries alone would open the hook's circuit, which holds every lane
+    # until a probe: here only the lane may hold.
+    settings["delivery"]["circuit_failures"] = 1000
+    daemon = await daemon_factory(settings)
+    await post(daemon.port, "/v1/track", {"userId": "fine", "event": "E", "messageId": "fine-1"})
+    await eventually(lambda: state.seen["fine"] == ["fine-1"])
+
+    console = Console(browser, f"http://127.0.0.1:{daemon.port}/console", tmp_path / "images")
+    await console.open()
+    try:
+        await console.do(lambda page: page.fill("#token", TOKEN))
+        await console.click("#login-form button[type=submit]")
+        await console.click("#tabs button[data-view=destinations]")
+        lanes = '.destination[data-destination="hooks"] .lanes'
+        await console.wait(f"{lanes}:not(.blocked)")
+        assert await console.text(lanes) == "ordered per user, no lane blocked"
+
+        # The stuck user's head fails and is retried; the one after it waits in the lane,
+        # and the fine user's lane goes on.
+        batch = [
+            {"type": "track", "userId": u, "event": "E", "messageId": m}
+            for u, m in (("stuck", "stuck-1"), ("stuck", "stuck-2"), ("fine", "fine-2"))
+        ]
+        status, _ = await post(daemon.port, "/v1/batch", {"batch": batch})
+        assert status == 200
+        # A second request for the head: its first attempt's outcome is stored.
+        await eventually(lambda: state.seen["stuck"][:2] == ["stuck-1", "stuck-1"])
+        await eventually(lambda: state.seen["fine"] == ["fine-1", "fine-2"])
+        assert "stuck-2" not in state.seen["stuck"]
+        await console.click("#refresh-destinations")
+        await console.wait(f"{lanes}.blocked")
+        note = await console.text(lanes)
+        assert note.startswith("1 blocked lane; longest: message stuck-1 since "), note
+
+        # The receiver takes the stuck user again: the head goes through, then the one after.
+        state.failing.clear()
+        await eventually(lambda: state.seen["stuck"][-2:] == ["stuck-1", "stuck-2"])
+        await console.click("#refresh-destinations")
+        await console.wait(f"{lanes}:not(.blocked)")
+        assert await console.text(lanes) == "ordered per user, no lane blocked"
         assert console.errors == []
     finally:
         await console.close()

@@ -462,7 +462,8 @@ function lanesNote(lanes) {
     el(
       "span",
       { class: "lanes blocked" },
-      `${lanes.blocked} blocked lanes; longest: message ${lanes.oldestBlockedMessageId} since ` +
+      `${lanes.blocked} blocked ${lanes.blocked === 1 ? "lane" : "lanes"}; ` +
+        `longest: message ${lanes.oldestBlockedMessageId} since ` +
         when(lanes.oldestBlockedSince),
     ),
   ];
