@@ -191,7 +191,8 @@ def _lanes(args: argparse.Namespace, settings: config.Settings, operations: Any)
     if not shown:
         print('no destination is ordered (ordering = "per_user")')
     for name, lanes in shown.items():
-        line = f"{name}: {lanes['blocked']} blocked lanes"
+        count = lanes["blocked"]
+        line = f"{name}: {count} blocked lane{'' if count == 1 else 's'}"
         if lanes["blocked"]:
             line += (
                 f"; blocked longest: message {lanes['oldestBlockedMessageId']}, "

@@ -110,7 +110,7 @@ async def test_a_failing_user_holds_only_their_own_lane(
     config = str(write_toml(tmp_path / "efd.toml", settings))
     code, out, _ = await asyncio.to_thread(run_cli, "lanes", "--config", config)
     assert code == 0
-    assert "hooks: 1 blocked lanes" in out
+    assert "hooks: 1 blocked lane;" in out
     assert "bad-0" in out
     code, out, _ = await asyncio.to_thread(
         run_cli, "inspect", "--source", "web", "--message-id", "bad-2", "--config", config
