@@ -432,3 +432,33 @@ def metric(text: str, name: str, **labels: str) -> float | None:
             if sample.name == name and sample.labels == labels:
                 return float(sample.value)
     return None
+
+
+# -- CPU per test ------------------------------------------------------------------------------
+# EFD_TEST_CPU_LOG=path appends "seconds<TAB>test id" per test: the CPU the test's worker and
+# the child processes it waited for (daemons, the CLI, go, node) spent on it. Wall-clock
+# durations say little on a loaded 2-core machine; CPU says what a test costs the suite.
+
+_CPU_LOG = os.environ.get("EFD_TEST_CPU_LOG")
+
+
+def _cpu_seconds() -> float:
+    import resource
+
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    if _CPU_LOG is None:
+        return (yield)
+    before = _cpu_seconds()
+    try:
+        return (yield)
+    finally:
+        with open(_CPU_LOG, "a", encoding="utf-8") as log:
+            log.write(f"{_cpu_seconds() - before:.2f}\t{item.nodeid}\n")
