@@ -462,3 +462,51 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     finally:
         with open(_CPU_LOG, "a", encoding="utf-8") as log:
             log.write(f"{_cpu_seconds() - before:.2f}\t{item.nodeid}\n")
+
+
+# -- order ---------------------------------------------------------------------------------
+# The whole-process tests (daemons killed and restarted, soaks, a booted systemd, generated
+# API calls) take seconds to a minute each. Spread evenly over the first part of the run, they
+# overlap with the thousands of short tests, which fill the end; left where they fall
+# alphabetically, several run at once and the suite ends waiting for the last of them.
+# Files are moved whole where a module-scoped fixture (one daemon for the file) would
+# otherwise be set up again for each piece.
+_LONG = (
+    "tests/acceptance/test_systemd_install.py",
+    "tests/integration/test_audiences_cli.py",
+    "tests/integration/test_chaos.py",
+    "tests/integration/test_cli.py",
+    "tests/integration/test_durability.py",
+    "tests/integration/test_go_client.py",
+    "tests/integration/test_ordering_crash.py",
+    "tests/integration/test_regulations.py",
+    "tests/integration/test_scale.py",
+    "tests/integration/test_systemd.py",
+    "tests/integration/test_workers.py",
+)
+_LONG_FILES = ("tests/integration/test_openapi.py",)
+_LONG_SPAN = 0.7  # the share of the run over which they are spread
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::")[0], []).append(item)
+    long: list[list[pytest.Item]] = []
+    short: list[list[pytest.Item]] = []
+    for path, tests in files.items():
+        if path in _LONG:
+            long.extend([test] for test in tests)
+        else:
+            (long if path in _LONG_FILES else short).append(tests)
+    if not long or not short:
+        return
+    step = _LONG_SPAN * len(items) / len(long)
+    ordered: list[pytest.Item] = []
+    for i, unit in enumerate(long):
+        while short and len(ordered) < i * step:
+            ordered.extend(short.pop(0))
+        ordered.extend(unit)
+    for tests in short:
+        ordered.extend(tests)
+    items[:] = ordered
