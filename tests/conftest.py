@@ -92,6 +92,14 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A store for whole-process tests of what does not depend on it (signals, the watchdog,
+    reloading the configuration, child processes): they run once, on SQLite; the storage
+    paths they pass through are tested on both backends elsewhere."""
+    return f"sqlite:///{tmp_path / 'efd.db'}"
+
+
 def sql(url: str, statement: str, **params: Any) -> list[Any]:
     """Run one query the way an operator would, and return its rows."""
     from efd.store.engine import normalise_url
@@ -469,8 +477,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 # API calls) take seconds to a minute each. Spread evenly over the first part of the run, they
 # overlap with the thousands of short tests, which fill the end; left where they fall
 # alphabetically, several run at once and the suite ends waiting for the last of them.
-# Files are moved whole where a module-scoped fixture (one daemon for the file) would
-# otherwise be set up again for each piece.
+# Tests marked `slow` count too. Files are moved whole where a module-scoped fixture (one
+# daemon for the file) would otherwise be set up again for each piece.
 _LONG = (
     "tests/acceptance/test_systemd_install.py",
     "tests/integration/test_audiences_cli.py",
@@ -495,10 +503,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     long: list[list[pytest.Item]] = []
     short: list[list[pytest.Item]] = []
     for path, tests in files.items():
-        if path in _LONG:
-            long.extend([test] for test in tests)
-        else:
-            (long if path in _LONG_FILES else short).append(tests)
+        if path in _LONG_FILES:
+            long.append(tests)
+            continue
+        slow = [t for t in tests if path in _LONG or t.get_closest_marker("slow") is not None]
+        long.extend([test] for test in slow)
+        if rest := [t for t in tests if t not in slow]:
+            short.append(rest)
     if not long or not short:
         return
     step = _LONG_SPAN * len(items) / len(long)

@@ -116,9 +116,9 @@ async def test_ready_status_watchdog_and_stopping(db_url, receiver_factory, tmp_
         daemon.ensure_stopped()
 
 
-async def test_no_watchdog_pings_meant_for_another_process(db_url, tmp_path, notify):
+async def test_no_watchdog_pings_meant_for_another_process(sqlite_url, tmp_path, notify):
     daemon = _process(
-        tmp_path, settings_dict(db_url), notify, WATCHDOG_USEC="200000", WATCHDOG_PID="1"
+        tmp_path, settings_dict(sqlite_url), notify, WATCHDOG_USEC="200000", WATCHDOG_PID="1"
     )
     daemon.start()
     try:
@@ -193,9 +193,11 @@ async def test_reload_adds_a_destination_and_keeps_a_delivery_in_flight(
         daemon.ensure_stopped()
 
 
-async def test_a_broken_configuration_changes_nothing(db_url, receiver_factory, tmp_path, notify):
+async def test_a_broken_configuration_changes_nothing(
+    sqlite_url, receiver_factory, tmp_path, notify
+):
     receiver = await receiver_factory()
-    settings = settings_dict(db_url, [receiver.url])
+    settings = settings_dict(sqlite_url, [receiver.url])
     daemon = _process(tmp_path, settings, notify)
     daemon.start()
     try:
@@ -217,8 +219,8 @@ async def test_a_broken_configuration_changes_nothing(db_url, receiver_factory, 
         daemon.ensure_stopped()
 
 
-async def test_settings_that_need_a_restart_are_named_and_not_applied(db_url, tmp_path, notify):
-    settings = settings_dict(db_url)
+async def test_settings_that_need_a_restart_are_named_and_not_applied(sqlite_url, tmp_path, notify):
+    settings = settings_dict(sqlite_url)
     daemon = _process(tmp_path, settings, notify)
     daemon.start()
     try:
@@ -266,10 +268,10 @@ def _spoil(path: Path, case: str) -> str:
     "case", ["not UTF-8", "unreadable", "missing", "a directory", "not TOML", "invalid values"]
 )
 async def test_a_reload_that_cannot_load_the_file_is_refused_in_one_line(
-    db_url, receiver_factory, tmp_path, notify, case
+    sqlite_url, receiver_factory, tmp_path, notify, case
 ):
     receiver = await receiver_factory()
-    settings = settings_dict(db_url, [receiver.url], server={"admin_token": _TOKEN})
+    settings = settings_dict(sqlite_url, [receiver.url], server={"admin_token": _TOKEN})
     settings["sources"][0]["write_key"] = _WRITE_KEY
     # File permissions hold for the daemon even when the suite runs as root.
     daemon = _process(tmp_path, settings, notify, prefix=file_permissions_apply())

@@ -200,9 +200,9 @@ async def test_killed_parser_process_is_replaced_and_nothing_is_refused(
 
 
 @pytest.mark.slow
-async def test_child_processes_exit_when_the_daemon_is_killed(db_url, tmp_path):
+async def test_child_processes_exit_when_the_daemon_is_killed(sqlite_url, tmp_path):
     port = free_port()
-    settings = settings_dict(db_url, delivery={"sender_processes": 2})
+    settings = settings_dict(sqlite_url, delivery={"sender_processes": 2})
     settings["server"] = {"host": "127.0.0.1", "port": port}
     daemon = DaemonProcess(write_toml(tmp_path / "efd.toml", settings), port, tmp_path / "efd.log")
     daemon.start()
@@ -220,7 +220,9 @@ async def test_child_processes_exit_when_the_daemon_is_killed(db_url, tmp_path):
 
 
 @pytest.mark.slow
-async def test_sigterm_to_the_whole_group_lets_the_daemon_drain(db_url, receiver_factory, tmp_path):
+async def test_sigterm_to_the_whole_group_lets_the_daemon_drain(
+    sqlite_url, receiver_factory, tmp_path
+):
     # systemd signals every process of the service; the sender processes must not die
     # before the daemon has finished the rounds in flight.
     arrived = asyncio.Event()
@@ -232,7 +234,7 @@ async def test_sigterm_to_the_whole_group_lets_the_daemon_drain(db_url, receiver
 
     receiver = await receiver_factory(slow)
     port = free_port()
-    settings = settings_dict(db_url, [receiver.url], delivery={"sender_processes": 1})
+    settings = settings_dict(sqlite_url, [receiver.url], delivery={"sender_processes": 1})
     settings["server"] = {"host": "127.0.0.1", "port": port}
     config = write_toml(tmp_path / "efd.toml", settings)
     daemon = DaemonProcess(config, port, tmp_path / "efd.log", own_group=True).start()
@@ -244,7 +246,7 @@ async def test_sigterm_to_the_whole_group_lets_the_daemon_drain(db_url, receiver
         assert await asyncio.to_thread(daemon.proc.wait, 30) == 0
     finally:
         daemon.ensure_stopped()
-    assert sql(db_url, "SELECT status, attempts FROM deliveries") == [("delivered", 1)]
-    assert sql(db_url, "SELECT outcome FROM attempts") == [("success",)]
+    assert sql(sqlite_url, "SELECT status, attempts FROM deliveries") == [("delivered", 1)]
+    assert sql(sqlite_url, "SELECT outcome FROM attempts") == [("success",)]
     assert len(receiver.received) == 1
     assert "stopped" in daemon.log()
