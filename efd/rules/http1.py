@@ -5,6 +5,10 @@ The rules are strict where a lenient reading could make efd and a receiver disag
 where an answer ends (Content-Length against Transfer-Encoding, two lengths, a length that
 is not digits), and lenient elsewhere (header names' case, a missing reason phrase), since
 efd only needs the status, Retry-After and whether the connection can carry the next POST.
+
+A ProtocolError quotes the line it refuses whole: the receiver may echo the hook URL in it,
+and the caller hides the URL's credentials before it shortens the text (a cut through a
+secret would leave a piece redaction no longer recognises).
 """
 
 from __future__ import annotations
@@ -94,7 +98,7 @@ def parse_head(block: bytes) -> Head:
     lines = block.split(b"\r\n")
     match = _STATUS_LINE.fullmatch(lines[0])
     if match is None:
-        raise ProtocolError(f"malformed status line {lines[0][:80]!r}")
+        raise ProtocolError(f"malformed status line {lines[0]!r}")
     status = int(match.group(2))
     retry_after: str | None = None
     lengths: list[bytes] = []
@@ -104,7 +108,7 @@ def parse_head(block: bytes) -> Head:
         name, colon, value = line.partition(b":")
         # No space inside or around a name (RFC 9112 5.1), no folded line (5.2).
         if not colon or not name or b" " in name or b"\t" in name:
-            raise ProtocolError(f"malformed header line {line[:80]!r}")
+            raise ProtocolError(f"malformed header line {line!r}")
         lower = name.lower()
         if lower == b"content-length":
             lengths += [part.strip(_SPACE) for part in value.split(b",")]
@@ -143,5 +147,5 @@ def chunk_size(line: bytes) -> int:
     """The size on a chunk's line (extensions ignored), without its CRLF."""
     match = _CHUNK_SIZE.fullmatch(line)
     if match is None:
-        raise ProtocolError(f"malformed chunk size {line[:40]!r}")
+        raise ProtocolError(f"malformed chunk size {line!r}")
     return int(match.group(1), 16)
