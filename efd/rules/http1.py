@@ -134,7 +134,7 @@ def parse_head(block: bytes) -> Head:
         return status, retry_after, CHUNKED, 0, keep_alive
     if lengths:
         first = lengths[0]
-        if any(other != first for other in lengths) or _DIGITS.fullmatch(first) is None:
+        if lengths.count(first) != len(lengths) or _DIGITS.fullmatch(first) is None:
             raise ProtocolError("invalid Content-Length")
         return status, retry_after, LENGTH, int(first), keep_alive
     return status, retry_after, CLOSE, 0, False
