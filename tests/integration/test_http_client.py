@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import pathlib
+import ssl
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+import trustme
 import uvloop
 
 from efd import tls
@@ -408,3 +411,42 @@ def test_a_closed_port_is_a_connect_error(run: Runner) -> None:
         raise AssertionError("no failure")
 
     assert run(scenario()).error_class == "connect"
+
+
+@RUNNERS
+@pytest.mark.parametrize("trusted", [True, False], ids=["trusted", "untrusted"])
+def test_tls_verifies_the_receivers_certificate(
+    run: Runner, trusted: bool, tmp_path: pathlib.Path
+) -> None:
+    authority = trustme.CA()
+    ca_file = tmp_path / "ca.pem"
+    authority.cert_pem.write_to_path(str(ca_file))
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    authority.issue_cert("localhost").configure_cert(server_context)
+
+    async def scenario() -> tuple[Server, Answer | RequestFailed]:
+        server = Server(answer(OK))
+        server._server = await asyncio.start_server(
+            server._serve, "127.0.0.1", 0, ssl=server_context
+        )
+        server.port = server._server.sockets[0].getsockname()[1]
+        http = client(tls=tls.verifying(str(ca_file) if trusted else None))
+        try:
+            return server, await http.post(f"https://localhost:{server.port}/hook", b"{}", {})
+        except RequestFailed as failure:
+            return server, failure
+        finally:
+            await http.close()
+            await server.stop()
+
+    server, result = run(scenario())
+    if trusted:
+        assert isinstance(result, Answer)
+        assert result.status == 200
+        assert len(server.requests) == 1
+    else:
+        assert isinstance(result, RequestFailed)
+        assert result.error_class == "tls"
+        assert result.message.startswith("certificate rejected: ")
+        assert "certificate verify failed" in result.message
+        assert server.requests == []
