@@ -9,6 +9,8 @@ Variants (each in the same process, one after the other, A B C … then again in
   efd_sender     efd.delivery.sender.Sender.send_round (signing, header building, result objects)
   efd_sender_unsigned, efd_sender_both   the same without signing, and with X-Signature and
                  Standard Webhooks with two secrets
+  http1          efd's own client (efd/delivery/http1.py) as efd's Sender calls it: the
+                 deadline, the pool, the request head checked, the answer parsed in full
   raw            a minimal keep-alive HTTP/1.1 client on asyncio.Protocol (no TLS, no
                  redirects, Content-Length answers only): a floor, not a candidate
 """
@@ -100,6 +102,31 @@ async def run_efd_sender(url: str, rounds: int, signing: str = "x-signature") ->
     await sender.close()
 
 
+async def run_http1(url: str, rounds: int) -> None:
+    from efd import tls
+    from efd.delivery.http1 import Client
+    from efd.rules import netguard
+
+    client = Client(
+        timeout=5,
+        allowed=netguard.parse_networks(["127.0.0.0/8"]),
+        tls=tls.verifying(None),
+        keep=512,
+        limit=1 << 20,
+    )
+    body = BODY.encode()
+    left = rounds
+
+    async def one() -> None:
+        nonlocal left
+        while left > 0:
+            left -= 1
+            await client.post(url, body, _headers(body))
+
+    await asyncio.gather(*(one() for _ in range(CONCURRENCY)))
+    await client.close()
+
+
 class _Conn(asyncio.Protocol):
     def __init__(self) -> None:
         self.buffer = b""
@@ -155,6 +182,7 @@ VARIANTS = {
     "efd_sender": run_efd_sender,
     "efd_sender_unsigned": lambda url, n: run_efd_sender(url, n, "none"),
     "efd_sender_both": lambda url, n: run_efd_sender(url, n, "both"),
+    "http1": run_http1,
     "raw": run_raw,
 }
 

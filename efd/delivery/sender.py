@@ -1,4 +1,5 @@
-"""The HTTP client that POSTs webhooks: exact timeouts, verified TLS, the address guard.
+"""What POSTs webhooks: a round's signed requests through efd's HTTP client (http1.py: exact
+timeouts, verified TLS, the address guard), and the answers as AttemptResults.
 
 `Sender` sends in this process; `SenderPool` has sender processes (efd/processes/pool.py) run
 `SenderChild`, each its own Sender, so the sending runs on the machine's other cores. Both
@@ -9,18 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import ssl
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
-from aiohappyeyeballs import AddrInfoType
-from yarl import URL
-
 from efd import tls
+from efd.delivery import http1
 from efd.processes.pool import LOST, Pool
 from efd.rules import netguard, webhooks
 from efd.rules.retry import (
@@ -34,32 +31,14 @@ from efd.rules.webhooks import ClientCert, Route
 
 log = logging.getLogger(__name__)
 
-_GUARD_TAG = "efd address guard"
 # Read at most this much of a response: enough to see it is complete, never a memory risk.
 _MAX_RESPONSE_BYTES = 1 << 20
 
 
-class BlockedAddress(OSError):
-    """Raised inside the connector when the resolved peer address is not allowed."""
-
-
-def _blocked_reason(error: BaseException) -> str | None:
-    """The address guard's message, if the guard is why this connection failed."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        text = str(current)
-        if isinstance(current, BlockedAddress) or _GUARD_TAG in text:
-            return text[text.find(_GUARD_TAG) :] if _GUARD_TAG in text else text
-        current = getattr(current, "os_error", None) or current.__cause__
-    return None
-
-
 class Sender:
-    """One aiohttp session for all hooks. Concurrency is gated by the dispatcher before a
-    request starts, so the pool never makes a request wait and the timeout is the
-    receiver's time alone."""
+    """One HTTP client (efd/delivery/http1.py) for all hooks. Concurrency is gated by the
+    dispatcher before a request starts, so no request waits for a connection and the
+    timeout is the receiver's time alone."""
 
     def __init__(
         self,
@@ -77,44 +56,21 @@ class Sender:
         # Per client certificate, as loaded: a renewal (another digest) gets its own context,
         # and requests in flight keep the one they started with.
         self._presenting: dict[ClientCert, ssl.SSLContext] = {}
-        self._session: aiohttp.ClientSession | None = None
-        self._urls: dict[str, URL] = {}  # each hook's URL parsed once, not per request
-
-    def _guarded_socket(self, addr_info: AddrInfoType) -> socket.socket:
-        family, type_, proto, _, address = addr_info
-        reason = netguard.check(str(address[0]), self._allowed)
-        if reason is not None:
-            raise BlockedAddress(f"{_GUARD_TAG}: {reason} is not allowed")
-        return socket.socket(family=family, type=type_, proto=proto)
+        self._client: http1.Client | None = None
 
     async def start(self) -> None:
-        connector = aiohttp.TCPConnector(
-            limit=0,
-            ssl=self._ssl,
-            socket_factory=self._guarded_socket,
-            ttl_dns_cache=30,
-        )
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            # One deadline for connect, send and the whole answer. aiohttp rounds timeouts
-            # of ceil_threshold seconds or more up to the next second; a huge threshold
-            # keeps 5 s exact. Concurrency is gated before a request, so no part of the
-            # deadline is spent waiting for a pooled connection.
-            timeout=aiohttp.ClientTimeout(
-                total=self.timeout, connect=None, sock_read=None, ceil_threshold=1e9
-            ),
-            trust_env=False,  # never route webhooks through an ambient proxy
-            # A webhook carries no session: cookies a receiver sets are neither kept nor
-            # sent back (and the jar's per-request filtering is not paid).
-            cookie_jar=aiohttp.DummyCookieJar(),
-            auto_decompress=False,
-            skip_auto_headers=("Accept-Encoding", "Accept"),
+        self._client = http1.Client(
+            timeout=self.timeout,
+            allowed=self._allowed,
+            tls=self._ssl,
+            keep=self._head_bytes,
+            limit=_MAX_RESPONSE_BYTES,
         )
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
 
     async def send_round(
         self, route: Route, urls: Sequence[str], body: str, webhook_id: str
@@ -161,85 +117,28 @@ class Sender:
     ) -> AttemptResult:
         """POST once, presenting `client`'s certificate if given; never raises for anything
         the receiver or network does."""
-        assert self._session is not None, "Sender.start() was not awaited"
+        assert self._client is not None, "Sender.start() was not awaited"
         started_at = time.time()
         clock = time.monotonic()
-        status: int | None = None
-        head: bytes | None = None
-        retry_after_header: str | None = None
-        context: ssl.SSLContext | bool = True  # True: the session's, which presents none
+        context: ssl.SSLContext | None = None  # None: the client's, which presents none
         if client is not None:
             try:
                 context = self._client_context(client)
             except tls.ClientCertError as error:  # the files changed since the last reload
                 return self._error(url, started_at, clock, "client_cert", str(error))
         try:
-            target = self._urls.get(url)
-            if target is None:
-                if len(self._urls) >= 4096:  # hooks come and go with reloads
-                    self._urls.clear()
-                try:
-                    target = self._urls[url] = URL(url)
-                except ValueError as error:  # as aiohttp reports a URL it cannot parse
-                    raise aiohttp.InvalidURL(url) from error
-            async with self._session.post(
-                target, data=body, headers=headers, allow_redirects=False, ssl=context
-            ) as response:
-                status = response.status
-                retry_after_header = response.headers.get("Retry-After")
-                head = await response.content.read(self._head_bytes)
-                # A complete answer means the whole body arrived within the timeout.
-                remaining = _MAX_RESPONSE_BYTES
-                while (
-                    remaining > 0
-                    and not response.content.at_eof()
-                    and (chunk := await response.content.read(65536))
-                ):
-                    remaining -= len(chunk)
-        except TimeoutError:
-            return self._error(
-                url, started_at, clock, "timeout", f"no complete answer in {self.timeout:g} s"
-            )
-        except aiohttp.ClientConnectorCertificateError as error:
-            return self._error(
-                url, started_at, clock, "tls", f"certificate rejected: {error.certificate_error}"
-            )
-        except aiohttp.ClientConnectorDNSError as error:
-            return self._error(url, started_at, clock, "dns", str(error.os_error))
-        except aiohttp.ClientConnectorError as error:
-            if blocked := _blocked_reason(error):
-                return self._error(url, started_at, clock, "blocked", blocked)
-            if isinstance(error, aiohttp.ClientSSLError):
-                return self._error(
-                    url, started_at, clock, "connect", f"TLS handshake failed: {error}"
-                )
-            return self._error(url, started_at, clock, "connect", str(error.os_error or error))
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientConnectionResetError) as error:
-            return self._error(url, started_at, clock, "reset", str(error) or type(error).__name__)
-        except aiohttp.InvalidURL as error:
-            return self._error(url, started_at, clock, "invalid_url", str(error))
-        except (aiohttp.ClientPayloadError, aiohttp.ClientResponseError) as error:
-            return self._error(url, started_at, clock, "protocol", str(error))
-        except aiohttp.ClientError as error:
-            return self._error(
-                url, started_at, clock, "connect", str(error) or type(error).__name__
-            )
-        except OSError as error:
-            if blocked := _blocked_reason(error):
-                return self._error(url, started_at, clock, "blocked", blocked)
-            return self._error(url, started_at, clock, "connect", str(error))
-        except (ValueError, TypeError, UnicodeError) as error:
-            # The request could not be built (a header aiohttp refuses, say): final for
-            # this hook, and only for it; the round's other hooks keep their answers.
-            return self._error(url, started_at, clock, "invalid_request", str(error))
+            answer = await self._client.post(url, body, headers, context)
+        except http1.RequestFailed as failure:
+            return self._error(url, started_at, clock, failure.error_class, failure.message)
         except Exception as error:
             log.exception("sending to %s failed inside efd", webhooks.redact_url(url))
             return self._error(url, started_at, clock, "internal", repr(error))
         duration = time.monotonic() - clock
+        status = answer.status
         verdict = classify_status(status)
         retry_after = None
         if verdict is Verdict.RETRY:
-            retry_after = parse_retry_after(retry_after_header, time.time())
+            retry_after = parse_retry_after(answer.retry_after, time.time())
         return AttemptResult(
             hook_url=url,
             started_at=started_at,
@@ -247,7 +146,7 @@ class Sender:
             verdict=verdict,
             status_code=status,
             # A receiver may echo the URL it was called at: its credentials stay hidden.
-            response_head=webhooks.scrub((head or b"").decode("utf-8", "replace"), url),
+            response_head=webhooks.scrub(answer.head.decode("utf-8", "replace"), url),
             retry_after=retry_after,
         )
 
@@ -260,7 +159,7 @@ class Sender:
             duration=time.monotonic() - clock,
             verdict=classify_error(error_class),
             error_class=error_class,
-            # aiohttp names the URL in some errors (an answer it cannot parse, say).
+            # An error may quote the URL (one that cannot be parsed, say).
             error=webhooks.scrub(message, url)[:500],
         )
 

@@ -61,13 +61,13 @@ def _blocked_reason(address: IPAddress) -> str | None:
 
 
 def numeric_host_problem(host: str) -> str | None:
-    """Why a URL's host (as yarl normalises it, which aiohttp connects to) is never
+    """Why a URL's host (as yarl normalises it, which the sender connects to) is never
     connected to, if it is a numeric IPv4 form other than a dotted quad: `2130706433`,
     `127.1`, `0177.0.0.1`, `127.0.0.1.`. The C library reads such forms as addresses, each
-    its own way; aiohttp refuses them before resolving ("is not a canonical IPv4 address"),
-    so every delivery to one fails. The rule is aiohttp's: a host of digits and dots must be
-    four decimal parts from 0 to 255 without leading zeros. Hex forms (`0x7f.0.0.1`) are
-    names to aiohttp: the resolver reads them and the guard judges the address."""
+    its own way; the sender (efd/delivery/http1.py) refuses them before resolving, as
+    aiohttp does, so every delivery to one fails. The rule: a host of digits and dots must
+    be four decimal parts from 0 to 255 without leading zeros. Hex forms (`0x7f.0.0.1`) are
+    names to the sender: the resolver reads them and the guard judges the address."""
     if not host or ":" in host or not host.replace(".", "").isdigit():
         return None  # a name, or an IPv6 address
     parts = host.split(".")

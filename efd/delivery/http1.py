@@ -1,0 +1,543 @@
+"""efd's HTTP/1.1 client for webhook POSTs: keep-alive connections pooled per receiver and
+client certificate, the address guard at connect, one deadline for the whole exchange.
+
+Written here rather than taken from aiohttp because a POST is all delivery sends, and
+aiohttp's general client (redirects, cookies, proxies, multidicts, streams) costs several
+times the CPU of the bytes it moves (bench/LOG.md, issue 26). What the wire format says lives
+in efd/rules/http1.py; this module does the I/O.
+
+Every failure is a `RequestFailed` carrying the error class of docs/delivery.md; nothing
+else escapes `Client.post` except cancellation and bugs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import socket
+import ssl
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from yarl import URL
+
+from efd.rules import netguard
+from efd.rules.http1 import (
+    CHUNKED,
+    LENGTH,
+    BadHeader,
+    ProtocolError,
+    chunk_size,
+    parse_head,
+    request_head,
+)
+
+GUARD_TAG = "efd address guard"
+KEEPALIVE = 15.0  # seconds an idle connection is kept for the next POST (aiohttp's default)
+DNS_TTL = 30.0  # seconds a name's addresses are reused before it is resolved again
+_MAX_HEAD = 64 * 1024  # an answer's head larger than this is not a webhook receiver's
+_MAX_LINE = 4096  # a chunk-size or trailer line
+
+
+class RequestFailed(Exception):
+    """The POST did not get a complete answer; `error_class` as in the attempts table."""
+
+    def __init__(self, error_class: str, message: str) -> None:
+        super().__init__(message)
+        self.error_class = error_class
+        self.message = message
+
+
+@dataclass(slots=True)
+class Answer:
+    status: int
+    retry_after: str | None  # the Retry-After header as sent, if any
+    head: bytes  # the first bytes of the body, as many as the client keeps
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """What a hook URL means to the client, worked out once per URL."""
+
+    tls: bool
+    host: str  # what is resolved and connected to (IDNA, no brackets)
+    port: int
+    host_header: str
+    path: str  # the request target: path and query, as encoded in the URL
+    authorization: str | None  # Basic credentials from the URL's userinfo
+    literal: tuple[tuple[Any, ...], ...]  # the address infos of an IP literal host, else ()
+
+
+def parse_target(url: str) -> _Target:
+    """The target of `url`; RequestFailed("invalid_url") if it is not an http(s) URL with a
+    host efd connects to."""
+    try:
+        parsed = URL(url)
+        host, port, host_header = parsed.raw_host, parsed.port, parsed.host_port_subcomponent
+    except (ValueError, TypeError) as error:
+        raise RequestFailed("invalid_url", f"{url}: {error}") from None
+    if parsed.scheme not in ("http", "https") or not host or port is None or not host_header:
+        raise RequestFailed("invalid_url", url)
+    if problem := netguard.numeric_host_problem(host):
+        raise RequestFailed("invalid_url", problem)
+    authorization = None
+    if parsed.raw_user or parsed.raw_password:
+        # As aiohttp did: a URL's userinfo is sent as Basic credentials, Latin-1 encoded.
+        pair = f"{parsed.user or ''}:{parsed.password or ''}".encode("latin-1", "replace")
+        authorization = "Basic " + base64.b64encode(pair).decode("ascii")
+    literal: tuple[tuple[Any, ...], ...] = ()
+    if ":" in host:
+        literal = ((socket.AF_INET6, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (host, port)),)
+    elif host.replace(".", "").isdigit():  # a dotted quad: numeric_host_problem let it by
+        literal = ((socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (host, port)),)
+    return _Target(
+        tls=parsed.scheme == "https",
+        host=host,
+        port=port,
+        host_header=host_header,
+        path=parsed.raw_path_qs or "/",
+        authorization=authorization,
+        literal=literal,
+    )
+
+
+class _Stale(Exception):
+    """The connection ended before any byte of the answer: on a reused connection, most
+    likely the server closed it while it was idle."""
+
+
+# Where a connection is in reading an answer.
+_HEAD, _BODY, _CHUNK_LINE, _CHUNK_DATA, _CHUNK_END, _TRAILERS, _UNTIL_CLOSE = range(7)
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection; reads one answer at a time into its waiter."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, keep: int, limit: int) -> None:
+        self._loop = loop
+        self._keep = keep  # body bytes kept for the answer's head
+        self._limit = limit  # body bytes read at most
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.reusable = True
+        self.idle_since = 0.0
+        self._waiter: asyncio.Future[Answer] | None = None
+        self._buffer = bytearray()
+        self._received = False
+        self._state = _HEAD
+        self._status = 0
+        self._retry_after: str | None = None
+        self._kept = bytearray()
+        self._read = 0  # body bytes read of this answer
+        self._remaining = 0  # of the body or the current chunk
+
+    # -- asyncio.Protocol ----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, only alike.
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        waiter = self._waiter
+        if waiter is None:  # bytes nobody asked for: the framing is lost
+            self.close()
+            return
+        self._received = True
+        if self._state == _HEAD and not self._buffer:
+            # The common answer: a whole head and its Content-Length body in one read.
+            end = data.find(b"\r\n\r\n")
+            if end >= 0:
+                try:
+                    status, retry_after, framing, length, keep_alive = parse_head(data[:end])
+                except ProtocolError as error:
+                    self._fail(RequestFailed("protocol", str(error)))
+                    return
+                start = end + 4
+                if (
+                    status >= 200
+                    and framing == LENGTH
+                    and len(data) - start == length
+                    and length < self._limit
+                ):
+                    self._waiter = None
+                    if not keep_alive:
+                        self.reusable = False
+                    head = data[start : start + min(length, self._keep)]
+                    waiter.set_result(Answer(status, retry_after, head))
+                    return
+        self._buffer += data
+        try:
+            self._advance()
+        except ProtocolError as error:
+            self._fail(RequestFailed("protocol", str(error)))
+
+    def eof_received(self) -> bool | None:
+        return None  # the transport closes; connection_lost ends a body read until close
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.reusable = False
+        if self._waiter is None:
+            return
+        if self._state == _UNTIL_CLOSE and exc is None:
+            self._finish()
+        elif not self._received:
+            self._fail(_Stale(_lost_reason(exc, "before the answer")))
+        else:
+            self._fail(RequestFailed("reset", _lost_reason(exc, "in the middle of the answer")))
+
+    # -- the client's side -----------------------------------------------------------------
+
+    def send(self, request: bytes) -> asyncio.Future[Answer]:
+        """Write `request`; the future is its answer."""
+        assert self.transport is not None
+        assert self._waiter is None
+        self._waiter = waiter = self._loop.create_future()
+        self._received = False
+        self.transport.write(request)
+        return waiter
+
+    def expire(self) -> None:
+        """The deadline passed before the answer was complete."""
+        if self._waiter is not None:
+            self._fail(TimeoutError())
+
+    def abandon(self) -> None:
+        """The caller stops waiting (deadline, cancellation): the answer's remains would be
+        read as the next one's, so the connection goes."""
+        self._waiter = None
+        self.reusable = False
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    def close(self) -> None:
+        self.closed = True
+        self.reusable = False
+        if self.transport is not None:
+            self.transport.close()
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _advance(self) -> None:
+        buffer = self._buffer
+        while True:
+            state = self._state
+            if state == _HEAD:
+                end = buffer.find(b"\r\n\r\n")
+                if end < 0:
+                    if len(buffer) > _MAX_HEAD:
+                        raise ProtocolError("the answer's head is larger than 64 KiB")
+                    return
+                status, retry_after, framing, length, keep_alive = parse_head(bytes(buffer[:end]))
+                del buffer[: end + 4]
+                if status < 200:
+                    if status == 101:  # efd never asks to switch protocols
+                        raise ProtocolError("101 Switching Protocols without an Upgrade")
+                    continue  # an interim answer (100 Continue, 103 Early Hints)
+                self._status = status
+                self._retry_after = retry_after
+                if not keep_alive:
+                    self.reusable = False
+                if framing == LENGTH:
+                    if length == 0:
+                        self._finish()
+                        return
+                    self._remaining = length
+                    self._state = _BODY
+                elif framing == CHUNKED:
+                    self._state = _CHUNK_LINE
+                else:
+                    self.reusable = False
+                    self._state = _UNTIL_CLOSE
+            elif state in (_BODY, _CHUNK_DATA):
+                if not buffer:
+                    return
+                take = min(len(buffer), self._remaining)
+                self._remaining -= take
+                if self._body(buffer, take):
+                    return
+                if self._remaining:
+                    return
+                if state == _BODY:
+                    self._finish()
+                    return
+                self._state = _CHUNK_END
+            elif state in (_CHUNK_LINE, _TRAILERS):
+                end = buffer.find(b"\r\n")
+                if end < 0:
+                    if len(buffer) > _MAX_LINE:
+                        raise ProtocolError("a chunk or trailer line longer than 4 KiB")
+                    return
+                line = bytes(buffer[:end])
+                del buffer[: end + 2]
+                if state == _TRAILERS:
+                    if not line:
+                        self._finish()
+                        return
+                    self._read += len(line)
+                    if self._read >= self._limit:
+                        self.reusable = False
+                        self._finish()
+                        return
+                else:
+                    self._remaining = chunk_size(line)
+                    self._state = _CHUNK_DATA if self._remaining else _TRAILERS
+            elif state == _CHUNK_END:
+                if len(buffer) < 2:
+                    return
+                if buffer[:2] != b"\r\n":
+                    raise ProtocolError("a chunk not followed by CRLF")
+                del buffer[:2]
+                self._state = _CHUNK_LINE
+            else:  # _UNTIL_CLOSE
+                if buffer:
+                    self._body(buffer, len(buffer))
+                return
+
+    def _body(self, buffer: bytearray, take: int) -> bool:
+        """Take `take` bytes of the body from `buffer`; True when the answer ended at the
+        read limit (the rest is not read, so the connection cannot be reused)."""
+        if len(self._kept) < self._keep:
+            self._kept += buffer[: min(take, self._keep - len(self._kept))]
+        del buffer[:take]
+        self._read += take
+        if self._read >= self._limit:
+            self.reusable = False
+            self._finish()
+            return True
+        return False
+
+    def _finish(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        answer = Answer(self._status, self._retry_after, bytes(self._kept))
+        if self._buffer:  # bytes beyond the answer: the server does not frame as efd reads
+            self.reusable = False
+        self._reset()
+        if waiter is not None and not waiter.done():
+            waiter.set_result(answer)
+
+    def _fail(self, error: Exception) -> None:
+        waiter, self._waiter = self._waiter, None
+        self.reusable = False
+        self._reset()
+        if self.transport is not None:
+            self.transport.abort()
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(error)
+
+    def _reset(self) -> None:
+        self._state = _HEAD
+        self._status = 0
+        self._retry_after = None
+        self._read = 0
+        self._remaining = 0
+        if self._kept:
+            self._kept = bytearray()
+
+
+def _lost_reason(exc: Exception | None, when: str) -> str:
+    if exc is None:
+        return f"the server closed the connection {when}"
+    return f"{str(exc) or type(exc).__name__} ({when})"
+
+
+PoolKey = tuple[bool, str, int, ssl.SSLContext | None]
+
+
+class Client:
+    """POSTs to hook URLs. Connections are pooled per (scheme, host, port, TLS context): a
+    renewed client certificate is a new context, so its connections are new ones."""
+
+    def __init__(
+        self,
+        *,
+        timeout: float,
+        allowed: Sequence[netguard.IPNetwork],
+        tls: ssl.SSLContext,
+        keep: int,
+        limit: int,
+    ) -> None:
+        self.timeout = timeout
+        self._allowed = allowed
+        self._tls = tls
+        self._keep = keep
+        self._limit = limit
+        self._targets: dict[str, _Target] = {}
+        self._idle: dict[PoolKey, list[_Connection]] = {}
+        self._dns: dict[tuple[str, int], tuple[float, list[tuple[Any, ...]]]] = {}
+        self._sweep_at = 0.0
+        self._closed = False
+        self._timed_out = f"no complete answer in {timeout:g} s"
+
+    async def close(self) -> None:
+        self._closed = True
+        for idle in self._idle.values():
+            for connection in idle:
+                connection.close()
+        self._idle.clear()
+
+    def target(self, url: str) -> _Target:
+        target = self._targets.get(url)
+        if target is None:
+            if len(self._targets) >= 4096:  # hooks come and go with reloads
+                self._targets.clear()
+            target = self._targets[url] = parse_target(url)
+        return target
+
+    async def post(
+        self,
+        url: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        context: ssl.SSLContext | None = None,
+    ) -> Answer:
+        """POST `body` to `url` and read the answer, all within the timeout. `context`: the
+        TLS context to use instead of the client's (one presenting a certificate)."""
+        target = self.target(url)
+        if target.authorization is not None:
+            headers = {**headers, "Authorization": target.authorization}
+        try:
+            request = request_head(target.path, target.host_header, headers, len(body)) + body
+        except BadHeader as error:
+            raise RequestFailed("invalid_request", str(error)) from None
+        tls = (context or self._tls) if target.tls else None
+        key: PoolKey = (target.tls, target.host, target.port, tls)
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        deadline = now + self.timeout
+        connection = self._idle_connection(key, now)
+        reused = connection is not None
+        if connection is None:
+            connection = await self._connect_by(deadline, target, tls)
+        while True:
+            waiter = connection.send(request)
+            # The deadline is a timer on this exchange (a new connection's connect and
+            # handshake ran under the same deadline): cheaper per POST than a timeout
+            # scope around the whole coroutine.
+            timer = loop.call_at(deadline, connection.expire)
+            try:
+                answer = await waiter
+            except _Stale as stale:
+                if not reused:
+                    raise RequestFailed("reset", str(stale)) from None
+                # The server closed the pooled connection while it was idle, and its close
+                # crossed this request: sent again, once, on a new connection. A server
+                # that read the request and then died without a byte of answer gets it
+                # twice; delivery is at-least-once (receivers deduplicate by webhook-id),
+                # and the alternative is a failed attempt each time a receiver's idle
+                # timeout races a POST.
+                reused = False
+                connection = await self._connect_by(deadline, target, tls)
+                continue
+            except TimeoutError:
+                raise RequestFailed("timeout", self._timed_out) from None
+            except BaseException:  # cancelled: the answer's remains must not be read later
+                connection.abandon()
+                raise
+            finally:
+                timer.cancel()
+            break
+        if connection.reusable and not connection.closed and not self._closed:
+            connection.idle_since = loop.time()
+            idle = self._idle.get(key)
+            if idle is None:
+                idle = self._idle[key] = []
+            idle.append(connection)
+        else:
+            connection.close()
+        return answer
+
+    async def _connect_by(
+        self, deadline: float, target: _Target, tls: ssl.SSLContext | None
+    ) -> _Connection:
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await self._connect(target, tls)
+        except TimeoutError:
+            raise RequestFailed("timeout", self._timed_out) from None
+
+    def _idle_connection(self, key: PoolKey, now: float) -> _Connection | None:
+        if now >= self._sweep_at:
+            self._sweep(now)
+        idle = self._idle.get(key)
+        while idle:
+            connection = idle.pop()  # the most recently used: the least likely to be closed
+            if not connection.closed and now - connection.idle_since < KEEPALIVE:
+                return connection
+            connection.close()
+        return None
+
+    def _sweep(self, now: float) -> None:
+        """Close connections idle past KEEPALIVE, and forget pools left empty (a hook
+        removed, a client certificate renewed)."""
+        self._sweep_at = now + KEEPALIVE
+        for key, idle in list(self._idle.items()):
+            kept = [c for c in idle if not c.closed and now - c.idle_since < KEEPALIVE]
+            for connection in idle:
+                if connection not in kept:
+                    connection.close()
+            if kept:
+                self._idle[key] = kept
+            else:
+                del self._idle[key]
+
+    async def _resolve(self, target: _Target) -> Sequence[tuple[Any, ...]]:
+        if target.literal:
+            return target.literal
+        loop = asyncio.get_running_loop()
+        key = (target.host, target.port)
+        cached = self._dns.get(key)
+        now = loop.time()
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        try:
+            infos = await loop.getaddrinfo(
+                target.host, target.port, type=socket.SOCK_STREAM, flags=socket.AI_ADDRCONFIG
+            )
+        except OSError as error:  # socket.gaierror, or the resolver's own failure
+            raise RequestFailed("dns", str(error)) from None
+        if not infos:
+            raise RequestFailed("dns", f"no address for {target.host}")
+        if len(self._dns) >= 4096:
+            self._dns.clear()
+        self._dns[key] = (now + DNS_TTL, infos)
+        return infos
+
+    async def _connect(self, target: _Target, tls: ssl.SSLContext | None) -> _Connection:
+        """A new connection to the first of the target's addresses that the guard allows
+        and that accepts, TLS handshake done."""
+        loop = asyncio.get_running_loop()
+        blocked: str | None = None
+        failure: RequestFailed | None = None
+        for family, _type, _proto, _name, address in await self._resolve(target):
+            reason = netguard.check(str(address[0]), self._allowed)
+            if reason is not None:
+                blocked = blocked or reason
+                continue
+            try:
+                _, connection = await loop.create_connection(
+                    lambda: _Connection(loop, self._keep, self._limit),
+                    host=address[0],
+                    port=address[1],
+                    family=family,
+                    ssl=tls,
+                    # SNI and the name checked: the URL's host, as aiohttp sends it.
+                    server_hostname=target.host.rstrip(".") if tls is not None else None,
+                )
+            except ssl.SSLCertVerificationError as error:
+                # A certificate is refused whichever address presents it: final.
+                raise RequestFailed("tls", f"certificate rejected: {error}") from None
+            except ssl.SSLError as error:
+                failure = RequestFailed("connect", f"TLS handshake failed: {error}")
+                continue
+            except OSError as error:
+                failure = RequestFailed("connect", str(error) or type(error).__name__)
+                continue
+            return connection
+        if failure is not None:
+            raise failure
+        # Every address was one the guard refuses (blocked is set: getaddrinfo never
+        # answers with no address, and _resolve refuses an empty answer).
+        raise RequestFailed("blocked", f"{GUARD_TAG}: {blocked} is not allowed")
