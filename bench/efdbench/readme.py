@@ -37,10 +37,11 @@ def sqlite_table(results: dict[str, Any]) -> str:
     extra = context.get("extra", {})
     core = extra.get("sqlalchemy_core_events_per_s")
     bare = results.get("bare_post_per_s")
-    paired_bare = results.get("deliver_bare_post_per_s") or bare
+    # The delivery pairs' own figures are context (bench/efdbench/report.py).
+    paired_bare = extra.get("deliver_bare_post_per_s") or bare
     spread = results.get("deliver_ratio_spread") or []
-    cpu_spread = results.get("deliver_cpu_us_per_event_spread") or []
-    pairs = results.get("deliver_pairs")
+    cpu_spread = extra.get("deliver_cpu_us_per_event_spread") or []
+    pairs = extra.get("deliver_pairs")
     recovery = results.get("recovery_events_per_s")
     steady = results.get("deliver_events_per_s")
     rows = [
