@@ -74,6 +74,11 @@ class Console:
     async def do(self, action: Any) -> Any:
         return await self.browser.run(lambda: action(self.page))
 
+    async def log_in(self) -> None:
+        """With the admin token, as an operator does."""
+        await self.do(lambda page: page.fill("#token", TOKEN))
+        await self.click("#login-form button[type=submit]")
+
     async def wait(self, selector: str, timeout: float = 10_000) -> None:
         await self.do(lambda page: page.wait_for_selector(selector, timeout=timeout))
 
@@ -109,8 +114,7 @@ async def test_console_feed_attempts_health_redrive_and_search(
     await console.open()
     try:
         # The token is asked for, kept in the tab, and the feed goes live.
-        await console.do(lambda page: page.fill("#token", TOKEN))
-        await console.click("#login-form button[type=submit]")
+        await console.log_in()
         await console.wait("#feed-state[data-state=live]")
         stored = await console.do(
             lambda page: page.evaluate("sessionStorage.getItem('efd-admin-token')")
@@ -223,8 +227,7 @@ async def test_console_shows_a_destination_no_longer_configured_and_discards_it(
     console = Console(browser, f"http://127.0.0.1:{daemon.port}/console", tmp_path / "images")
     await console.open()
     try:
-        await console.do(lambda page: page.fill("#token", TOKEN))
-        await console.click("#login-form button[type=submit]")
+        await console.log_in()
         await console.click("#tabs button[data-view=destinations]")
         panel = '.destination[data-destination="old"][data-configured="false"]'
         await console.wait(f"{panel} .badge.unconfigured")
@@ -266,8 +269,7 @@ async def test_console_shows_an_ordered_destinations_blocked_lane_until_its_head
     console = Console(browser, f"http://127.0.0.1:{daemon.port}/console", tmp_path / "images")
     await console.open()
     try:
-        await console.do(lambda page: page.fill("#token", TOKEN))
-        await console.click("#login-form button[type=submit]")
+        await console.log_in()
         await console.click("#tabs button[data-view=destinations]")
         lanes = '.destination[data-destination="hooks"] .lanes'
         await console.wait(f"{lanes}:not(.blocked)")
