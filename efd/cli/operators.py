@@ -193,7 +193,7 @@ def _lanes(args: argparse.Namespace, settings: config.Settings, operations: Any)
     for name, lanes in shown.items():
         count = lanes["blocked"]
         line = f"{name}: {count} blocked lane{'' if count == 1 else 's'}"
-        if lanes["blocked"]:
+        if count:
             line += (
                 f"; blocked longest: message {lanes['oldestBlockedMessageId']}, "
                 f"since {lanes['oldestBlockedSince']}"
