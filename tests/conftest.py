@@ -506,9 +506,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if path in _LONG_FILES:
             long.append(tests)
             continue
-        slow = [t for t in tests if path in _LONG or t.get_closest_marker("slow") is not None]
-        long.extend([test] for test in slow)
-        if rest := [t for t in tests if t not in slow]:
+        rest: list[pytest.Item] = []
+        for test in tests:
+            if path in _LONG or test.get_closest_marker("slow") is not None:
+                long.append([test])
+            else:
+                rest.append(test)
+        if rest:
             short.append(rest)
     if not long or not short:
         return
