@@ -144,30 +144,33 @@ class _Connection(asyncio.Protocol):
             self.close()
             return
         self._received = True
-        if self._state == _HEAD and not self._buffer:
-            # The common answer: a whole head and its Content-Length body in one read.
-            end = data.find(b"\r\n\r\n")
-            if end >= 0:
-                try:
-                    status, retry_after, framing, length, keep_alive = parse_head(data[:end])
-                except ProtocolError as error:
-                    self._fail(RequestFailed("protocol", str(error)))
-                    return
-                start = end + 4
-                if (
-                    status >= 200
-                    and framing == LENGTH
-                    and len(data) - start == length
-                    and length < self._limit
-                ):
-                    self._waiter = None
-                    if not keep_alive:
-                        self.reusable = False
-                    head = data[start : start + min(length, self._keep)]
-                    waiter.set_result(Answer(status, retry_after, head))
-                    return
-        self._buffer += data
         try:
+            if self._state == _HEAD and not self._buffer:
+                # The common answer: a whole head and its Content-Length body in one read.
+                end = data.find(b"\r\n\r\n")
+                if end >= 0:
+                    status, retry_after, framing, length, keep_alive = parse_head(data[:end])
+                    start = end + 4
+                    if (
+                        status >= 200
+                        and framing == LENGTH
+                        and len(data) - start == length
+                        and length < self._limit
+                    ):
+                        self._waiter = None
+                        if not keep_alive:
+                            self.reusable = False
+                        head = data[start : start + min(length, self._keep)]
+                        waiter.set_result(Answer(status, retry_after, head))
+                        return
+                    # Any other answer is read by _advance, from its head parsed here.
+                    self._buffer += memoryview(data)[start:]
+                    if not self._start(status, retry_after, framing, length, keep_alive):
+                        self._advance()  # an interim answer: the next head follows
+                    elif self._waiter is not None:
+                        self._advance()
+                    return
+            self._buffer += data
             self._advance()
         except ProtocolError as error:
             self._fail(RequestFailed("protocol", str(error)))
@@ -230,27 +233,10 @@ class _Connection(asyncio.Protocol):
                     if len(buffer) > _MAX_HEAD:
                         raise ProtocolError("the answer's head is larger than 64 KiB")
                     return
-                status, retry_after, framing, length, keep_alive = parse_head(bytes(buffer[:end]))
+                head = parse_head(bytes(buffer[:end]))
                 del buffer[: end + 4]
-                if status < 200:
-                    if status == 101:  # efd never asks to switch protocols
-                        raise ProtocolError("101 Switching Protocols without an Upgrade")
-                    continue  # an interim answer (100 Continue, 103 Early Hints)
-                self._status = status
-                self._retry_after = retry_after
-                if not keep_alive:
-                    self.reusable = False
-                if framing == LENGTH:
-                    if length == 0:
-                        self._finish()
-                        return
-                    self._remaining = length
-                    self._state = _BODY
-                elif framing == CHUNKED:
-                    self._state = _CHUNK_LINE
-                else:
-                    self.reusable = False
-                    self._state = _UNTIL_CLOSE
+                if self._start(*head) and self._waiter is None:
+                    return  # an answer without a body, finished
             elif state in (_BODY, _CHUNK_DATA):
                 if not buffer:
                     return
@@ -295,6 +281,32 @@ class _Connection(asyncio.Protocol):
                 if buffer:
                     self._body(buffer, len(buffer))
                 return
+
+    def _start(
+        self, status: int, retry_after: str | None, framing: int, length: int, keep_alive: bool
+    ) -> bool:
+        """Begin reading the answer this head starts (an empty body finishes it here);
+        False for an interim answer (100 Continue, 103 Early Hints), which is skipped."""
+        if status < 200:
+            if status == 101:  # efd never asks to switch protocols
+                raise ProtocolError("101 Switching Protocols without an Upgrade")
+            return False
+        self._status = status
+        self._retry_after = retry_after
+        if not keep_alive:
+            self.reusable = False
+        if framing == LENGTH:
+            if length == 0:
+                self._finish()
+            else:
+                self._remaining = length
+                self._state = _BODY
+        elif framing == CHUNKED:
+            self._state = _CHUNK_LINE
+        else:
+            self.reusable = False
+            self._state = _UNTIL_CLOSE
+        return True
 
     def _body(self, buffer: bytearray, take: int) -> bool:
         """Take `take` bytes of the body from `buffer`; True when the answer ended at the
