@@ -6,13 +6,12 @@ databases do."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import psycopg
 import pytest
 from sqlalchemy import select
 
@@ -22,7 +21,7 @@ from efd.rules.lanes import Lanes
 from efd.store import Steps, Store, migrate
 from efd.store.runner import AsyncDeliveries, AsyncStore
 from efd.store.schema import deliveries
-from tests.conftest import PG_ADMIN_URL, _pg_url
+from tests.conftest import pg_database
 from tests.support.memory import MemoryDeliveries
 
 T = 1_000_000.0  # the twin's clock; every time below is relative to it
@@ -95,24 +94,18 @@ async def queue(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     if request.param == "memory":
         yield _twin()
         return
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'efd.db'}"
-        migrate.upgrade(url)
-        name = None
-    else:
-        template = request.getfixturevalue("pg_template")  # skips without PostgreSQL
-        name = f"efd_contract_{uuid.uuid4().hex[:12]}"
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
-        url = _pg_url(name)
-    real, db = _real(url)
-    try:
-        yield real
-    finally:
-        await asyncio.to_thread(db.close)
-        if name is not None:
-            with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with contextlib.ExitStack() as databases:
+        if request.param == "sqlite":
+            url = f"sqlite:///{tmp_path / 'efd.db'}"
+            migrate.upgrade(url)
+        else:
+            template = request.getfixturevalue("pg_template")  # skips without PostgreSQL
+            url = databases.enter_context(pg_database(template, "efd_contract"))
+        real, db = _real(url)
+        try:
+            yield real
+        finally:
+            await asyncio.to_thread(db.close)
 
 
 async def claim(

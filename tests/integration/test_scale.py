@@ -10,24 +10,22 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import psycopg
 import pytest
 from aiohttp import web
 
 from tests.conftest import (
-    PG_ADMIN_URL,
     DaemonProcess,
     Receiver,
     basic,
     eventually,
     free_port,
+    pg_database,
     settings_dict,
     sql,
     write_toml,
@@ -93,12 +91,8 @@ def _counts(receiver: Receiver) -> Counter[str]:
 
 @pytest.fixture
 def pg_url(pg_template: str) -> Iterator[str]:
-    name = f"efd_scale_{os.getpid()}_{int(time.time() * 1000) % 10**8}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"')
-    yield PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with pg_database(pg_template, "efd_scale") as url:
+        yield url
 
 
 async def test_three_daemons_deliver_8000_messages_exactly_once(pg_url, receiver_factory, tmp_path):
