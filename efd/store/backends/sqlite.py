@@ -38,7 +38,6 @@ from sqlalchemy import (
     func,
     insert,
     select,
-    update,
 )
 from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -73,26 +72,26 @@ _compiled: dict[tuple[Any, ...], tuple[str, list[str], dict[str, Any]]] = {}
 _multirow: dict[tuple[str, int], str] = {}
 _ROWS_PER_STATEMENT = 256
 
-_INSERT_ATTEMPT = insert(attempts).values({name: bindparam(name) for name in ATTEMPT_COLUMNS})
 _attempt_fields = attrgetter(*ATTEMPT_COLUMNS)
-_RECORD_OUTCOME = (
-    update(deliveries)
-    .where(
-        deliveries.c.id == bindparam("o_id"),
-        deliveries.c.lease_token == bindparam("o_token"),
-        deliveries.c.status == DeliveryStatus.PENDING,
-    )
-    .values(
-        status=bindparam("o_status"),
-        attempts=bindparam("o_attempts"),
-        first_attempt_at=bindparam("o_first"),
-        next_attempt_at=bindparam("o_next"),
-        finished_at=bindparam("o_finished"),
-        failed_hooks=bindparam("o_failed"),
-        last_error=bindparam("o_error"),
-        lease_owner=None,
-    )
-)
+_OUTCOME_SQL: dict[int, str] = {}
+
+
+def _record_outcomes_sql(rows: int) -> str:
+    """An UPDATE of `rows` deliveries from a VALUES list of (id, token, status, attempts,
+    first attempt, next attempt, finished, failed hooks, last error): applied where the
+    delivery is still pending under that lease token."""
+    sql = _OUTCOME_SQL.get(rows)
+    if sql is None:
+        values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * rows)
+        sql = _OUTCOME_SQL[rows] = (
+            "UPDATE deliveries SET status = v.column3, attempts = v.column4,"
+            " first_attempt_at = v.column5, next_attempt_at = v.column6,"
+            " finished_at = v.column7, failed_hooks = v.column8, last_error = v.column9,"
+            f" lease_owner = NULL FROM (VALUES {values}) AS v"
+            " WHERE deliveries.id = v.column1 AND deliveries.lease_token = v.column2"
+            f" AND deliveries.status = '{DeliveryStatus.PENDING.value}'"
+        )
+    return sql
 
 
 def compiled(
@@ -365,29 +364,37 @@ class SqliteBackend:
             insert_many(cursor, deliveries, DELIVERY_COLUMNS, list(rows))
 
     def insert_attempts(self, conn: Connection, rows: Sequence[AttemptRow]) -> None:
-        params = [dict(zip(ATTEMPT_COLUMNS, _attempt_fields(a), strict=True)) for a in rows]
-        self.execute(conn, "attempts", _INSERT_ATTEMPT, params)
+        with driver_cursor(conn) as cursor:
+            insert_many(cursor, attempts, ATTEMPT_COLUMNS, [_attempt_fields(a) for a in rows])
 
     def record_outcomes(self, conn: Connection, outcomes: Sequence[Outcome]) -> int:
-        return self.execute_count(
-            conn,
-            "outcome",
-            _RECORD_OUTCOME,
-            [
-                {
-                    "o_id": o.delivery_id,
-                    "o_token": o.lease_token,
-                    "o_status": o.status,
-                    "o_attempts": o.attempts,
-                    "o_first": o.first_attempt_at,
-                    "o_next": o.next_attempt_at,
-                    "o_finished": o.finished_at,
-                    "o_failed": hooks_json(o.failed_hooks),
-                    "o_error": o.last_error,
-                }
-                for o in outcomes
-            ],
-        )
+        # One UPDATE … FROM (VALUES …) per chunk instead of one UPDATE per outcome: one call
+        # into SQLite (and one release of the GIL) for the whole chunk. Each VALUES row
+        # matches at most one delivery (id and token), so the rows changed are the outcomes
+        # applied.
+        rows = [
+            (
+                o.delivery_id,
+                o.lease_token,
+                o.status.value,
+                o.attempts,
+                o.first_attempt_at,
+                o.next_attempt_at,
+                o.finished_at,
+                hooks_json(o.failed_hooks),
+                o.last_error,
+            )
+            for o in outcomes
+        ]
+        applied = 0
+        start = 0
+        with driver_cursor(conn) as cursor:
+            for size in _chunk_sizes(len(rows)):
+                statement = _record_outcomes_sql(size)
+                cursor.execute(statement, [v for row in rows[start : start + size] for v in row])
+                applied += cursor.rowcount
+                start += size
+        return applied
 
     def notify(self, conn: Connection) -> None:
         """Nothing to wake: one process serves the file, and its callers wake it."""
