@@ -97,7 +97,7 @@ class Worker:
         self._wake = asyncio.Event()
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
-        self._side: set[asyncio.Task[None]] = set()
+        self._side: set[asyncio.Future[Any]] = set()
         self._waking_at = 0.0
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -161,6 +161,12 @@ class Worker:
         task = asyncio.create_task(work, name=name)
         self._side.add(task)
         task.add_done_callback(self._side_done)
+
+    def track(self, future: asyncio.Future[Any]) -> None:
+        """Hold `future` (work the caller follows by a callback of its own) like a side
+        task: a stop waits for it, then cancels it."""
+        self._side.add(future)
+        future.add_done_callback(self._side.discard)
 
     def _side_done(self, task: asyncio.Task[None]) -> None:
         self._side.discard(task)

@@ -73,7 +73,7 @@ async def measure(processes: int, port: int) -> None:
         nonlocal sent
         while sent < ROUNDS:
             sent += 1
-            await pool.send_round(route, [url], BODY, "bench")
+            await pool.start_round(route, [url], BODY, (sent, "web", "bench", 0.0))
 
     cpu, wall = time.process_time(), time.perf_counter()
     await asyncio.gather(*(client() for _ in range(CONCURRENCY)))

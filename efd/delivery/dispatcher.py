@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import random
@@ -390,7 +391,17 @@ class Dispatcher:
         by_url = self._in_flight_by_url
         for url in urls:  # Counter.update's generality costs more than the round's bookkeeping
             by_url[url] += 1
-        self._worker.spawn(self._deliver(route, item, urls, failed))
+        if item.body is None:
+            note: str | None = "message payload was purged by a deletion request"
+            round_: asyncio.Future[list[AttemptResult]] = asyncio.get_running_loop().create_future()
+            round_.set_result([])  # its callback runs at the loop's next turn, not in here
+        else:
+            note = None
+            message = (item.message_pk, item.source, item.message_id, item.received_at)
+            round_ = self._rounds.start_round(route, urls, item.body, message)
+        # A callback, not a task per round: the round's end is handled in one plain call.
+        self._worker.track(round_)
+        round_.add_done_callback(functools.partial(self._answered, route, item, urls, failed, note))
 
     def _defer(self, leases: list[tuple[int, int]], at: float) -> None:
         async def defer() -> None:
@@ -460,18 +471,32 @@ class Dispatcher:
 
     # -- one round -------------------------------------------------------------------------
 
-    async def _deliver(
-        self, route: Route, item: Claimed, urls: list[str], failed: frozenset[str]
+    def _answered(
+        self,
+        route: Route,
+        item: Claimed,
+        urls: list[str],
+        failed: frozenset[str],
+        note: str | None,
+        round_: asyncio.Future[list[AttemptResult]],
     ) -> None:
+        """A round ended: free its slots, count it against the circuits, decide what comes
+        next and hand the outcome to the recorder."""
         results: list[AttemptResult] = []
-        try:
-            results, note = await self._send_round(route, item, urls)
-        finally:
-            # Counted before the slot is freed, so the next round sees a circuit that opened.
-            self._circuit_changes(results, urls, self._clock.now())
-            # The slots are free once the receivers answered; recording the outcome may
-            # wait behind a large commit, and the lease keeps the delivery ours meanwhile.
-            self._release(route, urls)
+        if not round_.cancelled() and round_.exception() is None:
+            results = round_.result()
+        # Counted before the slot is freed, so the next round sees a circuit that opened.
+        self._circuit_changes(results, urls, self._clock.now())
+        # The slots are free once the receivers answered; recording the outcome may wait
+        # behind a large commit, and the lease keeps the delivery ours meanwhile.
+        self._release(route, urls)
+        if round_.cancelled():
+            return  # stopped mid-round: the lease is released at the stop
+        error = round_.exception()
+        if error is not None:
+            # A bug, not the network: nothing is recorded, and the lease lapses.
+            log.error("a round to %s failed", route.name, exc_info=error)
+            return
         now = self._clock.now()
         first = item.first_attempt_at or min((r.started_at for r in results), default=now)
         decision = retry.decide(
@@ -519,16 +544,6 @@ class Dispatcher:
         ]
         # Not awaited: the recorder writes outcomes in batches and then drops the leases.
         self._recorder.add([(outcome, rows, route.name, item.message_id)])
-
-    async def _send_round(
-        self, route: Route, item: Claimed, urls: list[str]
-    ) -> tuple[list[AttemptResult], str | None]:
-        if item.body is None:
-            return [], "message payload was purged by a deletion request"
-        webhook_id = webhooks.webhook_id(
-            item.message_pk, item.source, item.message_id, item.received_at
-        )
-        return await self._rounds.send_round(route, urls, item.body, webhook_id), None
 
     async def _record(self, take: Callable[[], list[_Recorded]]) -> list[None]:
         items = take()

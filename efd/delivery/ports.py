@@ -3,20 +3,26 @@ by nothing else (an import contract holds it to that)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Protocol
 
 from efd.rows import AttemptRow, Claimed, Outcome
 from efd.rules.retry import AttemptResult
-from efd.rules.webhooks import Route
+from efd.rules.webhooks import MessageKey, Route
 
 
 class Rounds(Protocol):
     """Sends one round of a delivery: the in-process Sender, or the sender processes."""
 
-    async def send_round(
-        self, route: Route, urls: Sequence[str], body: str, webhook_id: str
-    ) -> list[AttemptResult]: ...
+    def start_round(
+        self, route: Route, urls: Sequence[str], body: str, message: MessageKey
+    ) -> asyncio.Future[list[AttemptResult]]:
+        """Start POSTing `body` to `urls` under the webhook-id of `message`; the future
+        holds the round's results (it never fails for what a receiver or the network does).
+        A future, not a coroutine: the dispatcher adds a callback instead of running a task
+        per round."""
+        ...
 
 
 class Deliveries(Protocol):

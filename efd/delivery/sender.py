@@ -27,7 +27,7 @@ from efd.rules.retry import (
     classify_status,
     parse_retry_after,
 )
-from efd.rules.webhooks import ClientCert, Route
+from efd.rules.webhooks import ClientCert, MessageKey, Route
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +99,14 @@ class Sender:
                     for url, static in hooks
                 )
             )
+        )
+
+    def start_round(
+        self, route: Route, urls: Sequence[str], body: str, message: MessageKey
+    ) -> asyncio.Future[list[AttemptResult]]:
+        """send_round as the dispatcher's `Rounds` starts it (a task in this process)."""
+        return asyncio.ensure_future(
+            self.send_round(route, urls, body, webhooks.webhook_id(*message))
         )
 
     def _client_context(self, client: ClientCert) -> ssl.SSLContext:
@@ -229,11 +237,12 @@ class SenderChild:
             self._routes = {route.name: route for route in update["routes"]}
 
     async def __call__(
-        self, destination: str, urls: tuple[str, ...], body: str, webhook_id: str
+        self, destination: str, urls: tuple[str, ...], body: str, message: MessageKey
     ) -> Any:
         try:
+            # The webhook-id is derived here, on the sender's core, not in the daemon's loop.
             results = await self._sender.send_round(
-                self._routes[destination], urls, body, webhook_id
+                self._routes[destination], urls, body, webhooks.webhook_id(*message)
             )
         except Exception as error:  # a bug, not the network: report it, keep serving
             log.exception("sending a round to %s failed", destination)
@@ -289,14 +298,33 @@ class SenderPool:
     async def reload(self, routes: Sequence[Route], log_level: str) -> None:
         await self._pool.configure({"routes": list(routes), "log_level": log_level})
 
-    async def send_round(
-        self, route: Route, urls: Sequence[str], body: str, webhook_id: str
-    ) -> list[AttemptResult]:
+    def start_round(
+        self, route: Route, urls: Sequence[str], body: str, message: MessageKey
+    ) -> asyncio.Future[list[AttemptResult]]:
         sent_at = time.time()
-        results = await self._pool.call(route.name, tuple(urls), body, webhook_id)
-        if results is LOST:  # the process died mid-round: nobody knows what the receivers saw
-            duration = time.time() - sent_at
-            return [
+        answer = self._pool.submit(route.name, tuple(urls), body, message)
+        results: asyncio.Future[list[AttemptResult]] = asyncio.get_running_loop().create_future()
+        answer.add_done_callback(lambda done: _answered(results, done, urls, sent_at))
+        return results
+
+
+def _answered(
+    results: asyncio.Future[list[AttemptResult]],
+    answer: asyncio.Future[Any],
+    urls: Sequence[str],
+    sent_at: float,
+) -> None:
+    """A sender process's answer, as AttemptResults; LOST when it died mid-round."""
+    if results.done():
+        return  # cancelled: the dispatcher stopped waiting for this round
+    if answer.cancelled():
+        results.cancel()
+        return
+    tuples = answer.result()
+    if tuples is LOST:  # the process died mid-round: nobody knows what the receivers saw
+        duration = time.time() - sent_at
+        results.set_result(
+            [
                 AttemptResult(
                     url,
                     sent_at,
@@ -307,4 +335,6 @@ class SenderPool:
                 )
                 for url in urls
             ]
-        return [_from_tuple(r) for r in results]
+        )
+        return
+    results.set_result([_from_tuple(r) for r in tuples])

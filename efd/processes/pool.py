@@ -102,8 +102,12 @@ class Pool:
 
     async def call(self, *request: Any) -> Any:
         """The handler's answer to `request`, or LOST."""
+        return await self.submit(*request)
+
+    def submit(self, *request: Any) -> asyncio.Future[Any]:
+        """Send `request` now; the future holds the handler's answer, or LOST."""
         child = min(self._children, key=lambda c: (not c.running, len(c.pending)))
-        return await child.send(request)
+        return child.send(request)
 
     async def configure(self, update: dict[str, Any]) -> None:
         """Change part of every child's set-up (a reload): requests sent after this use it,

@@ -160,6 +160,9 @@ def standard_secret(text: str) -> bytes:
 
 WEBHOOK_ID_PREFIX = "msg_"
 
+# What a message's webhook-id is made of: its row id, source, messageId and receipt time.
+MessageKey = tuple[int, str, str, float]
+
 
 def webhook_id(message_pk: int, source: str, message_id: str, received_at: float) -> str:
     """The webhook-id of a stored message: `msg_` and 26 base32 letters and digits (a 128-bit

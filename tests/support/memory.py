@@ -28,6 +28,8 @@ class Row:
     failed_hooks: frozenset[str] = frozenset()
     leased: bool = False
     lane: str | None = None  # an ordered destination's lane (efd/store/lanes.py)
+    purged: bool = False  # its payload was purged by a deletion request: claimed without one
+    last_error: str | None = None
 
 
 class Completed(Protocol):
@@ -146,7 +148,7 @@ class MemoryDeliveries:
                 r.first_attempt_at,
                 r.failed_hooks,
                 f"m{r.id}",
-                '{"type":"track"}',
+                None if r.purged else '{"type":"track"}',
                 r.id,
                 "web",
                 1_700_000_000.0 + r.id,
@@ -179,6 +181,7 @@ class MemoryDeliveries:
                 continue
             r.status, r.attempts, r.leased = o.status, o.attempts, False
             r.first_attempt_at, r.failed_hooks = o.first_attempt_at, o.failed_hooks
+            r.last_error = o.last_error
             if o.next_attempt_at is not None:
                 r.next_attempt_at = o.next_attempt_at
             if r.lane is not None and r.status is not DeliveryStatus.PENDING:

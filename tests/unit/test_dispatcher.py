@@ -21,6 +21,7 @@ from efd.delivery import dispatcher
 from efd.delivery.dispatcher import Dispatcher
 from efd.observe.metrics import Metrics
 from efd.rows import DeliveryStatus
+from efd.rules import webhooks
 from efd.rules.retry import AttemptResult, Verdict
 from efd.rules.webhooks import Route, webhook_id
 from efd.settings import Current
@@ -48,6 +49,13 @@ class FakeRounds:
     webhook_ids: list[str] = field(default_factory=list)  # each round's, in order
     started: asyncio.Event = field(default_factory=asyncio.Event)
     gate: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def start_round(
+        self, route: Route, urls: Sequence[str], body: str, message: webhooks.MessageKey
+    ) -> asyncio.Future[list[AttemptResult]]:
+        return asyncio.ensure_future(
+            self.send_round(route, urls, body, webhooks.webhook_id(*message))
+        )
 
     async def send_round(
         self, route: Route, urls: Sequence[str], body: str, webhook_id: str
@@ -133,6 +141,20 @@ async def test_every_due_delivery_is_delivered_once(running):
     await store.wait(lambda: store.status() == {"delivered": 500})
     assert rounds.sent == {HOOK_A: 300, HOOK_B: 200}
     assert len(store.attempts) == 500
+
+
+async def test_a_delivery_whose_payload_was_purged_sends_nothing_and_says_why(running):
+    store, rounds = MemoryDeliveries(), FakeRounds()
+    [purged, kept] = store.add("a", 2)
+    store.rows[purged].purged = True
+    await running(store, rounds)
+    await store.wait(lambda: store.rows[purged].last_error is not None)
+    await store.wait(lambda: store.status("a")["delivered"] == 1)
+    assert rounds.webhook_ids == [webhook_id(kept, "web", f"m{kept}", 1_700_000_000.0 + kept)]
+    assert [a.delivery_id for a in store.attempts] == [kept]
+    row = store.rows[purged]
+    assert row.last_error == "message payload was purged by a deletion request"
+    assert row.attempts == 0  # no request went out
 
 
 async def test_a_hook_never_has_more_than_max_per_hook_rounds_and_claims_stay_bounded(running):

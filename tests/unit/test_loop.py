@@ -176,6 +176,21 @@ async def test_side_tasks_are_held_waited_for_and_logged_when_they_fail(caplog):
     assert isinstance(record.exc_info[1], RuntimeError)  # type: ignore[index]
 
 
+async def test_a_stop_waits_its_grace_for_tracked_futures_then_cancels_them():
+    worker = Worker(Steps(FakeClock(), []), name="test")
+    loop = asyncio.get_running_loop()
+    answered: asyncio.Future[str] = loop.create_future()
+    unanswered: asyncio.Future[str] = loop.create_future()
+    worker.track(answered)
+    worker.track(unanswered)
+    assert worker.side_tasks == 2
+    loop.call_later(0.05, answered.set_result, "ok")
+    await worker.stop(grace=0.5)
+    assert answered.result() == "ok"  # answered within the grace: waited for
+    assert unanswered.cancelled()  # never answered: cancelled once the grace ran out
+    assert worker.side_tasks == 0
+
+
 async def test_the_system_clock_waits_for_the_event_or_the_timeout():
     clock = SystemClock()
     event = asyncio.Event()
