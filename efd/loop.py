@@ -6,10 +6,11 @@ step's due time, or `stop()`, whichever comes first. A store error from a step i
 the step retried after a growing delay; any other exception is logged with its traceback and
 retried the same way, so one bad step never ends a loop the daemon depends on.
 
-Work a step starts and does not await (a delivery round, a deferred release) is a side task:
+Work a step starts and does not await (a deferred release, a wake-up) is a side task:
 `spawn` holds it until it ends and logs it if it crashed. Side tasks are one-off units of
-work, so a crashed one is not restarted; `stop(grace)` waits for them up to `grace` seconds
-and cancels the rest.
+work, so a crashed one is not restarted. A future the caller follows by a callback of its
+own (a delivery round) is held with `track` instead. `stop(grace)` waits for both up to
+`grace` seconds and cancels the rest.
 
 Time is read through a `Clock`, so tests drive a loop with a fake one.
 """
