@@ -30,10 +30,10 @@ def _run_loop(coro: Coroutine[Any, Any, None]) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    settings = _load(args.config)  # a bad file is refused before the daemon's imports
+    logs.setup(settings.logging.level, settings.logging.format)
     from efd.daemon import StartupError, run
 
-    settings = _load(args.config)
-    logs.setup(settings.logging.level, settings.logging.format)
     try:
         _run_loop(run(settings, config_path=args.config))
     except StartupError as error:
