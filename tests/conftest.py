@@ -1,7 +1,8 @@
 """Shared fixtures: real databases, real receivers on 127.0.0.1, real daemons.
 
-Every test that touches storage runs once on a SQLite file and once on a fresh PostgreSQL
-database (created from a migrated template). Set EFD_TEST_DB=sqlite to skip PostgreSQL
+Every test that touches storage runs once on a SQLite file and once on an empty PostgreSQL
+database with the migrated schema (a copy of a migrated template, emptied and reused by the
+worker for its next test: pg_database). Set EFD_TEST_DB=sqlite to skip PostgreSQL
 locally; the README's test command sets EFD_REQUIRE_PG=1 so CI cannot skip it silently.
 """
 
