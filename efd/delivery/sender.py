@@ -9,6 +9,7 @@ are the dispatcher's `Rounds`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import ssl
 import time
@@ -301,40 +302,23 @@ class SenderPool:
     def start_round(
         self, route: Route, urls: Sequence[str], body: str, message: MessageKey
     ) -> asyncio.Future[list[AttemptResult]]:
-        sent_at = time.time()
-        answer = self._pool.submit(route.name, tuple(urls), body, message)
-        results: asyncio.Future[list[AttemptResult]] = asyncio.get_running_loop().create_future()
-        answer.add_done_callback(lambda done: _answered(results, done, urls, sent_at))
-        return results
+        convert = functools.partial(_results, urls, time.time())
+        return self._pool.submit(route.name, tuple(urls), body, message, convert=convert)
 
 
-def _answered(
-    results: asyncio.Future[list[AttemptResult]],
-    answer: asyncio.Future[Any],
-    urls: Sequence[str],
-    sent_at: float,
-) -> None:
-    """A sender process's answer, as AttemptResults; LOST when it died mid-round."""
-    if results.done():
-        return  # cancelled: the dispatcher stopped waiting for this round
-    if answer.cancelled():
-        results.cancel()
-        return
-    tuples = answer.result()
-    if tuples is LOST:  # the process died mid-round: nobody knows what the receivers saw
+def _results(urls: Sequence[str], sent_at: float, answer: Any) -> list[AttemptResult]:
+    """A sender process's answer as AttemptResults; LOST when it died mid-round."""
+    if answer is LOST:  # the process died mid-round: nobody knows what the receivers saw
         duration = time.time() - sent_at
-        results.set_result(
-            [
-                AttemptResult(
-                    url,
-                    sent_at,
-                    duration,
-                    Verdict.RETRY,
-                    error_class="interrupted",
-                    error=_INTERRUPTED,
-                )
-                for url in urls
-            ]
-        )
-        return
-    results.set_result([_from_tuple(r) for r in tuples])
+        return [
+            AttemptResult(
+                url,
+                sent_at,
+                duration,
+                Verdict.RETRY,
+                error_class="interrupted",
+                error=_INTERRUPTED,
+            )
+            for url in urls
+        ]
+    return [_from_tuple(r) for r in answer]

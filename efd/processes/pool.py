@@ -26,6 +26,7 @@ import signal
 import struct
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from efd.observe import logs
@@ -55,6 +56,21 @@ class Handler(Protocol):
 
 
 _CONFIGURE = "efd.processes.pool:configure"  # a request that is a set-up update, for every child
+
+Convert = Callable[[Any], Any]  # what a caller makes of an answer (or of LOST)
+
+
+def _same(answer: Any) -> Any:
+    return answer
+
+
+def _settle(future: asyncio.Future[Any], convert: Convert, answer: Any) -> None:
+    if future.done():
+        return  # the caller stopped waiting (cancelled)
+    try:
+        future.set_result(convert(answer))
+    except Exception as error:  # a bug in the caller's conversion: its future says so
+        future.set_exception(error)
 
 
 def _frame(value: Any) -> bytes:
@@ -104,10 +120,12 @@ class Pool:
         """The handler's answer to `request`, or LOST."""
         return await self.submit(*request)
 
-    def submit(self, *request: Any) -> asyncio.Future[Any]:
-        """Send `request` now; the future holds the handler's answer, or LOST."""
+    def submit(self, *request: Any, convert: Convert = _same) -> asyncio.Future[Any]:
+        """Send `request` now; the future holds `convert` of the handler's answer (or of
+        LOST), applied as the answer is read: the caller's callback on the future runs at
+        the loop's next turn, with no second future in between."""
         child = min(self._children, key=lambda c: (not c.running, len(c.pending)))
-        return child.send(request)
+        return child.send(request, convert)
 
     async def configure(self, update: dict[str, Any]) -> None:
         """Change part of every child's set-up (a reload): requests sent after this use it,
@@ -133,8 +151,8 @@ class _Child:
         self._ready = False
         self._closing = False
         self._next_id = 0
-        # request id -> future: sent to the current process (or queued), not answered
-        self.pending: dict[int, asyncio.Future[Any]] = {}
+        # request id -> (future, convert): sent to the current process (or queued), not answered
+        self.pending: dict[int, tuple[asyncio.Future[Any], Convert]] = {}
         self._outbox: list[tuple[Any, ...]] = []
         self._flush_scheduled = False
         self._reader_task: asyncio.Task[None] | None = None
@@ -185,10 +203,10 @@ class _Child:
         self._reader_task = asyncio.create_task(self._read(proc), name=f"efd-{self.name}-reader")
         self._schedule_flush()
 
-    def send(self, request: tuple[Any, ...]) -> asyncio.Future[Any]:
+    def send(self, request: tuple[Any, ...], convert: Convert = _same) -> asyncio.Future[Any]:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._next_id += 1
-        self.pending[self._next_id] = future
+        self.pending[self._next_id] = (future, convert)
         self._outbox.append((self._next_id, *request))
         self._schedule_flush()
         return future
@@ -213,10 +231,10 @@ class _Child:
         try:
             while True:
                 for request_id, result in await _read_frame(proc.stdout):
-                    future = self.pending.pop(request_id, None)
-                    if future is not None and not future.done():
+                    entry = self.pending.pop(request_id, None)
+                    if entry is not None:
                         failed = isinstance(result, tuple) and result == _FAILED
-                        future.set_result(LOST if failed else result)
+                        _settle(*entry, LOST if failed else result)
         except (asyncio.IncompleteReadError, ConnectionError, pickle.UnpicklingError):
             pass
         self._ready = False
@@ -246,11 +264,11 @@ class _Child:
         still queued here wait for the next process, unless `queued_too`."""
         pending, self.pending = self.pending, {}
         queued = set() if queued_too else {request[0] for request in self._outbox}
-        for request_id, future in pending.items():
+        for request_id, entry in pending.items():
             if request_id in queued:
-                self.pending[request_id] = future  # never left: goes to the next process
-            elif not future.done():
-                future.set_result(LOST)
+                self.pending[request_id] = entry  # never left: goes to the next process
+            else:
+                _settle(*entry, LOST)
 
     async def close(self, timeout: float) -> None:
         self._closing = True
