@@ -63,12 +63,6 @@ class Backend(Protocol):
         the rows of a single execution that returns any. `key` names the statement."""
         ...
 
-    def execute_count(
-        self, conn: Connection, key: str, statement: Any, params: list[dict[str, Any]]
-    ) -> int:
-        """Run with many parameter sets; how many rows changed."""
-        ...
-
     def select(
         self, conn: Connection, key: str, build: Callable[[], Any], params: list[Any]
     ) -> list[Any]:

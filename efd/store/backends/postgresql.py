@@ -176,11 +176,6 @@ class PostgresBackend:
         result = conn.execute(statement, params if len(params) != 1 else params[0])
         return [tuple(row) for row in result.all()] if result.returns_rows else []
 
-    def execute_count(
-        self, conn: Connection, key: str, statement: Any, params: list[dict[str, Any]]
-    ) -> int:
-        return int(conn.execute(statement, params).rowcount)
-
     def select(
         self, conn: Connection, key: str, build: Callable[[], Any], params: list[Any]
     ) -> list[Any]:

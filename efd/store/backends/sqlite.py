@@ -163,13 +163,28 @@ def insert_many(
         positions = [columns.index(name) for name in order]
         rows = [tuple(row[i] for i in positions) for row in rows]
     head, _, group = sql.rpartition(" VALUES ")
+
+    def statement(size: int) -> str:
+        text = _multirow.get((sql, size))
+        if text is None:
+            text = _multirow[(sql, size)] = f"{head} VALUES {', '.join([group] * size)}"
+        return text
+
+    _in_chunks(cursor, rows, statement)
+
+
+def _in_chunks(
+    cursor: Any, rows: Sequence[tuple[Any, ...]], statement: Callable[[int], str]
+) -> int:
+    """Run `statement(n)` once per chunk of n rows, with the chunk's values in order as its
+    parameters; how many rows the statements changed."""
+    changed = 0
     start = 0
     for size in _chunk_sizes(len(rows)):
-        statement = _multirow.get((sql, size))
-        if statement is None:
-            statement = _multirow[(sql, size)] = f"{head} VALUES {', '.join([group] * size)}"
-        cursor.execute(statement, [v for row in rows[start : start + size] for v in row])
+        cursor.execute(statement(size), [v for row in rows[start : start + size] for v in row])
+        changed += cursor.rowcount
         start += size
+    return changed
 
 
 def attach(dbapi_connection: Any) -> None:
@@ -284,14 +299,6 @@ class SqliteBackend:
             cursor.executemany(sql, [_positional(p, order, fixed) for p in params])
             return []
 
-    def execute_count(
-        self, conn: Connection, key: str, statement: Any, params: list[dict[str, Any]]
-    ) -> int:
-        sql, order, fixed = compiled((key,), lambda: statement)
-        with driver_cursor(conn) as cursor:
-            cursor.executemany(sql, [_positional(p, order, fixed) for p in params])
-            return int(cursor.rowcount)
-
     def select(
         self, conn: Connection, key: str, build: Callable[[], Any], params: list[Any]
     ) -> list[Any]:
@@ -386,15 +393,8 @@ class SqliteBackend:
             )
             for o in outcomes
         ]
-        applied = 0
-        start = 0
         with driver_cursor(conn) as cursor:
-            for size in _chunk_sizes(len(rows)):
-                statement = _record_outcomes_sql(size)
-                cursor.execute(statement, [v for row in rows[start : start + size] for v in row])
-                applied += cursor.rowcount
-                start += size
-        return applied
+            return _in_chunks(cursor, rows, _record_outcomes_sql)
 
     def notify(self, conn: Connection) -> None:
         """Nothing to wake: one process serves the file, and its callers wake it."""
