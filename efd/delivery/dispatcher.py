@@ -32,6 +32,7 @@ from efd.rows import AttemptRow, Claimed, DeliveryStatus, Outcome
 from efd.rules import ratelimit, retry, webhooks
 from efd.rules.circuit import Change, Circuits
 from efd.rules.retry import AttemptResult, Backoff, RetryPolicy
+from efd.rules.rounds import attempt_rows, outcome_of
 from efd.rules.webhooks import Route
 from efd.settings import Current
 
@@ -482,17 +483,16 @@ class Dispatcher:
     ) -> None:
         """A round ended: free its slots, count it against the circuits, decide what comes
         next and hand the outcome to the recorder."""
-        results: list[AttemptResult] = []
-        if not round_.cancelled() and round_.exception() is None:
-            results = round_.result()
+        cancelled = round_.cancelled()
+        error = None if cancelled else round_.exception()
+        results = [] if cancelled or error is not None else round_.result()
         # Counted before the slot is freed, so the next round sees a circuit that opened.
         self._circuit_changes(results, urls, self._clock.now())
         # The slots are free once the receivers answered; recording the outcome may wait
         # behind a large commit, and the lease keeps the delivery ours meanwhile.
         self._release(route, urls)
-        if round_.cancelled():
+        if cancelled:
             return  # stopped mid-round: the lease is released at the stop
-        error = round_.exception()
         if error is not None:
             # A bug, not the network: nothing is recorded, and the lease lapses.
             log.error("a round to %s failed", route.name, exc_info=error)
@@ -514,34 +514,8 @@ class Dispatcher:
             self._due_hint = min(self._due_hint, decision.next_attempt_at)
             if decision.next_attempt_at < self._worker.waking_at:
                 self._worker.notify()  # due before the loop meant to look again
-        outcome = Outcome(
-            delivery_id=item.delivery_id,
-            lease_token=item.lease_token,
-            status=decision.status,
-            attempts=item.attempts + (1 if results else 0),
-            first_attempt_at=first,
-            next_attempt_at=decision.next_attempt_at,
-            finished_at=None if decision.status is DeliveryStatus.PENDING else now,
-            failed_hooks=decision.failed_hooks,
-            last_error=note or decision.last_error,
-        )
-        rows = [
-            AttemptRow(
-                delivery_id=item.delivery_id,
-                hook_url=route.labels.get(r.hook_url) or webhooks.redact_url(r.hook_url),
-                attempted_at=r.started_at,
-                duration_ms=round(r.duration * 1000, 3),
-                outcome=r.verdict.value,
-                status_code=r.status_code,
-                error_class=r.error_class,
-                # A receiver's Retry-After, honoured by the next round, is logged with it.
-                error=r.error
-                if r.retry_after is None
-                else f"Retry-After: {r.retry_after:g} s" + (f"; {r.error}" if r.error else ""),
-                response_head=r.response_head,
-            )
-            for r in results
-        ]
+        outcome = outcome_of(item, decision, results, first_attempt_at=first, now=now, note=note)
+        rows = attempt_rows(route, item.delivery_id, results)
         # Not awaited: the recorder writes outcomes in batches and then drops the leases.
         self._recorder.add([(outcome, rows, route.name, item.message_id)])
 

@@ -1,0 +1,57 @@
+"""What a delivery round's results become in the store: the delivery's new state and one
+attempt row per request. Pure shaping; efd/rules/retry.py decides, the dispatcher records."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from efd.rows import AttemptRow, Claimed, DeliveryStatus, Outcome
+from efd.rules.retry import AttemptResult, Decision
+from efd.rules.webhooks import Route, redact_url
+
+
+def outcome_of(
+    item: Claimed,
+    decision: Decision,
+    results: Sequence[AttemptResult],
+    *,
+    first_attempt_at: float,
+    now: float,
+    note: str | None,
+) -> Outcome:
+    """The delivery's state after the round, fenced by the lease it was claimed under. A
+    round that sent nothing (`note` says why) does not count as an attempt."""
+    return Outcome(
+        delivery_id=item.delivery_id,
+        lease_token=item.lease_token,
+        status=decision.status,
+        attempts=item.attempts + (1 if results else 0),
+        first_attempt_at=first_attempt_at,
+        next_attempt_at=decision.next_attempt_at,
+        finished_at=None if decision.status is DeliveryStatus.PENDING else now,
+        failed_hooks=decision.failed_hooks,
+        last_error=note or decision.last_error,
+    )
+
+
+def attempt_rows(
+    route: Route, delivery_id: int, results: Sequence[AttemptResult]
+) -> list[AttemptRow]:
+    """One row per request, naming its hook by label (no credentials)."""
+    return [
+        AttemptRow(
+            delivery_id=delivery_id,
+            hook_url=route.labels.get(r.hook_url) or redact_url(r.hook_url),
+            attempted_at=r.started_at,
+            duration_ms=round(r.duration * 1000, 3),
+            outcome=r.verdict.value,
+            status_code=r.status_code,
+            error_class=r.error_class,
+            # A receiver's Retry-After, honoured by the next round, is logged with it.
+            error=r.error
+            if r.retry_after is None
+            else f"Retry-After: {r.retry_after:g} s" + (f"; {r.error}" if r.error else ""),
+            response_head=r.response_head,
+        )
+        for r in results
+    ]
