@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import fcntl
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import exc as sa
 from sqlalchemy.engine import URL, make_url
+
+# A pooled PostgreSQL connection idle this long is pinged before it is handed out.
+PING_AFTER_IDLE = 1.0  # seconds
 
 
 def normalise_url(url: str) -> URL:
@@ -51,9 +56,9 @@ def make_engine(
     """
     parsed = normalise_url(url)
     if not is_sqlite(parsed):
-        return create_engine(
-            parsed, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True
-        )
+        engine = create_engine(parsed, pool_size=pool_size, max_overflow=pool_size)
+        _ping_when_idle(engine)
+        return engine
     path = sqlite_path(parsed)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -82,6 +87,28 @@ def make_engine(
         connection.exec_driver_sql("BEGIN IMMEDIATE" if writer else "BEGIN")
 
     return engine
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """Ping a connection that sat in the pool, so one the server dropped meanwhile (a
+    restart, an idle timeout) is replaced before a transaction fails on it. One in steady
+    use is not pinged: a ping per checkout is a round trip per transaction, and a failure
+    while busy fails the statement in flight anyway, which invalidates the pool."""
+
+    @event.listens_for(engine, "checkin")
+    def _idle_from(_dbapi_connection: Any, record: Any) -> None:
+        record.info["efd_idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _ping(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.get("efd_idle_since")
+        if since is None or time.monotonic() - since < PING_AFTER_IDLE:
+            return
+        try:
+            dbapi_connection.execute("SELECT 1")
+            dbapi_connection.rollback()
+        except Exception as error:  # the pool discards it and connects anew
+            raise sa.DisconnectionError(str(error)) from error
 
 
 class DatabaseInUse(Exception):

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import time
 
+import psycopg
 import pytest
-from sqlalchemy import text
+from sqlalchemy import make_url, text
 
 from efd.errors import StoreError, StoreUnavailable
-from efd.store import Store, migrate
+from efd.store import Store, engine, migrate
 from efd.store.health import HealthStore
 from efd.store.regulations import RegulationsStore
 from efd.store.runner import AsyncStore
 from efd.store.suppressions import Suppressions
+from tests.conftest import PG_ADMIN_URL
 
 
 @pytest.fixture
@@ -71,3 +73,40 @@ async def test_the_runner_raises_store_errors_and_notes_failed_writes(store) -> 
             await db.read(bad_statement)
     finally:
         db.close()
+
+
+def _end_sessions(store: Store, db_url: str) -> None:
+    """The server ends every session of the store's database, as a restart would."""
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        [(ended,)] = conn.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = %s AND pid <> pg_backend_pid()",
+            (make_url(db_url).database,),
+        ).fetchall()
+    assert ended, "the store held no session to end"
+
+
+def test_a_connection_dropped_while_idle_is_replaced_before_use(  # type: ignore[no-untyped-def]
+    store, db_url, monkeypatch
+) -> None:
+    if store.backend.name == "sqlite":
+        pytest.skip("PostgreSQL's sessions")
+    health = HealthStore(store)
+    health.ping()
+    _end_sessions(store, db_url)
+    monkeypatch.setattr(engine, "PING_AFTER_IDLE", 0.0)  # it has been idle long enough
+    health.ping()  # the pooled connection is found dead at checkout and replaced
+
+
+def test_a_connection_dropped_while_busy_fails_one_call_then_reconnects(  # type: ignore[no-untyped-def]
+    store, db_url, monkeypatch
+) -> None:
+    if store.backend.name == "sqlite":
+        pytest.skip("PostgreSQL's sessions")
+    health = HealthStore(store)
+    health.ping()
+    _end_sessions(store, db_url)
+    monkeypatch.setattr(engine, "PING_AFTER_IDLE", 3600.0)  # in steady use: no ping
+    with pytest.raises(StoreUnavailable):
+        health.ping()
+    health.ping()  # the failure invalidated the pool: a new session
