@@ -19,7 +19,7 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from psycopg import sql as psql
-from sqlalchemy import create_engine, event, inspect
+from sqlalchemy import create_engine, event, inspect, text
 
 from efd.errors import StoreUnavailable
 from efd.rows import AttemptRow, DeliveryQuery, DeliveryStatus, NewMessage, Outcome
@@ -754,3 +754,12 @@ def test_a_redrive_moves_every_matching_delivery_in_chunks_each_its_own_transact
     assert others() == untouched
     assert operations.count_redrivable(query) == 0
     assert operations.redrive(query, now + 2, chunk=4) == 0
+
+
+def test_postgresql_bookkeeping_commits_without_waiting_for_the_wal_and_writes_do(store):
+    if store.backend.name == "sqlite":
+        pytest.skip("PostgreSQL's commit setting")
+    with store.database.bookkeeping() as conn:
+        assert conn.execute(text("SHOW synchronous_commit")).scalar() == "off"
+    with store.database.write() as conn:  # messages: acknowledged only once on disk
+        assert conn.execute(text("SHOW synchronous_commit")).scalar() == "on"
