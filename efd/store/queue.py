@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from sqlalchemy import Connection, and_, bindparam, func, or_, select, update
 
@@ -16,7 +16,7 @@ from efd.rows import AttemptRow, Claimed, DeliveryStatus, Outcome
 from efd.store import lanes
 from efd.store.backends.base import chunked
 from efd.store.database import Database
-from efd.store.schema import deliveries, messages
+from efd.store.schema import deliveries
 from efd.store.steps import StepsSource, no_steps
 
 PENDING = DeliveryStatus.PENDING
@@ -161,23 +161,13 @@ class DeliveryQueue:
                 tokens.take(conn, len(claimed))
             if not claimed:
                 return []
-            bodies: dict[int, tuple[str, str | None, str, float]] = {}
             pks = [row[2] for row in claimed]
-            for chunk in chunked(pks):
-
-                def query(chunk: Sequence[int] = chunk) -> Any:
-                    return select(
-                        messages.c.id,
-                        messages.c.message_id,
-                        messages.c.body,
-                        messages.c.source,
-                        messages.c.received_at,
-                    ).where(messages.c.id.in_(chunk))
-
-                for pk, message_id, body, source, received_at in self._backend.select(
-                    conn, "bodies", query, list(chunk)
-                ):
-                    bodies[pk] = (message_id, body, source, received_at)
+            bodies = {
+                pk: (message_id, body, source, received_at)
+                for pk, message_id, body, source, received_at in self._backend.message_fields(
+                    conn, pks
+                )
+            }
         result = [
             Claimed(
                 delivery_id=delivery_id,

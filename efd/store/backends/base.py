@@ -74,6 +74,13 @@ class Backend(Protocol):
         """Which of `values` appear in the text column `column`."""
         ...
 
+    def message_fields(
+        self, conn: Connection, pks: Sequence[int]
+    ) -> list[tuple[int, str, str | None, str, float]]:
+        """(id, message_id, body, source, received_at) of the messages with these ids, as a
+        claim sends them."""
+        ...
+
     def prepare_writer(self, conn: Connection, now: float) -> None:
         """Make the writer ready for ingestion (fill any in-memory index) in `conn`."""
         ...

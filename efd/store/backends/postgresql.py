@@ -146,6 +146,11 @@ _RECORD_OUTCOMES = text(
     + " OFFSET 0) AS u WHERE d.id = ANY(CAST(:ids AS BIGINT[])) AND d.id = u.id"
     " AND d.lease_token = u.token AND d.status = u.was"
 )
+# A claim's messages: one statement whatever their number, the ids as one array literal.
+_MESSAGE_FIELDS = text(
+    "SELECT id, message_id, body, source, received_at FROM messages"
+    " WHERE id = ANY(CAST(:ids AS BIGINT[]))"
+)
 _NOTIFY = text("SELECT pg_notify(:channel, '')")
 
 
@@ -209,6 +214,12 @@ class PostgresBackend:
                 column == func.any(bindparam("ids", type_=ARRAY(Text)))
             )
         return set(conn.execute(query, {"ids": list(values)}).scalars())
+
+    def message_fields(
+        self, conn: Connection, pks: Sequence[int]
+    ) -> list[tuple[int, str, str | None, str, float]]:
+        rows = conn.execute(_MESSAGE_FIELDS, {"ids": id_array(pks)})
+        return [(pk, message_id, body, source, at) for pk, message_id, body, source, at in rows]
 
     def prepare_writer(self, conn: Connection, now: float) -> None:
         """The deduplication index is a table index: nothing to fill."""

@@ -309,6 +309,24 @@ class SqliteBackend:
                 return [row[0] for row in rows]
             return rows
 
+    def message_fields(
+        self, conn: Connection, pks: Sequence[int]
+    ) -> list[tuple[int, str, str | None, str, float]]:
+        found: list[tuple[int, str, str | None, str, float]] = []
+        for chunk in chunked(pks):
+
+            def query(chunk: Sequence[int] = chunk) -> Any:
+                return select(
+                    messages.c.id,
+                    messages.c.message_id,
+                    messages.c.body,
+                    messages.c.source,
+                    messages.c.received_at,
+                ).where(messages.c.id.in_(chunk))
+
+            found.extend(self.select(conn, "bodies", query, list(chunk)))
+        return found
+
     def members(self, conn: Connection, column: Column[Any], values: set[str]) -> set[str]:
         found: set[str] = set()
         for chunk in chunked(sorted(values)):
