@@ -321,7 +321,9 @@ def _secrets(url: str) -> tuple[tuple[str, str], ...]:
 
 def scrub(text: str, url: str) -> str:
     """`text` (an error, a receiver's answer) from a POST to `url`, with every URL in it
-    redacted and `url`'s credentials and query values hidden wherever they appear."""
+    redacted and `url`'s credentials and query values hidden wherever they appear, and any
+    NUL (a binary answer; PostgreSQL's text cannot hold it) shown as U+FFFD."""
+    text = text.replace("\x00", "\ufffd")
     secrets = _secrets(url)
     if not secrets:
         return text

@@ -471,6 +471,23 @@ async def test_attempt_log_answers_the_operator_questions(db_url, receiver_facto
     assert all(r[5] >= 0 for r in rows)
 
 
+async def test_a_binary_answer_is_logged_readably_and_the_outcome_recorded(
+    db_url, receiver_factory, daemon_factory
+):
+    """A receiver's answer may hold NUL bytes (a binary body), which PostgreSQL's text
+    cannot store: the attempt log shows them as U+FFFD, and the outcome is recorded."""
+
+    async def binary(_request: web.Request, n: int) -> web.StreamResponse:
+        return web.Response(status=500 if n == 1 else 200, body=b"ok\x00\xff\x00end")
+
+    receiver = await receiver_factory(binary)
+    daemon = await daemon_factory(settings_dict(db_url, [receiver.url]))
+    await post(daemon.port, "/v1/track", {**TRACK, "messageId": "binary-answer"})
+    await eventually(lambda: delivery_rows(db_url) == [("delivered", 2, None)])
+    heads = sql(db_url, "SELECT response_head FROM attempts ORDER BY id")
+    assert heads == [("ok\ufffd\ufffd\ufffdend",), ("ok\ufffd\ufffd\ufffdend",)]
+
+
 async def test_claims_ahead_are_bounded_and_all_delivered(db_url, receiver_factory, daemon_factory):
     in_flight = 0
     most = 0
