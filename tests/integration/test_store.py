@@ -28,7 +28,8 @@ from efd.store.backends import sqlite as sqlite_backend
 from efd.store.dedupe import message_key
 from efd.store.engine import make_engine, normalise_url
 from efd.store.operations import REDRIVABLE, OperationsStore
-from efd.store.schema import metadata
+from efd.store.schema import metadata, suppressions
+from efd.store.suppressions import Suppressions
 from tests.conftest import sql
 
 
@@ -763,3 +764,20 @@ def test_postgresql_bookkeeping_commits_without_waiting_for_the_wal_and_writes_d
         assert conn.execute(text("SHOW synchronous_commit")).scalar() == "off"
     with store.database.write() as conn:  # messages: acknowledged only once on disk
         assert conn.execute(text("SHOW synchronous_commit")).scalar() == "on"
+
+
+def test_suppressed_ids_are_found_whatever_characters_they_hold(store, db_url):
+    odd = ['a"b', "c\\d", "{e,f}", "ünï 😀", "NULL", "g'h", " "]
+    plain = [f"u{i}" for i in range(300)]
+    with store.database.write() as conn:
+        conn.execute(
+            suppressions.insert(),
+            [
+                {"subject_id": s, "user_id": s, "regulation_id": "r", "created_at": 1.0}
+                for s in [*odd, *plain[::2]]
+            ],
+        )
+    asked = {*odd, *plain, "NUL", "a", "b"}
+    with store.database.read() as conn:
+        found = Suppressions(store).suppressed(conn, asked)
+    assert found == {*odd, *plain[::2]}
