@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
-from sqlalchemy import Connection, and_, bindparam, func, or_, select, update
+from sqlalchemy import Connection, and_, bindparam, func, literal_column, or_, select, update
 
 from efd.rows import AttemptRow, Claimed, DeliveryStatus, Outcome
 from efd.store import lanes
@@ -23,45 +23,49 @@ PENDING = DeliveryStatus.PENDING
 # Not finished: waiting for a round (pending) or behind its lane's head (queued).
 OPEN = (PENDING.value, DeliveryStatus.QUEUED.value)
 
-# Built once with named parameters (the backend may compile it once, too).
-_CLAIM = (
-    update(deliveries)
-    .where(
-        deliveries.c.id.in_(
-            select(deliveries.c.id)
-            .where(
-                deliveries.c.destination == bindparam("c_destination"),
-                deliveries.c.status == PENDING,
-                deliveries.c.next_attempt_at <= bindparam("c_due_by"),
-                # A row another process holds under a live lease is never taken, even by a
-                # claim that reaches past `now` (a circuit's probe); nor, after a database
-                # outage, one whose lease lapsed during it (its holder renews it first).
-                or_(
-                    deliveries.c.lease_owner.is_(None),
-                    deliveries.c.next_attempt_at < bindparam("c_lapsed"),
-                ),
-            )
-            .order_by(deliveries.c.next_attempt_at)
-            .limit(bindparam("c_limit"))
-            .with_for_update(skip_locked=True)
-            .scalar_subquery()
+
+def _claim_statement(among: Callable[[Any, Any], Any]) -> Any:
+    """The claim, built once per store with named parameters (the backend may compile it
+    once, too); `among` is the backend's `column IN (rows)`."""
+    due = (
+        select(deliveries.c.id)
+        .where(
+            deliveries.c.destination == bindparam("c_destination"),
+            # A literal, not a parameter: a plan the server caches for any parameters can
+            # then use the due index, which holds only pending rows.
+            deliveries.c.status == literal_column(f"'{PENDING.value}'"),
+            deliveries.c.next_attempt_at <= bindparam("c_due_by"),
+            # A row another process holds under a live lease is never taken, even by a
+            # claim that reaches past `now` (a circuit's probe); nor, after a database
+            # outage, one whose lease lapsed during it (its holder renews it first).
+            or_(
+                deliveries.c.lease_owner.is_(None),
+                deliveries.c.next_attempt_at < bindparam("c_lapsed"),
+            ),
+        )
+        .order_by(deliveries.c.next_attempt_at)
+        .limit(bindparam("c_limit"))
+        .with_for_update(skip_locked=True)
+        .scalar_subquery()
+    )
+    return (
+        update(deliveries)
+        .where(among(deliveries.c.id, due))
+        .values(
+            lease_owner=bindparam("c_owner"),
+            next_attempt_at=bindparam("c_until"),
+            lease_token=deliveries.c.lease_token + 1,
+        )
+        .returning(
+            deliveries.c.id,
+            deliveries.c.lease_token,
+            deliveries.c.message_pk,
+            deliveries.c.attempts,
+            deliveries.c.first_attempt_at,
+            deliveries.c.failed_hooks,
+            deliveries.c.body,  # a body of its own (field filters: ingestion.py), else NULL
         )
     )
-    .values(
-        lease_owner=bindparam("c_owner"),
-        next_attempt_at=bindparam("c_until"),
-        lease_token=deliveries.c.lease_token + 1,
-    )
-    .returning(
-        deliveries.c.id,
-        deliveries.c.lease_token,
-        deliveries.c.message_pk,
-        deliveries.c.attempts,
-        deliveries.c.first_attempt_at,
-        deliveries.c.failed_hooks,
-        deliveries.c.body,  # a body of its own (field filters: ingestion.py), else NULL
-    )
-)
 
 
 class Tokens(Protocol):
@@ -120,6 +124,7 @@ class DeliveryQueue:
         self._db = database
         self._backend = database.backend
         self._steps = steps  # efd/store/steps.py: whether a destination is ordered
+        self._claim = _claim_statement(self._backend.among)
 
     def claim(
         self,
@@ -156,7 +161,7 @@ class DeliveryQueue:
                 params["c_limit"] = tokens.available(conn, limit)
                 if not params["c_limit"]:
                     return []
-            claimed = self._backend.execute(conn, "claim", _CLAIM, [params])
+            claimed = self._backend.execute(conn, "claim", self._claim, [params])
             if tokens is not None:
                 tokens.take(conn, len(claimed))
             if not claimed:

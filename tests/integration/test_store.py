@@ -654,6 +654,30 @@ def test_postgresql_dedupe_lookup_probes_the_key_index_without_statistics(
     assert any(index == "ix_messages_message_key" for _, _, index in scans), scans
 
 
+@pytest.mark.parametrize("analyzed", [False, True], ids=["unanalyzed", "analyzed"])
+@pytest.mark.parametrize("generic", [False, True], ids=["custom", "generic"])
+def test_postgresql_claim_probes_the_due_index_and_the_primary_key_never_scans(
+    store: Store, db_url: str, generic: bool, analyzed: bool
+) -> None:
+    """As `IN (due ids)`, with statistics of a table this size, the planner hashed the ids
+    against a scan of every delivery, at each claim."""
+    if store.backend.name == "sqlite":
+        pytest.skip("PostgreSQL's plans")
+    _fill_unanalyzed(db_url, 20000)
+    if analyzed:
+        sql(db_url, "ANALYZE")
+    statement, params = _captured(
+        store,
+        "UPDATE deliveries SET",
+        lambda: store.queue.claim("d", 100, owner="t", now=1.0, lease_until=100.0),
+    )
+    nodes = _plan_nodes(db_url, statement, params, generic=generic)
+    scans = {(n["Node Type"], n.get("Relation Name"), n.get("Index Name")) for n in nodes}
+    assert not any(kind == "Seq Scan" for kind, _, _ in scans), scans
+    assert any(index == "ix_deliveries_due" for _, _, index in scans), scans
+    assert any(index == "deliveries_pkey" for _, _, index in scans), scans
+
+
 @pytest.mark.parametrize("generic", [False, True], ids=["custom", "generic"])
 def test_postgresql_outcome_update_finds_its_row_by_primary_key(
     store: Store, db_url: str, generic: bool

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from sqlalchemy import Column, Connection, Engine, Table
+from sqlalchemy import Column, ColumnElement, Connection, Engine, ScalarSelect, Table
 
 from efd.rows import AttemptRow, Outcome
 
@@ -68,6 +68,11 @@ class Backend(Protocol):
     ) -> list[Any]:
         """Rows of the SELECT `build()` makes (`params`: its bound values in order, with
         their count part of the statement's identity); a one-column query gives values."""
+        ...
+
+    def among(self, column: Column[Any], rows: ScalarSelect[Any]) -> ColumnElement[bool]:
+        """`column IN (rows)`, planned as probes of `column`'s index whatever the table's
+        size and statistics."""
         ...
 
     def members(self, conn: Connection, column: Column[Any], values: set[str]) -> set[str]:

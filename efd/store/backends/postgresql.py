@@ -16,7 +16,17 @@ from operator import attrgetter
 from typing import Any
 
 import psycopg
-from sqlalchemy import Column, Connection, Engine, Table, text
+from sqlalchemy import (
+    Column,
+    ColumnElement,
+    Connection,
+    Engine,
+    ScalarSelect,
+    Table,
+    any_,
+    func,
+    text,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from efd.errors import StoreUnavailable
@@ -204,6 +214,12 @@ class PostgresBackend:
         if len(result.keys()) == 1:
             return list(result.scalars())
         return list(result.all())
+
+    def among(self, column: Column[Any], rows: ScalarSelect[Any]) -> ColumnElement[bool]:
+        # As `IN (rows)` the planner may hash-join `rows` against a scan of the whole table
+        # (it does below ~100,000 rows); `= ANY(ARRAY(rows))` computes the ids first and
+        # probes the index for each.
+        return column == any_(func.array(rows))
 
     def members(self, conn: Connection, column: Column[Any], values: set[str]) -> set[str]:
         # One statement whatever the count, the values as one JSON array (see columns_json);

@@ -29,10 +29,12 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     Column,
+    ColumnElement,
     Connection,
     Engine,
     MetaData,
     PrimaryKeyConstraint,
+    ScalarSelect,
     Table,
     bindparam,
     func,
@@ -326,6 +328,9 @@ class SqliteBackend:
 
             found.extend(self.select(conn, "bodies", query, list(chunk)))
         return found
+
+    def among(self, column: Column[Any], rows: ScalarSelect[Any]) -> ColumnElement[bool]:
+        return column.in_(rows)
 
     def members(self, conn: Connection, column: Column[Any], values: set[str]) -> set[str]:
         found: set[str] = set()
