@@ -145,6 +145,8 @@ class Soak:
     skipped_ticks: int = 0
     orphans_lingering: int = 0  # kills of the daemon alone whose children did not exit
     reload_tags: list[str] = field(default_factory=list)  # the header each reload set
+    # When PostgreSQL was stopped -m immediate (a crash: commits not yet flushed are lost).
+    store_crashes: list[float] = field(default_factory=list)
 
 
 # -- PostgreSQL ------------------------------------------------------------------------------
@@ -689,6 +691,8 @@ class Faults:
         assert self.cluster is not None
         try:
             t = CLOCK()
+            if mode == "immediate":
+                self.soak.store_crashes.append(t)
             say(f"PostgreSQL stop -m {mode} for {seconds:.1f} s")
             await asyncio.to_thread(self.cluster.stop, mode)
             await asyncio.sleep(seconds)
@@ -766,8 +770,13 @@ def lanes_backwards(read: list[tuple[str, str]], soak: Soak) -> list[str]:
 
 def explain(first: Receipt, again: Receipt, soak: Soak, store_down: list[Window]) -> str | None:
     """Why a second receipt is allowed: the first was answered to a daemon incarnation that
-    was then killed -9 before it could record the outcome, and the second came after the
-    kill. None when nothing explains it."""
+    was then killed -9 before it could record the outcome, or just before PostgreSQL
+    crashed (claims and outcomes commit without waiting for the WAL's flush, so the last
+    moments of them are lost with the server), and the second came after. None when
+    nothing explains it."""
+    for crash in soak.store_crashes:
+        if first.t <= crash <= again.t and crash - first.t <= COMMIT_WINDOW_S:
+            return f"PostgreSQL crashed {crash - first.t:.2f} s after this receipt"
     ending = soak.endings.get(first.incarnation)
     if ending is None or ending.how != "kill9":
         return None
