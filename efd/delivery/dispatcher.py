@@ -24,7 +24,7 @@ from efd.config import Settings
 from efd.delivery import reporting
 from efd.delivery.leases import Leases
 from efd.delivery.ports import Deliveries, Rounds
-from efd.errors import StoreError
+from efd.errors import StoreError, StoreUnavailable
 from efd.loop import SYSTEM_CLOCK, Clock, Worker
 from efd.observe.metrics import Metrics
 from efd.observe.stream import Hub
@@ -521,33 +521,12 @@ class Dispatcher:
 
     async def _record(self, take: Callable[[], list[_Recorded]]) -> list[None]:
         items = take()
-        outcomes = [outcome for outcome, _, _, _ in items]
-        rows = [row for _, attempt_rows, _, _ in items for row in attempt_rows]
-        backoff = Backoff()
-        tries = 0
-        while True:
-            try:
-                stale = await self._deliveries.record(outcomes, rows)
-                self._held.database_answered()
-                break
-            except StoreError as error:
-                self._held.database_failed()
-                # Keep the outcomes: losing them would resend delivered messages. At shutdown,
-                # give up after a few tries: the leases lapse and the rounds are sent again.
-                tries += 1
-                if self._worker.stopping and tries >= 3:
-                    log.error("giving up on %d outcomes at shutdown: %s", len(items), error)
-                    return [None] * len(items)
-                delay = backoff.next()
-                log.error(
-                    "cannot record %d outcomes: %s; retrying in %.1f s", len(items), error, delay
-                )
-                await asyncio.sleep(delay)
-        for outcome in outcomes:
+        written = await self._write(items)
+        for outcome, _, _, _ in written:
             self._leases.pop(outcome.delivery_id, None)
         handed_on = {
             destination
-            for outcome, _, destination, _ in items
+            for outcome, _, destination, _ in written
             if destination in self._ordered and outcome.status is not DeliveryStatus.PENDING
         }
         if handed_on:
@@ -557,26 +536,55 @@ class Dispatcher:
             self._due_hint = min(self._due_hint, self._clock.now())
             self._worker.notify()
         if self._hub is not None and self._hub.active:
-            for _, attempt_rows, destination, message_id in items:
-                for row in attempt_rows:
-                    self._hub.publish(
-                        "attempt",
-                        {
-                            "destination": destination,
-                            "url": row.hook_url,
-                            "messageId": message_id,
-                            "statusCode": row.status_code,
-                            "error": None
-                            if row.error_class is None
-                            else f"{row.error_class}: {row.error}",
-                            "durationMs": row.duration_ms,
-                            "delivered": row.outcome == "success",
-                        },
-                    )
+            reporting.publish_attempts(self._hub, ((d, m, rows) for _, rows, d, m in written))
+        return [None] * len(items)
+
+    async def _write(self, items: list[_Recorded]) -> list[_Recorded]:
+        """Write outcomes and attempts; the items written. While the store is unavailable,
+        retry: losing outcomes would resend delivered messages. A batch the store refuses is
+        split, so that a row it cannot take holds up no other; that one is given up on, and
+        its delivery is sent again when its lease lapses."""
+        outcomes = [outcome for outcome, _, _, _ in items]
+        rows = [row for _, attempt_rows, _, _ in items for row in attempt_rows]
+        backoff = Backoff()
+        tries = 0
+        while True:
+            try:
+                stale = await self._deliveries.record(outcomes, rows)
+                self._held.database_answered()
+                break
+            except StoreUnavailable as error:
+                self._held.database_failed()
+                # At shutdown, give up after a few tries: the leases lapse and the rounds are
+                # sent again.
+                tries += 1
+                if self._worker.stopping and tries >= 3:
+                    log.error("giving up on %d outcomes at shutdown: %s", len(items), error)
+                    return []
+                delay = backoff.next()
+                log.error(
+                    "cannot record %d outcomes: %s; retrying in %.1f s", len(items), error, delay
+                )
+                await asyncio.sleep(delay)
+            except StoreError as error:
+                if len(items) > 1:
+                    half = len(items) // 2
+                    return [*await self._write(items[:half]), *await self._write(items[half:])]
+                outcome, _, destination, message_id = items[0]
+                self._leases.pop(outcome.delivery_id, None)  # not renewed: it lapses
+                log.error(
+                    "the store refused the outcome of message %s to %s (delivery %d); it "
+                    "will be sent again: %s",
+                    message_id,
+                    destination,
+                    outcome.delivery_id,
+                    error,
+                )
+                return []
         if stale:
             self._metrics.stale_outcomes += stale
             log.warning("%d outcomes arrived after their lease moved on; not applied", stale)
-        return [None] * len(items)
+        return items
 
 
 def _buckets(settings: Settings) -> dict[str, tuple[ratelimit.Bucket, ...]]:

@@ -1,11 +1,14 @@
-"""What a delivery round tells operators: its counts in the metrics and its lines in the log."""
+"""What a delivery round tells operators: its counts in the metrics, its lines in the log and,
+once recorded, its attempts on the live stream."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from efd.observe.metrics import Metrics
-from efd.rows import Claimed, DeliveryStatus
+from efd.observe.stream import Hub
+from efd.rows import AttemptRow, Claimed, DeliveryStatus
 from efd.rules import retry, webhooks
 from efd.rules.retry import AttemptResult, Verdict
 from efd.rules.webhooks import Route
@@ -65,3 +68,21 @@ def report(
             item.attempts + 1,
             decision.last_error,
         )
+
+
+def publish_attempts(hub: Hub, recorded: Iterable[tuple[str, str, list[AttemptRow]]]) -> None:
+    """Tell the live stream of recorded attempts: (destination, messageId, attempt rows)."""
+    for destination, message_id, rows in recorded:
+        for row in rows:
+            hub.publish(
+                "attempt",
+                {
+                    "destination": destination,
+                    "url": row.hook_url,
+                    "messageId": message_id,
+                    "statusCode": row.status_code,
+                    "error": None if row.error_class is None else f"{row.error_class}: {row.error}",
+                    "durationMs": row.duration_ms,
+                    "delivered": row.outcome == "success",
+                },
+            )

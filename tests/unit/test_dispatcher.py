@@ -19,8 +19,9 @@ import pytest
 from efd import config
 from efd.delivery import dispatcher
 from efd.delivery.dispatcher import Dispatcher
+from efd.errors import StoreError
 from efd.observe.metrics import Metrics
-from efd.rows import DeliveryStatus
+from efd.rows import AttemptRow, DeliveryStatus, Outcome
 from efd.rules import webhooks
 from efd.rules.retry import AttemptResult, Verdict
 from efd.rules.webhooks import Route, webhook_id
@@ -464,3 +465,32 @@ async def test_a_refused_head_holds_only_its_own_lane(running):
     await store.wait(lambda: rounds.webhook_ids.count(_webhook_id(bad[0])) >= 3)
     assert [store.rows[pk].status.value for pk in bad] == ["pending"] + ["queued"] * 3
     assert not {_webhook_id(pk) for pk in bad[1:]} & set(rounds.webhook_ids)
+
+
+@dataclass
+class RefusingDeliveries(MemoryDeliveries):
+    """A store that refuses (as PostgreSQL does a row it cannot hold) any batch of outcomes
+    containing one of `refused`; it takes every other batch."""
+
+    refused: set[int] = field(default_factory=set)
+    refusals: int = 0
+
+    async def record(self, outcomes: Sequence[Outcome], attempts: Sequence[AttemptRow]) -> int:
+        if any(o.delivery_id in self.refused for o in outcomes):
+            self.refusals += 1
+            raise StoreError("invalid byte sequence for encoding UTF8")
+        return await super().record(outcomes, attempts)
+
+
+async def test_an_outcome_the_store_refuses_holds_up_no_other_and_is_sent_again(running):
+    store, rounds = RefusingDeliveries(), FakeRounds()
+    ids = store.add("a", 40)
+    store.refused = {ids[7]}
+    await running(store, rounds, holder=Current(short_lease()))
+    await store.wait(lambda: store.status("a")["delivered"] == 39)
+    assert store.refusals >= 2  # the batch, then the halves holding it, down to the one
+    assert store.rows[ids[7]].status is DeliveryStatus.PENDING
+    first = rounds.sent[HOOK_A]
+    store.refused.clear()  # the store takes it now: once its lease lapsed, it goes again
+    await store.wait(lambda: store.status("a") == {"delivered": 40})
+    assert rounds.sent[HOOK_A] == first + 1
