@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from sqlalchemy import Column, ColumnElement, Connection, Engine, ScalarSelect, Table
 
 from efd.rows import AttemptRow, Outcome
+from efd.store.statements import hooks_json
 
 NOTIFY_CHANNEL = "efd_deliveries"
 
@@ -170,3 +171,19 @@ def chunked(items: Sequence[Any], size: int = 500) -> Iterator[Sequence[Any]]:
     """Bound IN lists well below the databases' variable limits."""
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+def outcome_values(o: Outcome) -> tuple[Any, ...]:
+    """An outcome as the backends' UPDATE takes it: (id, token, status, attempts,
+    first_attempt_at, next_attempt_at, finished_at, failed_hooks as stored, last_error)."""
+    return (
+        o.delivery_id,
+        o.lease_token,
+        o.status.value,
+        o.attempts,
+        o.first_attempt_at,
+        o.next_attempt_at,
+        o.finished_at,
+        hooks_json(o.failed_hooks),
+        o.last_error,
+    )

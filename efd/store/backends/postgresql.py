@@ -36,10 +36,10 @@ from efd.store.backends.base import (
     DELIVERY_COLUMNS,
     MESSAGE_COLUMNS,
     NOTIFY_CHANNEL,
+    outcome_values,
 )
 from efd.store.dedupe import WINDOW_SECONDS
 from efd.store.engine import make_engine, normalise_url
-from efd.store.statements import hooks_json
 
 # The deduplication lookup: one index probe per key. As `message_key IN (...) AND
 # received_at > ...` the planner seq-scans `messages` whenever its statistics are missing or
@@ -265,20 +265,7 @@ class PostgresBackend:
         )
 
     def record_outcomes(self, conn: Connection, outcomes: Sequence[Outcome]) -> int:
-        rows = [
-            (
-                o.delivery_id,
-                o.lease_token,
-                str(o.status),
-                o.attempts,
-                o.first_attempt_at,
-                o.next_attempt_at,
-                o.finished_at,
-                hooks_json(o.failed_hooks),
-                o.last_error,
-            )
-            for o in outcomes
-        ]
+        rows = [outcome_values(o) for o in outcomes]
         params = columns_json(_OUTCOME_COLUMNS, rows)
         params["ids"] = id_array(o.delivery_id for o in outcomes)
         return int(conn.execute(_RECORD_OUTCOMES, params).rowcount)

@@ -46,11 +46,16 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError
 
 from efd.rows import AttemptRow, DeliveryStatus, Outcome
-from efd.store.backends.base import ATTEMPT_COLUMNS, DELIVERY_COLUMNS, MESSAGE_COLUMNS, chunked
+from efd.store.backends.base import (
+    ATTEMPT_COLUMNS,
+    DELIVERY_COLUMNS,
+    MESSAGE_COLUMNS,
+    chunked,
+    outcome_values,
+)
 from efd.store.dedupe import WINDOW_SECONDS
 from efd.store.engine import make_engine
 from efd.store.schema import attempts, deliveries, messages
-from efd.store.statements import hooks_json
 
 log = logging.getLogger("efd.store")
 
@@ -402,20 +407,7 @@ class SqliteBackend:
         # into SQLite (and one release of the GIL) for the whole chunk. Each VALUES row
         # matches at most one delivery (id and token), so the rows changed are the outcomes
         # applied.
-        rows = [
-            (
-                o.delivery_id,
-                o.lease_token,
-                o.status.value,
-                o.attempts,
-                o.first_attempt_at,
-                o.next_attempt_at,
-                o.finished_at,
-                hooks_json(o.failed_hooks),
-                o.last_error,
-            )
-            for o in outcomes
-        ]
+        rows = [outcome_values(o) for o in outcomes]
         with driver_cursor(conn) as cursor:
             return _in_chunks(cursor, rows, _record_outcomes_sql)
 
