@@ -86,14 +86,20 @@ def _end_sessions(store: Store, db_url: str) -> None:
     assert ended, "the store held no session to end"
 
 
-def test_a_connection_dropped_while_idle_is_replaced_before_use(  # type: ignore[no-untyped-def]
-    store, db_url, monkeypatch
-) -> None:
+def _sessions_ended_after_use(store: Store, db_url: str) -> HealthStore:
+    """The store, used once (a pooled connection), then every session ended by the server."""
     if store.backend.name == "sqlite":
         pytest.skip("PostgreSQL's sessions")
     health = HealthStore(store)
     health.ping()
     _end_sessions(store, db_url)
+    return health
+
+
+def test_a_connection_dropped_while_idle_is_replaced_before_use(  # type: ignore[no-untyped-def]
+    store, db_url, monkeypatch
+) -> None:
+    health = _sessions_ended_after_use(store, db_url)
     monkeypatch.setattr(engine, "PING_AFTER_IDLE", 0.0)  # it has been idle long enough
     health.ping()  # the pooled connection is found dead at checkout and replaced
 
@@ -101,11 +107,7 @@ def test_a_connection_dropped_while_idle_is_replaced_before_use(  # type: ignore
 def test_a_connection_dropped_while_busy_fails_one_call_then_reconnects(  # type: ignore[no-untyped-def]
     store, db_url, monkeypatch
 ) -> None:
-    if store.backend.name == "sqlite":
-        pytest.skip("PostgreSQL's sessions")
-    health = HealthStore(store)
-    health.ping()
-    _end_sessions(store, db_url)
+    health = _sessions_ended_after_use(store, db_url)
     monkeypatch.setattr(engine, "PING_AFTER_IDLE", 3600.0)  # in steady use: no ping
     with pytest.raises(StoreUnavailable):
         health.ping()
