@@ -15,31 +15,28 @@ import logging
 import math
 import random
 from collections import Counter, deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from contextlib import AsyncExitStack
 from typing import Any
 
-from efd.batching import GroupCommit
 from efd.config import Settings
 from efd.delivery import reporting
 from efd.delivery.leases import Leases
 from efd.delivery.ports import Deliveries, Rounds
-from efd.errors import StoreError, StoreUnavailable
+from efd.delivery.recorder import Recorded, Recorder
+from efd.errors import StoreError
 from efd.loop import SYSTEM_CLOCK, Clock, Worker
 from efd.observe.metrics import Metrics
 from efd.observe.stream import Hub
-from efd.rows import AttemptRow, Claimed, DeliveryStatus, Outcome
+from efd.rows import Claimed, DeliveryStatus
 from efd.rules import ratelimit, retry, webhooks
 from efd.rules.circuit import Change, Circuits
-from efd.rules.retry import AttemptResult, Backoff, RetryPolicy
+from efd.rules.retry import AttemptResult, RetryPolicy
 from efd.rules.rounds import attempt_rows, outcome_of
 from efd.rules.webhooks import Route
 from efd.settings import Current
 
 log = logging.getLogger(__name__)
-
-# What the recorder writes for one round: its outcome, its attempts, destination, messageId.
-_Recorded = tuple[Outcome, list[AttemptRow], str, str]
 
 _CLAIM_BATCH = 500
 _IDLE_POLL = 1.0  # seconds; the longest a due retry can wait unnoticed
@@ -77,7 +74,6 @@ class Dispatcher:
         self._rounds = rounds
         self._metrics = metrics
         self._owner = owner
-        self._hub = hub  # the live stream, told of each recorded attempt
         self._rng = rng or random.Random()
         self._routes = {d.name: d.route(delivery.user_agent) for d in settings.value.destinations}
         self._buckets = _buckets(settings.value)
@@ -121,8 +117,13 @@ class Dispatcher:
         self._stopped = False
         # Early: it knows a new destination before ingestion routes a message to it.
         settings.subscribe(self._configure, early=True)
-        self._recorder: GroupCommit[_Recorded, None] = GroupCommit(
-            self._record, max_items=2000, name="efd-outcome-recorder"
+        self._recorder = Recorder(
+            deliveries,
+            self._held,
+            metrics,
+            hub=hub,
+            stopping=lambda: self._worker.stopping,
+            written=self._outcomes_written,
         )
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -425,23 +426,8 @@ class Dispatcher:
                 continue
             url = result.hook_url
             routes = [r for r in self._routes.values() if url in r.labels]
-            hook = routes[0].labels[url] if routes else webhooks.redact_url(url)
-            names = [r.name for r in routes]
-            for r in routes:
-                self._metrics.circuit_open[(r.name, r.labels[url])] = int(change is Change.OPENED)
-            if change is Change.OPENED:
-                log.warning(
-                    "circuit of %s (%s) opened after %d failed attempts in a row; "
-                    "probing every %g s",
-                    hook,
-                    ", ".join(names),
-                    self._circuits.threshold,
-                    self._circuits.probe_seconds,
-                )
-            else:
-                log.info(
-                    "circuit of %s (%s) closed: the probe got an answer", hook, ", ".join(names)
-                )
+            reporting.circuit_changed(self._metrics, self._circuits, routes, url, change)
+            if change is Change.CLOSED:
                 for r in routes:
                     self._background(self._wake_waiting(r.name, (r.labels[url], url)))
         for url in urls:
@@ -517,13 +503,9 @@ class Dispatcher:
         outcome = outcome_of(item, decision, results, first_attempt_at=first, now=now, note=note)
         rows = attempt_rows(route, item.delivery_id, results)
         # Not awaited: the recorder writes outcomes in batches and then drops the leases.
-        self._recorder.add([(outcome, rows, route.name, item.message_id)])
+        self._recorder.add((outcome, rows, route.name, item.message_id))
 
-    async def _record(self, take: Callable[[], list[_Recorded]]) -> list[None]:
-        items = take()
-        written = await self._write(items)
-        for outcome, _, _, _ in written:
-            self._leases.pop(outcome.delivery_id, None)
+    def _outcomes_written(self, written: list[Recorded]) -> None:
         handed_on = {
             destination
             for outcome, _, destination, _ in written
@@ -535,56 +517,6 @@ class Dispatcher:
                 self._backlog[destination] = True
             self._due_hint = min(self._due_hint, self._clock.now())
             self._worker.notify()
-        if self._hub is not None and self._hub.active:
-            reporting.publish_attempts(self._hub, ((d, m, rows) for _, rows, d, m in written))
-        return [None] * len(items)
-
-    async def _write(self, items: list[_Recorded]) -> list[_Recorded]:
-        """Write outcomes and attempts; the items written. While the store is unavailable,
-        retry: losing outcomes would resend delivered messages. A batch the store refuses is
-        split, so that a row it cannot take holds up no other; that one is given up on, and
-        its delivery is sent again when its lease lapses."""
-        outcomes = [outcome for outcome, _, _, _ in items]
-        rows = [row for _, attempt_rows, _, _ in items for row in attempt_rows]
-        backoff = Backoff()
-        tries = 0
-        while True:
-            try:
-                stale = await self._deliveries.record(outcomes, rows)
-                self._held.database_answered()
-                break
-            except StoreUnavailable as error:
-                self._held.database_failed()
-                # At shutdown, give up after a few tries: the leases lapse and the rounds are
-                # sent again.
-                tries += 1
-                if self._worker.stopping and tries >= 3:
-                    log.error("giving up on %d outcomes at shutdown: %s", len(items), error)
-                    return []
-                delay = backoff.next()
-                log.error(
-                    "cannot record %d outcomes: %s; retrying in %.1f s", len(items), error, delay
-                )
-                await asyncio.sleep(delay)
-            except StoreError as error:
-                if len(items) > 1:
-                    half = len(items) // 2
-                    return [*await self._write(items[:half]), *await self._write(items[half:])]
-                outcome, _, destination, message_id = items[0]
-                self._leases.pop(outcome.delivery_id, None)  # not renewed: it lapses
-                log.error(
-                    "the store refused the outcome of message %s to %s (delivery %d); it "
-                    "will be sent again: %s",
-                    message_id,
-                    destination,
-                    outcome.delivery_id,
-                    error,
-                )
-                return []
-        if stale:
-            self._metrics.stale_outcomes += stale
-            log.warning("%d outcomes arrived after their lease moved on; not applied", stale)
-        return items
 
 
 def _buckets(settings: Settings) -> dict[str, tuple[ratelimit.Bucket, ...]]:

@@ -10,10 +10,31 @@ from efd.observe.metrics import Metrics
 from efd.observe.stream import Hub
 from efd.rows import AttemptRow, Claimed, DeliveryStatus
 from efd.rules import retry, webhooks
+from efd.rules.circuit import Change, Circuits
 from efd.rules.retry import AttemptResult, Verdict
 from efd.rules.webhooks import Route
 
 log = logging.getLogger("efd.delivery.dispatcher")
+
+
+def circuit_changed(
+    metrics: Metrics, circuits: Circuits, routes: list[Route], url: str, change: Change
+) -> None:
+    """Expose and log that the circuit of hook `url` (in `routes`) opened or closed."""
+    hook = routes[0].labels[url] if routes else webhooks.redact_url(url)
+    names = ", ".join(r.name for r in routes)
+    for r in routes:
+        metrics.circuit_open[(r.name, r.labels[url])] = int(change is Change.OPENED)
+    if change is Change.OPENED:
+        log.warning(
+            "circuit of %s (%s) opened after %d failed attempts in a row; probing every %g s",
+            hook,
+            names,
+            circuits.threshold,
+            circuits.probe_seconds,
+        )
+    else:
+        log.info("circuit of %s (%s) closed: the probe got an answer", hook, names)
 
 
 def report(
