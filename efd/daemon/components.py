@@ -394,7 +394,6 @@ class Http:
             shared.settings,
             writer=writer,
             metrics=shared.metrics,
-            on_stored=notify,
             parsers=parsers,
         )
         regulations = RegulationsApi(
@@ -457,14 +456,25 @@ class Http:
     async def _store_messages(self, take: Callable[[], list[NewMessage]]) -> list[InsertStatus]:
         db, hub = self._storage.db, self._shared.hub
         store = db.store
+        dispatcher = self._delivery.dispatcher
         taken: list[NewMessage] = []
+        grant = dispatcher.room.grant()  # deliveries the dispatcher takes without a claim
 
         def write() -> list[InsertStatus]:
             rows = take()  # in the writer thread: everything that arrived until now
             taken.extend(rows)
-            return store.ingestion.insert_messages(rows, time.time()) if rows else []
+            if not rows:
+                return []
+            return store.ingestion.insert_messages(rows, time.time(), handoff=grant)
 
-        statuses = await db.write_later(write)
+        try:
+            statuses = await db.write_later(write)
+        except BaseException:
+            grant.settle()
+            raise
+        dispatcher.hand_over(grant)
+        if grant.left_pending:
+            dispatcher.notify()
         if hub.active:  # committed: the live stream may show them
             for row, status in zip(taken, statuses, strict=True):
                 if status is InsertStatus.STORED:

@@ -21,6 +21,7 @@ from typing import Any
 
 from efd.config import Settings
 from efd.delivery import reporting
+from efd.delivery.handoff import Grant, Room
 from efd.delivery.leases import Leases
 from efd.delivery.ports import Deliveries, Rounds
 from efd.delivery.recorder import Recorded, Recorder
@@ -105,6 +106,9 @@ class Dispatcher:
         self._due_checked = 0.0  # when the store was last asked for it
         self._in_flight_by_url: Counter[str] = Counter()
         self._held = Leases(self._lease, deliveries.renew, self._clock)
+        # Free slots offered to ingestion's inserts (efd/delivery/handoff.py).
+        self.room = Room(owner, self._lease)
+        self._claiming = False  # a claim round is running: it offers when it ends
         self._leases = self._held.held  # delivery id -> token, until recorded
         # Rounds and deferred releases are the worker's side tasks.
         self._worker = Worker(
@@ -165,6 +169,10 @@ class Dispatcher:
         self._buckets = _buckets(settings)
         self._paced = {name: at for name, at in self._paced.items() if name in self._buckets}
         self._ordered = settings.ordered()
+        for name in removed:
+            self.room.offer(name, 0)
+        for route in routes.values():
+            self._offer(route)
         if leases:
             with contextlib.suppress(StoreError):  # else the leases simply lapse
                 await self._deliveries.release(leases, self._clock.now())
@@ -175,6 +183,7 @@ class Dispatcher:
         if self._stopped:
             return
         self._stopped = True
+        self.room.close()
         if self._worker.side_tasks:
             log.info(
                 "waiting up to %.1f s for %d deliveries in flight", grace, self._worker.side_tasks
@@ -215,6 +224,16 @@ class Dispatcher:
 
     async def _claim_round(self) -> bool:
         """Claim what is due, start what fits; True when a destination may have more due now."""
+        self._claiming = True
+        try:
+            more = await self._claim_each()
+        finally:
+            self._claiming = False
+        for route in self._routes.values():
+            self._offer(route)
+        return more
+
+    async def _claim_each(self) -> bool:
         more = False
         for route in list(self._routes.values()):
             ready = self._ready.get(route.name)
@@ -227,7 +246,10 @@ class Dispatcher:
             # A rate-limited destination claims only what it starts at once: its tokens are
             # taken at the claim, so rounds held ready would leave later in a bunch.
             ahead = 0 if buckets else self._ahead
-            limit = min(self._capacity(route) + ahead - len(ready), _CLAIM_BATCH)
+            # Slots an insert took (efd/delivery/handoff.py) are as good as ready; none is
+            # offered again until this claim ended and _claim_round offers anew.
+            handed = self.room.withdraw(route.name)
+            limit = min(self._capacity(route) + ahead - len(ready) - handed, _CLAIM_BATCH)
             if limit <= 0 or self._worker.stopping:
                 continue
             hooks = [url for url, _ in route.hooks]
@@ -370,6 +392,53 @@ class Dispatcher:
                     self._due_hint = min(self._due_hint, due)
         return min(wait, max(0.0, self._due_hint - now))
 
+    def _offer(self, route: Route) -> None:
+        """Offer ingestion the slots of `route` a claim would fill at once with what it
+        stores next (efd/delivery/handoff.py): none while older deliveries wait for a claim,
+        and none where the claim itself decides (order, rate limits, open circuits)."""
+        if self._claiming:
+            return
+        name = route.name
+        free = 0
+        ready = self._ready.get(name)
+        if not (
+            ready is None
+            or self._backlog.get(name, True)
+            or self._worker.stopping
+            or name in self._ordered
+            or name in self._buckets
+        ):
+            free = self._capacity(route) + self._ahead - len(ready)
+            if free > 0 and any(self._circuits.is_open(url) for url, _ in route.hooks):
+                free = 0
+        self.room.offer(name, free)
+
+    def hand_over(self, grant: Grant) -> None:
+        """Take the deliveries an insert leased to this process under `grant` (committed):
+        they start as claimed ones do."""
+        grant.settle()
+        for name in grant.short & self._backlog.keys():
+            self._backlog[name] = True  # others wait for a claim: none is offered until then
+        touched: dict[str, Route] = {}
+        for item in grant.claimed:
+            self._leases[item.delivery_id] = item.lease_token
+            route = self._routes.get(item.destination)
+            ready = self._ready.get(item.destination)
+            if route is None or ready is None or self._stopped:
+                # Removed by a reload, or stopping: given back (at the stop, with the rest).
+                if not self._stopped:
+                    self._leases.pop(item.delivery_id, None)
+                    self._defer([(item.delivery_id, item.lease_token)], self._clock.now())
+                continue
+            ready.append((item, grant.lease_until))
+            touched[route.name] = route
+            self._metrics.handed_over[route.name] += 1
+        for route in touched.values():
+            self._start_ready(route)
+        for name in touched.keys() | grant.short:
+            if (route := self._routes.get(name)) is not None:
+                self._offer(route)
+
     def _start(self, route: Route, item: Claimed) -> None:
         failed = webhooks.failed_labels(route, item.failed_hooks)
         urls = [url for url, label in route.labels.items() if label not in failed]
@@ -453,6 +522,7 @@ class Dispatcher:
         for url in urls:
             by_url[url] -= 1
         self._start_ready(route)
+        self._offer(route)
         if not self._ready.get(route.name) and self._due_hint <= self._clock.now():
             self._worker.notify()  # a slot is free and a retry this process scheduled is due
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -97,7 +96,7 @@ class Ingest:
 
     Owns the write-key, source and allowed-origin maps derived from the configuration
     (rebuilt on each reload). May not deliver, read the store, or open a transaction of
-    its own: it only submits rows to the writer and wakes the dispatcher.
+    its own: it only submits rows to the writer (whose flush wakes the dispatcher).
     """
 
     def __init__(
@@ -106,7 +105,6 @@ class Ingest:
         *,
         writer: Writer,
         metrics: Metrics,
-        on_stored: Callable[[], None],
         parsers: Parsers | None = None,
     ) -> None:
         self._configure(settings.value)
@@ -114,7 +112,6 @@ class Ingest:
         self._parsers = parsers
         self._writer = writer
         self._metrics = metrics
-        self._on_stored = on_stored
 
     def _configure(self, settings: Settings) -> None:
         """Take the configuration's sources (write keys, names, allowed origins): requests
@@ -214,12 +211,6 @@ class Ingest:
                     for destination, _, filtered in row.shaped:
                         if filtered is not None:
                             self._metrics.filtered[destination] += 1
-        if any(
-            r.destinations or r.shaped
-            for r, s in zip(rows, status, strict=True)
-            if s == InsertStatus.STORED
-        ):
-            self._on_stored()
         return web.Response(body=_SUCCESS, content_type="application/json")
 
     async def _parse(

@@ -60,6 +60,7 @@ class Metrics:
         self.failed: Counter[str] = Counter()
         self.expired: Counter[str] = Counter()
         self.filtered: Counter[str] = Counter()  # by destination: stopped by its filters
+        self.handed_over: Counter[str] = Counter()  # by destination: started without a claim
         # by (destination, hook label): rounds sent later than due because of the hook's limit
         self.held_back: Counter[tuple[str, str]] = Counter()
         self.attempts: Counter[tuple[str, str]] = Counter()  # by (destination, outcome)
@@ -124,6 +125,12 @@ _COUNTERS = (
         "Deliveries a destination's filters stopped at routing (drop, sample): never sent.",
         "destination",
         "filtered",
+    ),
+    (
+        "efd_deliveries_handed_over",
+        "Deliveries leased at ingestion and started without a claim.",
+        "destination",
+        "handed_over",
     ),
 )
 

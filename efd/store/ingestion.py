@@ -4,13 +4,14 @@ one transaction. Synchronous; the daemon runs it on the writer thread (efd/store
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from operator import attrgetter
 from typing import Any, Protocol
 
 from sqlalchemy import Connection
 
-from efd.rows import DeliveryStatus, InsertStatus, NewMessage
+from efd.rows import Claimed, DeliveryStatus, InsertStatus, NewMessage
 from efd.store import lanes, shaped
 from efd.store.backends.base import MESSAGE_FIELDS
 from efd.store.database import Database
@@ -21,6 +22,23 @@ PENDING = DeliveryStatus.PENDING
 QUEUED = DeliveryStatus.QUEUED
 
 _message_fields = attrgetter(*MESSAGE_FIELDS)
+
+
+class Handoff(Protocol):
+    """A dispatcher's free slots for fresh deliveries (efd/delivery/handoff.py): the ones it
+    takes are inserted leased to `owner` and listed in `claimed`, to be handed to it once
+    the transaction committed, instead of claimed from the table a moment later."""
+
+    owner: str
+    lease_seconds: float
+    claimed: list[Claimed]
+    lease_until: float
+    left_pending: bool  # whether the insert left a pending delivery for a claim to find
+    short: set[str]  # destinations of plain pending deliveries it had no room for
+
+    def take(self, destination: str, wanted: int) -> int:
+        """How many of `wanted` fresh deliveries to `destination` to insert leased."""
+        ...
 
 
 class StoresMessages(Protocol):
@@ -40,7 +58,9 @@ class StoresMessages(Protocol):
 class Ingests(StoresMessages, Protocol):
     """What ingestion (the daemon's batcher) asks of the store."""
 
-    def insert_messages(self, rows: Sequence[NewMessage], now: float) -> list[InsertStatus]: ...
+    def insert_messages(
+        self, rows: Sequence[NewMessage], now: float, *, handoff: Handoff | None = None
+    ) -> list[InsertStatus]: ...
 
     def index_recent_messages(self, now: float) -> None: ...
 
@@ -56,14 +76,19 @@ class Ingestion:
         self._backend = database.backend
         self._steps = steps
 
-    def insert_messages(self, rows: Sequence[NewMessage], now: float) -> list[InsertStatus]:
+    def insert_messages(
+        self, rows: Sequence[NewMessage], now: float, *, handoff: Handoff | None = None
+    ) -> list[InsertStatus]:
         """Store messages and their deliveries in one transaction.
 
         Returns, per row, STORED; DUPLICATE for a messageId the same source already sent
         within 24 hours (or earlier in `rows`): acknowledged but not stored again; or
         SUPPRESSED for a message from a userId or anonymousId a regulation suppressed:
-        acknowledged and dropped.
+        acknowledged and dropped. `handoff`: the deliveries it has room for are inserted
+        leased to its owner and listed in it (see Handoff).
         """
+        if handoff is not None:
+            handoff.claimed, handoff.left_pending, handoff.short = [], False, set()
         steps = self._steps()
         with self._db.write() as conn:
             blocked: set[str] = set()
@@ -90,7 +115,7 @@ class Ingestion:
                 status.append(InsertStatus.STORED)
             if not fresh:
                 return status
-            self._insert(conn, fresh, now, fresh_keys, steps.lanes)
+            self._insert(conn, fresh, now, fresh_keys, steps.lanes, handoff)
             if steps.capture is not None:
                 steps.capture(conn, fresh)
             return status
@@ -124,13 +149,14 @@ class Ingestion:
         now: float,
         keys: Sequence[int],
         lanes_of: Lanes | None,
+        handoff: Handoff | None = None,
     ) -> list[int]:
         message_rows = [(*_message_fields(r), k) for r, k in zip(rows, keys, strict=True)]
         ids = self._backend.insert_messages(conn, message_rows, keys, now)
         delivery_rows: list[tuple[Any, ...]]
         if lanes_of is None:
             delivery_rows = [
-                (pk, name, PENDING, 0, now, now, 0, None)
+                (pk, name, PENDING, 0, now, now, 0, None, None)
                 for pk, r in zip(ids, rows, strict=True)
                 for name in r.destinations
             ]
@@ -139,15 +165,24 @@ class Ingestion:
             # head of a lane that has none.
             lane_of = lanes_of.lane
             delivery_rows = [
-                (pk, name, PENDING, 0, now, now, 0, None)
+                (pk, name, PENDING, 0, now, now, 0, None, None)
                 if (lane := lane_of(r, name)) is None
-                else (pk, name, QUEUED, 0, now, None, 0, lane)
+                else (pk, name, QUEUED, 0, now, None, 0, lane, None)
                 for pk, r in zip(ids, rows, strict=True)
                 for name in r.destinations
             ]
+        handed = _hand_off(handoff, delivery_rows, now) if handoff is not None else []
         if delivery_rows:
-            self._backend.insert_deliveries(conn, delivery_rows)
-        pending = bool(delivery_rows)
+            delivery_ids = self._backend.insert_deliveries(
+                conn, delivery_rows, numbered=bool(handed)
+            )
+            if handed and handoff is not None:
+                by_pk = dict(zip(ids, rows, strict=True))
+                handoff.claimed = [
+                    _claimed(delivery_ids[i], delivery_rows[i], by_pk[delivery_rows[i][0]])
+                    for i in handed
+                ]
+        pending = len(delivery_rows) > len(handed)
         laned = any(row[7] is not None for row in delivery_rows)
         if any(r.shaped for r in rows):
             shaped_rows = shaped.rows(ids, rows, now)
@@ -159,4 +194,43 @@ class Ingestion:
             lanes.admit(conn, self._backend, now, messages=(min(ids), max(ids)))
         if pending:
             self._backend.notify(conn)
+        if handoff is not None:
+            handoff.left_pending = pending
         return list(ids)
+
+
+def _hand_off(handoff: Handoff, rows: list[tuple[Any, ...]], now: float) -> list[int]:
+    """Lease to the handoff's owner the pending rows (not in a lane) it has room for, in
+    place in `rows`; their positions. The lease is what a claim would have given them:
+    token 1, due again when the lease ends."""
+    wanted = Counter(row[1] for row in rows if row[2] is PENDING)
+    room = {name: got for name, count in wanted.items() if (got := handoff.take(name, count))}
+    handoff.short = {name for name, count in wanted.items() if room.get(name, 0) < count}
+    if not room:
+        return []
+    until = now + handoff.lease_seconds
+    handoff.lease_until = until
+    owner = handoff.owner
+    handed = []
+    for i, row in enumerate(rows):
+        if row[2] is PENDING and room.get(row[1], 0) > 0:
+            room[row[1]] -= 1
+            rows[i] = (row[0], row[1], PENDING, 0, now, until, 1, None, owner)
+            handed.append(i)
+    return handed
+
+
+def _claimed(delivery_id: int, row: tuple[Any, ...], message: NewMessage) -> Claimed:
+    return Claimed(
+        delivery_id=delivery_id,
+        lease_token=row[6],
+        destination=row[1],
+        attempts=0,
+        first_attempt_at=None,
+        failed_hooks=frozenset(),
+        message_id=message.message_id,
+        body=message.body,
+        message_pk=row[0],
+        source=message.source,
+        received_at=message.received_at,
+    )

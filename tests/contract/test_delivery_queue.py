@@ -16,9 +16,11 @@ import pytest
 from sqlalchemy import select
 
 from efd.delivery.dispatcher import Deliveries
+from efd.delivery.handoff import Grant, Room
 from efd.rows import AttemptRow, Claimed, DeliveryStatus, NewMessage, Outcome
 from efd.rules.lanes import Lanes
 from efd.store import Steps, Store, migrate
+from efd.store.ingestion import Handoff
 from efd.store.runner import AsyncDeliveries, AsyncStore
 from efd.store.schema import deliveries
 from tests.conftest import pg_database
@@ -38,6 +40,9 @@ class Queue:
     # deliveries to the ordered destination "o", in one lane (a user): (destination, lane,
     # count, time)
     add_lane: Callable[[str, int, float], Awaitable[list[int]]]
+    # stored as ingestion stores them with a dispatcher's handoff: (destination or "o" with
+    # a lane, count, time, the handoff); their ids
+    ingest: Callable[[str, int, float, Handoff], Awaitable[list[int]]]
 
 
 def _twin() -> Queue:
@@ -49,7 +54,12 @@ def _twin() -> Queue:
     async def add_lane(lane: str, count: int, at: float) -> list[int]:
         return twin.add("o", count, due_in=at - T, lane=lane)
 
-    return Queue(twin, add, add_lane)
+    async def ingest(destination: str, count: int, at: float, handoff: Handoff) -> list[int]:
+        twin.clock = at
+        lane = "u" if destination == "o" else None
+        return twin.ingest(destination, count, handoff, lane=lane)
+
+    return Queue(twin, add, add_lane, ingest)
 
 
 def _real(url: str) -> tuple[Queue, AsyncStore]:
@@ -58,7 +68,13 @@ def _real(url: str) -> tuple[Queue, AsyncStore]:
     db = AsyncStore(store)
     numbers = itertools.count()
 
-    async def add(destination: str, count: int, at: float, user: str = "u") -> list[int]:
+    async def add(
+        destination: str,
+        count: int,
+        at: float,
+        user: str = "u",
+        handoff: Handoff | None = None,
+    ) -> list[int]:
         rows = [
             NewMessage(
                 source="web",
@@ -74,7 +90,7 @@ def _real(url: str) -> tuple[Queue, AsyncStore]:
             )
             for _ in range(count)
         ]
-        await db.write(store.ingestion.insert_messages, rows, at)
+        await db.write(store.ingestion.insert_messages, rows, at, handoff=handoff)
 
         def last() -> list[int]:
             with store.database.read() as conn:
@@ -86,7 +102,10 @@ def _real(url: str) -> tuple[Queue, AsyncStore]:
     async def add_lane(lane: str, count: int, at: float) -> list[int]:
         return await add("o", count, at, user=lane)
 
-    return Queue(AsyncDeliveries(db), add, add_lane), db
+    async def ingest(destination: str, count: int, at: float, handoff: Handoff) -> list[int]:
+        return await add(destination, count, at, handoff=handoff)
+
+    return Queue(AsyncDeliveries(db), add, add_lane, ingest), db
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgresql"])
@@ -434,3 +453,59 @@ async def test_waiting_deliveries_expire_from_their_creation_and_the_lane_moves_
     [late] = await queue.add_lane("a", 1, T)
     assert await queue.deliveries.expire_waiting("o", 50.0, T) == 2  # the head and one waiting
     assert ids(await claim_o(queue)) == [late]
+
+
+# -- deliveries handed over at ingestion (efd/delivery/handoff.py) ----------------------------
+
+
+def room(**free: int) -> Grant:
+    r = Room("A", LEASE)
+    for destination, count in free.items():
+        r.offer(destination, count)
+    return r.grant()
+
+
+async def test_deliveries_handed_over_at_ingestion_are_leased_as_a_claim_leaves_them(
+    queue: Queue,
+) -> None:
+    grant = room(d=2)
+    stored = await queue.ingest("d", 3, T, grant)
+    assert ids(grant.claimed) == stored[:2]
+    assert [c.lease_token for c in grant.claimed] == [1, 1]
+    assert grant.lease_until == T + LEASE
+    assert grant.left_pending  # the third waits for a claim
+    first = grant.claimed[0]
+    assert (first.attempts, first.first_attempt_at, first.failed_hooks) == (0, None, frozenset())
+    assert first.body == '{"type":"track"}'
+    # Another process's claim finds only the third; the two are under a live lease.
+    assert ids(await claim(queue, owner="B", now=T + 1)) == [stored[2]]
+    # Their outcome applies under the handed-over token; the other's lease lapses.
+    done = outcome(first, DeliveryStatus.DELIVERED, at=T + 2)
+    assert await queue.deliveries.record([done], []) == 0
+    late = await claim(queue, owner="B", now=T + LEASE + 0.5)
+    assert ids(late) == [stored[1]]
+    assert late[0].lease_token == 2  # fenced: the first holder's outcome is stale now
+    stale = outcome(grant.claimed[1], DeliveryStatus.DELIVERED, at=T + LEASE + 2)
+    assert await queue.deliveries.record([stale], []) == 1
+
+
+async def test_an_insert_takes_no_more_than_the_room_and_leaves_nothing_pending_when_all_fit(
+    queue: Queue,
+) -> None:
+    grant = room(d=5, other=3)
+    stored = await queue.ingest("d", 4, T, grant)
+    assert ids(grant.claimed) == stored
+    assert not grant.left_pending
+    assert await claim(queue, now=T + 1) == []
+    grant = room(other=3)  # nothing offered for "d"
+    stored = await queue.ingest("d", 2, T, grant)
+    assert (grant.claimed, grant.left_pending) == ([], True)
+    assert ids(await claim(queue, now=T + 1)) == stored
+
+
+async def test_deliveries_of_an_ordered_destination_are_never_handed_over(queue: Queue) -> None:
+    grant = room(o=5)
+    await queue.ingest("o", 3, T, grant)
+    assert grant.claimed == []
+    assert grant.left_pending
+    assert len(await claim_o(queue, now=T + 1)) == 1  # the lane's head, by a claim

@@ -8,12 +8,22 @@ import ssl
 import time
 from pathlib import Path
 
+import aiohttp
 import pytest
 import trustme
 from aiohttp import web
 
 from efd.rules import webhooks
-from tests.conftest import SECRET, Receiver, eventually, free_port, post, settings_dict, sql
+from tests.conftest import (
+    SECRET,
+    Receiver,
+    eventually,
+    free_port,
+    metric,
+    post,
+    settings_dict,
+    sql,
+)
 
 TRACK = {"userId": "u-1", "event": "Order Completed", "properties": {"revenue": 39.95}}
 
@@ -526,3 +536,53 @@ async def test_claims_ahead_are_bounded_and_all_delivered(db_url, receiver_facto
     assert sorted(r.json()["messageId"] for r in receiver.received) == sorted(
         f"m{i}" for i in range(24)
     )
+
+
+async def metrics_text(port: int) -> str:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{port}/metrics") as response,
+    ):
+        return await response.text()
+
+
+async def test_an_idle_daemon_sends_what_it_stores_without_claiming_it(
+    db_url, receiver_factory, daemon_factory
+):
+    """Stored while the destination has free slots: leased to the daemon in the insert's
+    transaction and sent from there (efd/delivery/handoff.py), each once, the lease ending
+    with the outcome; while older deliveries wait, new ones queue behind them instead."""
+    gate = asyncio.Event()
+
+    async def held(_request: web.Request, n: int) -> web.StreamResponse:
+        if n > 9:  # the first 9 go through; then the receiver hangs until the gate opens
+            await gate.wait()
+        return web.Response(text="ok")
+
+    receiver = await receiver_factory(held)
+    settings = settings_dict(db_url, [receiver.url], delivery={"max_per_hook": 2})
+    daemon = await daemon_factory(settings)
+    # The first may come before the daemon's first claim found nothing and offered slots.
+    assert (await post(daemon.port, "/v1/track", {**TRACK, "messageId": "first"}))[0] == 200
+    await receiver.wait_for(1)
+    name = "efd_deliveries_handed_over_total"
+    before = metric(await metrics_text(daemon.port), name, destination="hooks") or 0
+    for i in range(8):  # one at a time: each stored while the daemon is idle
+        answer = await post(daemon.port, "/v1/track", {**TRACK, "messageId": f"idle-{i}"})
+        assert answer[0] == 200
+        await receiver.wait_for(i + 2)
+    assert metric(await metrics_text(daemon.port), name, destination="hooks") == before + 8
+    batch = [{**TRACK, "type": "track", "messageId": f"busy-{i}"} for i in range(40)]
+    assert (await post(daemon.port, "/v1/batch", {"batch": batch}))[0] == 200
+    # 2 in flight and 4 x 2 ready at most, handed over or claimed: the rest wait unleased.
+    leased = "SELECT count(*) FROM deliveries WHERE status = 'pending' AND lease_owner IS NOT NULL"
+    await eventually(lambda: sql(db_url, leased)[0][0] == 10)
+    gate.set()
+    await eventually(
+        lambda: (
+            sql(db_url, "SELECT status, count(*) FROM deliveries GROUP BY status")
+            == [("delivered", 49)]
+        )
+    )
+    assert len(receiver.received) == 49  # each once
+    assert sql(db_url, "SELECT count(*) FROM deliveries WHERE lease_token != 1") == [(0,)]

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from efd.errors import StoreUnavailable
 from efd.rows import AttemptRow, Claimed, DeliveryStatus, Outcome
+from efd.store.ingestion import Handoff
 
 
 @dataclass
@@ -79,6 +80,41 @@ class MemoryDeliveries:
             ids.append(pk)
         return ids
 
+    def ingest(
+        self, destination: str, count: int, handoff: Handoff, *, lane: str | None = None
+    ) -> list[int]:
+        """Like `add`, at the clock, as ingestion inserts with a dispatcher's `handoff`
+        (efd/store/ingestion.py): the pending ones (not waiting in a lane) it has room for
+        are leased to it as a claim leaves them, and listed in `handoff.claimed`."""
+        handoff.claimed, handoff.left_pending, handoff.short = [], False, set()
+        ids = self.add(destination, count, lane=lane)
+        pending = [pk for pk in ids if self.rows[pk].status is DeliveryStatus.PENDING]
+        taken = handoff.take(destination, len(pending)) if pending and lane is None else 0
+        handoff.lease_until = self.clock + handoff.lease_seconds
+        for pk in pending[:taken]:
+            row = self.rows[pk]
+            row.next_attempt_at, row.token, row.leased = handoff.lease_until, 1, True
+            handoff.claimed.append(self._claimed(row))
+        handoff.left_pending = len(pending) > taken
+        if len(pending) > taken and lane is None:
+            handoff.short = {destination}
+        return ids
+
+    def _claimed(self, r: Row) -> Claimed:
+        return Claimed(
+            r.id,
+            r.token,
+            r.destination,
+            r.attempts,
+            r.first_attempt_at,
+            r.failed_hooks,
+            f"m{r.id}",
+            None if r.purged else '{"type":"track"}',
+            r.id,
+            "web",
+            1_700_000_000.0 + r.id,
+        )
+
     def _head(self, destination: str, lane: str) -> Row | None:
         """The lane's head: its one pending delivery."""
         for r in self.rows.values():
@@ -139,22 +175,7 @@ class MemoryDeliveries:
             awaiting_record = self.rounds.completed - self.recorded_count
             held = leased - awaiting_record
             self.most_held[destination] = max(self.most_held[destination], held)
-        return [
-            Claimed(
-                r.id,
-                r.token,
-                destination,
-                r.attempts,
-                r.first_attempt_at,
-                r.failed_hooks,
-                f"m{r.id}",
-                None if r.purged else '{"type":"track"}',
-                r.id,
-                "web",
-                1_700_000_000.0 + r.id,
-            )
-            for r in sorted(due, key=lambda r: r.id)
-        ]
+        return [self._claimed(r) for r in sorted(due, key=lambda r: r.id)]
 
     async def renew(self, leases: Sequence[tuple[int, int]], until: float) -> list[int]:
         self._reach()

@@ -494,3 +494,60 @@ async def test_an_outcome_the_store_refuses_holds_up_no_other_and_is_sent_again(
     store.refused.clear()  # the store takes it now: once its lease lapsed, it goes again
     await store.wait(lambda: store.status("a") == {"delivered": 40})
     assert rounds.sent[HOOK_A] == first + 1
+
+
+# -- deliveries handed over at ingestion (efd/delivery/handoff.py) ----------------------------
+
+
+async def test_an_idle_dispatcher_takes_fresh_deliveries_without_claiming_them(
+    running, monkeypatch
+):
+    monkeypatch.setattr(dispatcher, "_IDLE_POLL", 3600.0)
+    store, rounds, metrics = MemoryDeliveries(clock=time.time()), FakeRounds(), Metrics()
+    d = await running(store, rounds, metrics, max_per_hook=2)
+    await store.asked_due.wait()  # idle: its last claims were short
+    claims = store.calls["claim"]
+    grant = d.room.grant()
+    # In flight plus held ready: 2 + 4 x 2 for "a"; nothing for the ordered "o".
+    store.ingest("a", 12, grant)
+    assert len(grant.claimed) == 10
+    assert grant.left_pending
+    assert grant.take("o", 5) == 0
+    d.hand_over(grant)
+    assert metrics.handed_over["a"] == 10
+    d.notify()  # as the flush does when it left some pending: a claim finds the other 2
+    await store.wait(lambda: store.status("a") == {"delivered": 12})
+    assert rounds.sent[HOOK_A] == 12  # each once
+    assert rounds.most_in_flight[HOOK_A] <= 2
+    assert store.calls["claim"] > claims
+
+
+async def test_a_destination_with_older_deliveries_waiting_is_offered_no_slot(running):
+    rounds = FakeRounds(held={HOOK_A})
+    store = MemoryDeliveries(clock=time.time(), rounds=rounds)
+    store.add("a", 50)
+    d = await running(store, rounds, max_per_hook=2)
+    await rounds.started.wait()
+    await store.wait(lambda: store.most_leased["a"] == 10)  # its claims were full
+    grant = d.room.grant()
+    store.ingest("a", 3, grant)
+    assert (grant.claimed, grant.left_pending) == ([], True)  # they queue behind the rest
+    rounds.gate.set()
+    await store.wait(lambda: store.status("a") == {"delivered": 53})
+
+
+async def test_handed_over_deliveries_not_started_at_a_stop_are_given_back(running):
+    rounds = FakeRounds(held={HOOK_A})
+    store = MemoryDeliveries(clock=time.time(), rounds=rounds)
+    d = await running(store, rounds, max_per_hook=2)
+    await store.asked_due.wait()
+    grant = d.room.grant()
+    store.ingest("a", 6, grant)
+    d.hand_over(grant)
+    await rounds.started.wait()
+    await d.stop(grace=0.05)
+    handed = {c.delivery_id for c in grant.claimed}
+    assert len(handed) == 6
+    assert {pk for pk, _ in store.released} == handed
+    assert not any(r.leased for r in store.rows.values())
+    assert store.status("a") == {"pending": 6}

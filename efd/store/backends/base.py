@@ -105,8 +105,11 @@ class Backend(Protocol):
         the rows' order."""
         ...
 
-    def insert_deliveries(self, conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
-        """Insert delivery rows (tuples in DELIVERY_COLUMNS order)."""
+    def insert_deliveries(
+        self, conn: Connection, rows: Sequence[tuple[Any, ...]], *, numbered: bool = False
+    ) -> Sequence[int]:
+        """Insert delivery rows (tuples in DELIVERY_COLUMNS order); with `numbered`, their
+        ids in the rows' order (else none)."""
         ...
 
     def insert_attempts(self, conn: Connection, rows: Sequence[AttemptRow]) -> None: ...
@@ -153,6 +156,7 @@ DELIVERY_COLUMNS = (
     "next_attempt_at",
     "lease_token",
     "lane",
+    "lease_owner",
 )
 ATTEMPT_COLUMNS = (
     "delivery_id",

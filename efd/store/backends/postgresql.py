@@ -73,6 +73,7 @@ TYPES = {
     "next_attempt_at": "DOUBLE PRECISION",
     "lease_token": "INTEGER",
     "lane": "TEXT",
+    "lease_owner": "TEXT",
     "delivery_id": "BIGINT",
     "hook_url": "TEXT",
     "attempted_at": "DOUBLE PRECISION",
@@ -122,6 +123,7 @@ def id_array(ids: Iterable[int]) -> str:
 
 _INSERT_MESSAGES = json_rows_insert("messages", MESSAGE_COLUMNS, returning=True)
 _INSERT_DELIVERIES = json_rows_insert("deliveries", DELIVERY_COLUMNS, returning=False)
+_INSERT_NUMBERED_DELIVERIES = json_rows_insert("deliveries", DELIVERY_COLUMNS, returning=True)
 # A round's attempt rows as columns, like ingestion's rows: one fixed text, where an
 # executemany sends a multi-row VALUES the driver parses again for every batch size.
 _INSERT_ATTEMPTS = json_rows_insert("attempts", ATTEMPT_COLUMNS, returning=False)
@@ -256,8 +258,14 @@ class PostgresBackend:
     ) -> Sequence[int]:
         return sorted(conn.execute(_INSERT_MESSAGES, columns_json(MESSAGE_COLUMNS, rows)).scalars())
 
-    def insert_deliveries(self, conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
-        conn.execute(_INSERT_DELIVERIES, columns_json(DELIVERY_COLUMNS, rows))
+    def insert_deliveries(
+        self, conn: Connection, rows: Sequence[tuple[Any, ...]], *, numbered: bool = False
+    ) -> Sequence[int]:
+        params = columns_json(DELIVERY_COLUMNS, rows)
+        if not numbered:
+            conn.execute(_INSERT_DELIVERIES, params)
+            return ()
+        return sorted(conn.execute(_INSERT_NUMBERED_DELIVERIES, params).scalars())
 
     def insert_attempts(self, conn: Connection, rows: Sequence[AttemptRow]) -> None:
         conn.execute(

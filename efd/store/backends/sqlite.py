@@ -394,9 +394,26 @@ class SqliteBackend:
             )
         return ids
 
-    def insert_deliveries(self, conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+    def insert_deliveries(
+        self, conn: Connection, rows: Sequence[tuple[Any, ...]], *, numbered: bool = False
+    ) -> Sequence[int]:
+        if not numbered:
+            with driver_cursor(conn) as cursor:
+                insert_many(cursor, deliveries, DELIVERY_COLUMNS, list(rows))
+            return ()
+        # The only writer numbers the rows itself, as insert_messages does.
+        [last] = self.select(
+            conn, "last-delivery-id", lambda: select(func.max(deliveries.c.id)), []
+        )
+        ids = range((last or 0) + 1, (last or 0) + 1 + len(rows))
         with driver_cursor(conn) as cursor:
-            insert_many(cursor, deliveries, DELIVERY_COLUMNS, list(rows))
+            insert_many(
+                cursor,
+                deliveries,
+                ("id", *DELIVERY_COLUMNS),
+                [(pk, *row) for pk, row in zip(ids, rows, strict=True)],
+            )
+        return ids
 
     def insert_attempts(self, conn: Connection, rows: Sequence[AttemptRow]) -> None:
         with driver_cursor(conn) as cursor:
