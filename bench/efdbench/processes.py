@@ -178,18 +178,29 @@ class Daemon:
                         counts[level] += 1
         return dict(counts)
 
-    def circuit_open(self) -> bool:
-        """Whether any hook's circuit is open, from the daemon's /metrics."""
+    def _metrics(self) -> str:
         try:
             with urllib.request.urlopen(
                 f"http://127.0.0.1:{self.port}/metrics", timeout=5
             ) as response:
-                text = response.read().decode()
+                return str(response.read().decode())
         except OSError:
-            return False
+            return ""
+
+    def circuit_open(self) -> bool:
+        """Whether any hook's circuit is open, from the daemon's /metrics."""
         return any(
             line.startswith("efd_circuit_open{") and float(line.rsplit(" ", 1)[1]) > 0
-            for line in text.splitlines()
+            for line in self._metrics().splitlines()
+        )
+
+    def counter(self, name: str) -> float:
+        """The sum of a counter's samples over its labels, from the daemon's /metrics (0 if
+        the daemon has no such counter)."""
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in self._metrics().splitlines()
+            if line.startswith((name + "{", name + " "))
         )
 
     def pending(self) -> int:

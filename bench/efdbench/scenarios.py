@@ -413,6 +413,11 @@ class Bench:
         self.results["deliver_pairs"] = len(pairs)
         self.results["deliver_lost"] = acked_total - stats["unique"]
         self.results["deliver_duplicates"] = stats["duplicates"]
+        delivered = daemon.counter("efd_deliveries_delivered_total")
+        if delivered:
+            # Started without a claim (efd/delivery/handoff.py), over the daemon's life.
+            handed = daemon.counter("efd_deliveries_handed_over_total")
+            self.results["deliver_handed_over_share"] = round(handed / delivered, 3)
         if stats["bad_signatures"]:
             self.notes.append(f"deliver: {stats['bad_signatures']} sampled signatures were wrong")
 
