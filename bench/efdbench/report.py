@@ -19,6 +19,7 @@ KEYS = (
     "deliver_cpu_ratio_to_bare",
     "latency_p50_ms",
     "latency_p99_ms",
+    "latency_cpu_us_per_event",
     "backlog_ingest_ratio",
     "rss_mb_backlog",
     "recovery_events_per_s",

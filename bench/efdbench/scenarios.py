@@ -413,11 +413,7 @@ class Bench:
         self.results["deliver_pairs"] = len(pairs)
         self.results["deliver_lost"] = acked_total - stats["unique"]
         self.results["deliver_duplicates"] = stats["duplicates"]
-        delivered = daemon.counter("efd_deliveries_delivered_total")
-        if delivered:
-            # Started without a claim (efd/delivery/handoff.py), over the daemon's life.
-            handed = daemon.counter("efd_deliveries_handed_over_total")
-            self.results["deliver_handed_over_share"] = round(handed / delivered, 3)
+        self.results["deliver_handed_over_share"] = handed_over_share(daemon)
         if stats["bad_signatures"]:
             self.notes.append(f"deliver: {stats['bad_signatures']} sampled signatures were wrong")
 
@@ -517,6 +513,8 @@ class Bench:
                 offered=out["offered"],
                 acked=len(acks),
                 received=sum(1 for m in acks if m in receipts),
+                # per delivered event, the daemon's CPU at this rate (phase())
+                delivered=len(receipts),
                 errors=out["errors"],
                 late_sends=out["late_sends"],
                 achieved_rate=round(out["offered"] / out["elapsed"], 1),
@@ -533,6 +531,9 @@ class Bench:
         self.results["latency_p50_ms"] = rounded(pct(clipped, 50) * 1000)
         self.results["latency_p99_ms"] = rounded(pct(clipped, 99) * 1000)
         self.results["latency_missing"] = len(acks) - len(from_ack)
+        # CPU per event at a rate the daemon keeps up with, as in production below its limit.
+        self.results["latency_cpu_us_per_event"] = info.get("daemon_cpu_us_per_event")
+        self.results["latency_handed_over_share"] = handed_over_share(daemon)
 
     def recovery(self) -> None:
         plan = self.plan
@@ -621,3 +622,12 @@ class Bench:
         finally:
             self.receiver.call("status", 200)
             self.stop_daemon()
+
+
+def handed_over_share(daemon: Daemon) -> float | None:
+    """Of the deliveries the daemon delivered so far, the share started without a claim
+    (efd/delivery/handoff.py); None where the daemon counts neither."""
+    delivered = daemon.counter("efd_deliveries_delivered_total")
+    if not delivered:
+        return None
+    return round(daemon.counter("efd_deliveries_handed_over_total") / delivered, 3)
