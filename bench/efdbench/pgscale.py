@@ -182,6 +182,9 @@ def _deliver(bench: Bench, server: PgServer, n: int) -> dict[str, Any]:
                 lost=acked - stats["unique"],
                 duplicates=stats["duplicates"],
             )
+        shares = [d.handed_over_share() for d in daemons]
+        known = [share for share in shares if share is not None]
+        info["handed_over_share"] = round(sum(known) / len(known), 3) if known else None
         return info
     finally:
         _stop_daemons(bench, daemons)
@@ -220,6 +223,7 @@ def run_postgresql(bench: Bench, server: PgServer, counts: list[int]) -> dict[st
             if kind == "deliver":
                 entry["deliver_lost"] = info.get("lost")
                 entry["deliver_duplicates"] = info.get("duplicates")
+                entry["deliver_handed_over_share"] = info.get("handed_over_share")
         runs[str(n)] = entry
     # The machine's speed drifts over the minutes the daemons run: the INSERT limit is
     # measured again at the end, and the ratios divide by the mean of both.

@@ -194,6 +194,14 @@ class Daemon:
             for line in self._metrics().splitlines()
         )
 
+    def handed_over_share(self) -> float | None:
+        """Of the deliveries the daemon delivered so far, the share started without a claim
+        (efd/delivery/handoff.py); None where it counts neither."""
+        delivered = self.counter("efd_deliveries_delivered_total")
+        if not delivered:
+            return None
+        return round(self.counter("efd_deliveries_handed_over_total") / delivered, 3)
+
     def counter(self, name: str) -> float:
         """The sum of a counter's samples over its labels, from the daemon's /metrics (0 if
         the daemon has no such counter)."""

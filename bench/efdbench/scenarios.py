@@ -413,7 +413,7 @@ class Bench:
         self.results["deliver_pairs"] = len(pairs)
         self.results["deliver_lost"] = acked_total - stats["unique"]
         self.results["deliver_duplicates"] = stats["duplicates"]
-        self.results["deliver_handed_over_share"] = handed_over_share(daemon)
+        self.results["deliver_handed_over_share"] = daemon.handed_over_share()
         if stats["bad_signatures"]:
             self.notes.append(f"deliver: {stats['bad_signatures']} sampled signatures were wrong")
 
@@ -533,7 +533,7 @@ class Bench:
         self.results["latency_missing"] = len(acks) - len(from_ack)
         # CPU per event at a rate the daemon keeps up with, as in production below its limit.
         self.results["latency_cpu_us_per_event"] = info.get("daemon_cpu_us_per_event")
-        self.results["latency_handed_over_share"] = handed_over_share(daemon)
+        self.results["latency_handed_over_share"] = daemon.handed_over_share()
 
     def recovery(self) -> None:
         plan = self.plan
@@ -622,12 +622,3 @@ class Bench:
         finally:
             self.receiver.call("status", 200)
             self.stop_daemon()
-
-
-def handed_over_share(daemon: Daemon) -> float | None:
-    """Of the deliveries the daemon delivered so far, the share started without a claim
-    (efd/delivery/handoff.py); None where the daemon counts neither."""
-    delivered = daemon.counter("efd_deliveries_delivered_total")
-    if not delivered:
-        return None
-    return round(daemon.counter("efd_deliveries_handed_over_total") / delivered, 3)
