@@ -156,7 +156,7 @@ class Ingestion:
         delivery_rows: list[tuple[Any, ...]]
         if lanes_of is None:
             delivery_rows = [
-                (pk, name, PENDING, 0, now, now, 0, None, None)
+                (pk, name, PENDING, 0, now, now, None, 0, None)
                 for pk, r in zip(ids, rows, strict=True)
                 for name in r.destinations
             ]
@@ -165,9 +165,9 @@ class Ingestion:
             # head of a lane that has none.
             lane_of = lanes_of.lane
             delivery_rows = [
-                (pk, name, PENDING, 0, now, now, 0, None, None)
+                (pk, name, PENDING, 0, now, now, None, 0, None)
                 if (lane := lane_of(r, name)) is None
-                else (pk, name, QUEUED, 0, now, None, 0, lane, None)
+                else (pk, name, QUEUED, 0, now, None, None, 0, lane)
                 for pk, r in zip(ids, rows, strict=True)
                 for name in r.destinations
             ]
@@ -183,7 +183,7 @@ class Ingestion:
                     for i in handed
                 ]
         pending = len(delivery_rows) > len(handed)
-        laned = any(row[7] is not None for row in delivery_rows)
+        laned = any(row[8] is not None for row in delivery_rows)
         if any(r.shaped for r in rows):
             shaped_rows = shaped.rows(ids, rows, now)
             if lanes_of is not None:
@@ -215,7 +215,7 @@ def _hand_off(handoff: Handoff, rows: list[tuple[Any, ...]], now: float) -> list
     for i, row in enumerate(rows):
         if row[2] is PENDING and room.get(row[1], 0) > 0:
             room[row[1]] -= 1
-            rows[i] = (row[0], row[1], PENDING, 0, now, until, 1, None, owner)
+            rows[i] = (row[0], row[1], PENDING, 0, now, until, owner, 1, None)
             handed.append(i)
     return handed
 
@@ -223,7 +223,7 @@ def _hand_off(handoff: Handoff, rows: list[tuple[Any, ...]], now: float) -> list
 def _claimed(delivery_id: int, row: tuple[Any, ...], message: NewMessage) -> Claimed:
     return Claimed(
         delivery_id=delivery_id,
-        lease_token=row[6],
+        lease_token=row[7],
         destination=row[1],
         attempts=0,
         first_attempt_at=None,

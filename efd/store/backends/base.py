@@ -154,10 +154,10 @@ DELIVERY_COLUMNS = (
     "attempts",
     "created_at",
     "next_attempt_at",
+    "lease_owner",
     "lease_token",
     "lane",
-    "lease_owner",
-)
+)  # in the table's order: the SQLite insert then passes rows as they are
 ATTEMPT_COLUMNS = (
     "delivery_id",
     "hook_url",
