@@ -194,13 +194,21 @@ class Daemon:
             for line in self._metrics().splitlines()
         )
 
-    def handed_over_share(self) -> float | None:
-        """Of the deliveries the daemon delivered so far, the share started without a claim
-        (efd/delivery/handoff.py); None where it counts neither."""
-        delivered = self.counter("efd_deliveries_delivered_total")
-        if not delivered:
+    def handed_over(self) -> tuple[float, float]:
+        """(deliveries handed over at ingestion, deliveries delivered) so far."""
+        return (
+            self.counter("efd_deliveries_handed_over_total"),
+            self.counter("efd_deliveries_delivered_total"),
+        )
+
+    def handed_over_share(self, since: tuple[float, float] = (0.0, 0.0)) -> float | None:
+        """Of the deliveries the daemon delivered since `since` (a `handed_over()`), the
+        share started without a claim (efd/delivery/handoff.py); None where it counts
+        neither."""
+        handed, delivered = self.handed_over()
+        if delivered <= since[1]:
             return None
-        return round(self.counter("efd_deliveries_handed_over_total") / delivered, 3)
+        return round((handed - since[0]) / (delivered - since[1]), 3)
 
     def counter(self, name: str) -> float:
         """The sum of a counter's samples over its labels, from the daemon's /metrics (0 if

@@ -487,6 +487,7 @@ class Bench:
 
     def latency(self, daemon: Daemon) -> None:
         plan = self.plan
+        before = daemon.handed_over()
         with (
             self.phase("latency") as info,
             self.profiler.record("latency", daemon.pid, plan.latency_seconds),
@@ -533,7 +534,7 @@ class Bench:
         self.results["latency_missing"] = len(acks) - len(from_ack)
         # CPU per event at a rate the daemon keeps up with, as in production below its limit.
         self.results["latency_cpu_us_per_event"] = info.get("daemon_cpu_us_per_event")
-        self.results["latency_handed_over_share"] = daemon.handed_over_share()
+        self.results["latency_handed_over_share"] = daemon.handed_over_share(before)
 
     def recovery(self) -> None:
         plan = self.plan
