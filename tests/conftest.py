@@ -531,6 +531,17 @@ def write_toml(path: Path, settings: dict[str, Any]) -> Path:
     return path
 
 
+async def metrics_text(port: int, token: str | None = None) -> str:
+    """A daemon's GET /metrics (with the admin token, where the daemon has one)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{port}/metrics", headers=headers) as response,
+    ):
+        assert response.status == 200
+        return await response.text()
+
+
 def metric(text: str, name: str, **labels: str) -> float | None:
     """The value of one sample in Prometheus exposition text, or None when absent."""
     from prometheus_client.parser import text_string_to_metric_families

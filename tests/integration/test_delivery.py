@@ -8,7 +8,6 @@ import ssl
 import time
 from pathlib import Path
 
-import aiohttp
 import pytest
 import trustme
 from aiohttp import web
@@ -20,6 +19,7 @@ from tests.conftest import (
     eventually,
     free_port,
     metric,
+    metrics_text,
     post,
     settings_dict,
     sql,
@@ -536,14 +536,6 @@ async def test_claims_ahead_are_bounded_and_all_delivered(db_url, receiver_facto
     assert sorted(r.json()["messageId"] for r in receiver.received) == sorted(
         f"m{i}" for i in range(24)
     )
-
-
-async def metrics_text(port: int) -> str:
-    async with (
-        aiohttp.ClientSession() as session,
-        session.get(f"http://127.0.0.1:{port}/metrics") as response,
-    ):
-        return await response.text()
 
 
 async def test_an_idle_daemon_sends_what_it_stores_without_claiming_it(

@@ -7,13 +7,12 @@ import hashlib
 import json
 from typing import Any
 
-import aiohttp
 from standardwebhooks.webhooks import Webhook
 
 from efd import config
 from efd.rules import webhooks
 from efd.store import Store
-from tests.conftest import SECRET, eventually, metric, post, settings_dict, sql
+from tests.conftest import SECRET, eventually, metric, metrics_text, post, settings_dict, sql
 from tests.integration.test_operators import Switch
 from tests.integration.test_regulations import api, finished, regulate, request
 
@@ -57,17 +56,6 @@ def deliveries(db_url: str) -> dict[str, tuple[str, int, str | None]]:
     return {message_id: (status, attempts, error) for message_id, status, attempts, error in rows}
 
 
-async def metrics_text(port: int) -> str:
-    async with (
-        aiohttp.ClientSession() as session,
-        session.get(
-            f"http://127.0.0.1:{port}/metrics", headers={"Authorization": f"Bearer {TOKEN}"}
-        ) as response,
-    ):
-        assert response.status == 200
-        return await response.text()
-
-
 async def test_a_dropped_message_gets_a_filtered_row_and_no_request(
     db_url, receiver_factory, daemon_factory
 ):
@@ -99,7 +87,7 @@ async def test_a_dropped_message_gets_a_filtered_row_and_no_request(
     assert [d["messageId"] for d in listed["deliveries"]] == ["ping"]
     _, order_view = await api(daemon.port, "GET", "/admin/messages/web/order", token=TOKEN)
     assert order_view["deliveries"][0]["filteredBy"] is None
-    text = await metrics_text(daemon.port)
+    text = await metrics_text(daemon.port, TOKEN)
     assert metric(text, "efd_deliveries_filtered_total", destination="hooks") == 1
     assert metric(text, "efd_deliveries_delivered_total", destination="hooks") == 1
 
