@@ -473,8 +473,6 @@ class Http:
             grant.settle()
             raise
         dispatcher.hand_over(grant)
-        if grant.left_pending:
-            dispatcher.notify()
         if hub.active:  # committed: the live stream may show them
             for row, status in zip(taken, statuses, strict=True):
                 if status is InsertStatus.STORED:

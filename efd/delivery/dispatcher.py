@@ -415,8 +415,10 @@ class Dispatcher:
 
     def hand_over(self, grant: Grant) -> None:
         """Take the deliveries an insert leased to this process under `grant` (committed):
-        they start as claimed ones do."""
+        they start as claimed ones do. Where it left pending ones, claim them now."""
         grant.settle()
+        if grant.left_pending:
+            self._worker.notify()
         for name in grant.short & self._backlog.keys():
             self._backlog[name] = True  # others wait for a claim: none is offered until then
         touched: dict[str, Route] = {}
