@@ -12,8 +12,8 @@ import pytest
 from aiohttp import web
 
 from efd import config
-from tests.conftest import eventually, metric, post, settings_dict, sql
-from tests.integration.test_filters import TOKEN, metrics_text
+from tests.conftest import eventually, metric, metrics_text, post, settings_dict, sql
+from tests.integration.test_filters import TOKEN
 from tests.integration.test_regulations import api
 
 RATE = 10.0
@@ -60,7 +60,7 @@ async def test_a_backlog_reaches_the_receiver_no_faster_than_the_limit(
     # ... and as efd logged its sends.
     sent = [at for (at,) in sql(db_url, "SELECT attempted_at FROM attempts")]
     assert busiest_second(sent) <= RATE + BURST
-    text = await metrics_text(daemon.port)
+    text = await metrics_text(daemon.port, TOKEN)
     held = metric(text, "efd_requests_held_back_total", destination="hooks", hook=receiver.url)
     assert held is not None
     assert held > 0
