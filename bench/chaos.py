@@ -145,8 +145,10 @@ class Soak:
     skipped_ticks: int = 0
     orphans_lingering: int = 0  # kills of the daemon alone whose children did not exit
     reload_tags: list[str] = field(default_factory=list)  # the header each reload set
-    # When PostgreSQL was stopped -m immediate (a crash: commits not yet flushed are lost).
-    store_crashes: list[float] = field(default_factory=list)
+    # When PostgreSQL was stopped -m immediate (a crash: commits not yet flushed are lost),
+    # from the stop command to the server being gone: the server keeps committing (and a
+    # daemon keeps sending what it claimed) until it actually dies inside that span.
+    store_crashes: list[tuple[float, float]] = field(default_factory=list)
 
 
 # -- PostgreSQL ------------------------------------------------------------------------------
@@ -691,10 +693,10 @@ class Faults:
         assert self.cluster is not None
         try:
             t = CLOCK()
-            if mode == "immediate":
-                self.soak.store_crashes.append(t)
             say(f"PostgreSQL stop -m {mode} for {seconds:.1f} s")
             await asyncio.to_thread(self.cluster.stop, mode)
+            if mode == "immediate":
+                self.soak.store_crashes.append((t, CLOCK()))
             await asyncio.sleep(seconds)
             await asyncio.to_thread(self.cluster.start)
             back = CLOCK()
@@ -770,12 +772,14 @@ def lanes_backwards(read: list[tuple[str, str]], soak: Soak) -> list[str]:
 
 def explain(first: Receipt, again: Receipt, soak: Soak, store_down: list[Window]) -> str | None:
     """Why a second receipt is allowed: the first was answered to a daemon incarnation that
-    was then killed -9 before it could record the outcome, or just before PostgreSQL
-    crashed (claims and outcomes commit without waiting for the WAL's flush, so the last
+    was then killed -9 before it could record the outcome, or just before or while
+    PostgreSQL crashed (claims and outcomes commit without waiting for the WAL's flush, so the last
     moments of them are lost with the server), and the second came after. None when
     nothing explains it."""
-    for crash in soak.store_crashes:
-        if first.t <= crash <= again.t and crash - first.t <= COMMIT_WINDOW_S:
+    for crash, gone in soak.store_crashes:
+        if first.t <= gone and crash <= again.t and crash - first.t <= COMMIT_WINDOW_S:
+            if first.t > crash:
+                return f"PostgreSQL was crashing ({first.t - crash:.2f} s into its stop)"
             return f"PostgreSQL crashed {crash - first.t:.2f} s after this receipt"
     ending = soak.endings.get(first.incarnation)
     if ending is None or ending.how != "kill9":
