@@ -5,35 +5,22 @@ efd/rules/filters/fql.py's."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final, TypeAlias
 from typing import Literal as Lit
 
-Scalar: TypeAlias = str | int | float | bool | None
+from efd.rules.syntax import Literal as Literal
+from efd.rules.syntax import Node as _Node
+from efd.rules.syntax import Scalar as Scalar
+from efd.rules.syntax import SourceError
 
 
-class FqlError(ValueError):
-    """A syntax or type error, with a 1-based line and column in the source text."""
-
-    def __init__(self, message: str, line: int, column: int) -> None:
-        super().__init__(f"line {line}, column {column}: {message}")
-        self.message = message
-        self.line = line
-        self.column = column
+class FqlError(SourceError):
+    """An FQL condition that does not parse or type-check."""
 
 
 # ---------------------------------------------------------------------------------------------
-# The tree. `pos` (line, column) is left out of equality, so trees compare by structure.
-
-
-@dataclass(frozen=True, kw_only=True)
-class _Node:
-    pos: tuple[int, int] = field(default=(1, 1), compare=False, repr=False)
-
-
-@dataclass(frozen=True)
-class Literal(_Node):
-    value: Scalar
+# The tree: its nodes build on efd/rules/syntax.py's (a position left out of equality).
 
 
 @dataclass(frozen=True)
