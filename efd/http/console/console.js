@@ -389,7 +389,7 @@ function windowCells(figures) {
 function unconfiguredPanel(destination) {
   const discard = el("div", { class: "discard" });
   const start = el("button", { type: "button", class: "discard-start" }, "Discard pending…");
-  start.addEventListener("click", () => discardDryRun(destination.name, discard));
+  start.addEventListener("click", () => actionDryRun(DISCARD, destination.name, discard));
   discard.append(start);
   const head = el(
     "div",
@@ -414,46 +414,6 @@ function unconfiguredPanel(destination) {
   );
 }
 
-async function discardDryRun(name, box) {
-  let answer;
-  try {
-    answer = await api("/admin/discard", {
-      method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ destination: name, dry_run: true }),
-    });
-  } catch (error) {
-    box.replaceChildren(el("span", { class: "error" }, failed(error)));
-    return;
-  }
-  const confirm = el("button", { type: "button", class: "discard-confirm" }, "Discard them");
-  const cancel = el("button", { type: "button" }, "Cancel");
-  confirm.addEventListener("click", () => discardPending(name, box));
-  cancel.addEventListener("click", () => loadDestinations());
-  box.replaceChildren(
-    el("span", { class: "discard-count", data: { count: answer.count } },
-      `${answer.count} pending deliveries would be discarded`),
-    ...(answer.count > 0 ? [confirm] : []),
-    cancel,
-  );
-}
-
-async function discardPending(name, box) {
-  try {
-    const answer = await api("/admin/discard", {
-      method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ destination: name }),
-    });
-    box.replaceChildren(
-      el("span", { class: "discard-done", data: { count: answer.count } },
-        `${answer.count} deliveries discarded`),
-    );
-  } catch (error) {
-    box.replaceChildren(el("span", { class: "error" }, failed(error)));
-  }
-}
-
 // An ordered destination: how many users' lanes are held by a head that keeps failing.
 function lanesNote(lanes) {
   if (!lanes) return [];
@@ -473,7 +433,7 @@ function destinationPanel(destination) {
   if (destination.configured === false) return unconfiguredPanel(destination);
   const redrive = el("div", { class: "redrive" });
   const start = el("button", { type: "button", class: "redrive-start" }, "Redrive failed and expired…");
-  start.addEventListener("click", () => redriveDryRun(destination.name, redrive));
+  start.addEventListener("click", () => actionDryRun(REDRIVE, destination.name, redrive));
   redrive.append(start);
   const head = el(
     "div",
@@ -527,40 +487,57 @@ function destinationPanel(destination) {
   return el("div", { class: "destination", data: { destination: destination.name } }, head, table);
 }
 
-async function redriveDryRun(name, box) {
+// A destination-wide action (`/admin/redrive`, `/admin/discard`): a dry run counts what it
+// would change, the operator confirms, then it runs. `action` names its classes and sentences.
+const REDRIVE = {
+  path: "/admin/redrive",
+  kind: "redrive",
+  confirm: "Redrive them",
+  would: (n) => `${n} failed or expired deliveries would be sent again`,
+  done: (n) => `${n} deliveries are pending again`,
+};
+const DISCARD = {
+  path: "/admin/discard",
+  kind: "discard",
+  confirm: "Discard them",
+  would: (n) => `${n} pending deliveries would be discarded`,
+  done: (n) => `${n} deliveries discarded`,
+};
+
+function postAction(action, body) {
+  return api(action.path, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify(body),
+  });
+}
+
+async function actionDryRun(action, name, box) {
   let answer;
   try {
-    answer = await api("/admin/redrive", {
-      method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ destination: name, dry_run: true }),
-    });
+    answer = await postAction(action, { destination: name, dry_run: true });
   } catch (error) {
     box.replaceChildren(el("span", { class: "error" }, failed(error)));
     return;
   }
-  const confirm = el("button", { type: "button", class: "redrive-confirm" }, "Redrive them");
+  const confirm = el("button", { type: "button", class: `${action.kind}-confirm` }, action.confirm);
   const cancel = el("button", { type: "button" }, "Cancel");
-  confirm.addEventListener("click", () => redrive(name, box));
+  confirm.addEventListener("click", () => actionRun(action, name, box));
   cancel.addEventListener("click", () => loadDestinations());
   box.replaceChildren(
-    el("span", { class: "redrive-count", data: { count: answer.count } },
-      `${answer.count} failed or expired deliveries would be sent again`),
+    el("span", { class: `${action.kind}-count`, data: { count: answer.count } },
+      action.would(answer.count)),
     ...(answer.count > 0 ? [confirm] : []),
     cancel,
   );
 }
 
-async function redrive(name, box) {
+async function actionRun(action, name, box) {
   try {
-    const answer = await api("/admin/redrive", {
-      method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ destination: name }),
-    });
+    const answer = await postAction(action, { destination: name });
     box.replaceChildren(
-      el("span", { class: "redrive-done", data: { count: answer.count } },
-        `${answer.count} deliveries are pending again`),
+      el("span", { class: `${action.kind}-done`, data: { count: answer.count } },
+        action.done(answer.count)),
     );
   } catch (error) {
     box.replaceChildren(el("span", { class: "error" }, failed(error)));
