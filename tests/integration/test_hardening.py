@@ -377,7 +377,10 @@ async def test_every_answer_names_efd_and_no_other_software(
         for path in ("/healthz", "/openapi.json", "/nowhere", "/admin/deliveries")
     ]
     answers.append(
-        await exchange(b"POST /v1/track HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+        await exchange(
+            b"POST /v1/track HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+            b"Content-Length: 2\r\n\r\n{}"
+        )
     )
     answers.append(await exchange(b"\x00\xffHELLO\r\n\r\n"))  # aiohttp's own 400
     answers.append(await exchange(b"POST /v1/track HTTP/1.1\r\nHost: x\r\n"))  # our raw 408
