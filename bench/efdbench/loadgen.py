@@ -137,6 +137,8 @@ async def job_ingest(
     samples: list[tuple[float, int, int]] = []
     t0 = time.monotonic()
     end = t0 + duration
+    # The receiver's count runs on across jobs: the window counts this job's receipts only.
+    received_before = received.value
 
     async def worker(pool: _Pool, client: _Client) -> None:
         while True:
@@ -149,7 +151,10 @@ async def job_ingest(
                     break
             state["claimed"] += n
             if window is not None:
-                while state["acked"] - received.value >= window and time.monotonic() < end:
+                while (
+                    state["acked"] - (received.value - received_before) >= window
+                    and time.monotonic() < end
+                ):
                     await asyncio.sleep(0.002)
             seq = state["seq"]
             state["seq"] += n
@@ -189,6 +194,7 @@ async def job_ingest(
         "request_p50_ms": pct(latencies, 50) * 1000 if latencies else None,
         "request_p99_ms": pct(latencies, 99) * 1000 if latencies else None,
         "samples": samples,
+        "received_before": received_before,
         "ids": ids_kept,
     }
 

@@ -16,7 +16,7 @@ from efdbench.plan import INGEST_DELIVERY
 from efdbench.processes import Daemon
 from efdbench.procstats import cpu_seconds, machine_cpu_seconds
 from efdbench.scenarios import Bench
-from efdbench.stats import sample_at
+from efdbench.stats import sample_at, window_fill
 
 _DELIVER = {"timeout_seconds": 5, "retry_initial_seconds": 0.5, "retry_max_seconds": 2}
 
@@ -169,6 +169,9 @@ def _deliver(bench: Bench, server: PgServer, n: int) -> dict[str, Any]:
             delivered = last[2] - first[2]
             cpu = measure.stop(delivered)
             rate = delivered / max(last[0] - first[0], 1e-3)
+            fill = window_fill(
+                samples, out["received_before"], first[0], last[0], plan.deliver_window
+            )
             acked = out["acked"]
             drained, _ = bench.wait_received(acked, plan.settle_cap_seconds)
             stats = bench.receiver.call("stats")
@@ -177,6 +180,7 @@ def _deliver(bench: Bench, server: PgServer, n: int) -> dict[str, Any]:
                 delivered=delivered,
                 events_acked=acked,
                 events_per_s=round(rate, 1),
+                window_fill=fill,
                 errors=out["errors"],
                 drained=drained,
                 lost=acked - stats["unique"],
@@ -224,6 +228,7 @@ def run_postgresql(bench: Bench, server: PgServer, counts: list[int]) -> dict[st
                 entry["deliver_lost"] = info.get("lost")
                 entry["deliver_duplicates"] = info.get("duplicates")
                 entry["deliver_handed_over_share"] = info.get("handed_over_share")
+                entry["deliver_window_fill"] = info.get("window_fill")
         runs[str(n)] = entry
     # The machine's speed drifts over the minutes the daemons run: the INSERT limit is
     # measured again at the end, and the ratios divide by the mean of both.

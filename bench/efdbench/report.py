@@ -156,4 +156,12 @@ def pg_table(section: dict[str, Any], counts: list[int]) -> str:
         )
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
+    fills = [
+        f"{n} daemons {fmt(runs[str(n)].get('deliver_window_fill'))}"
+        for n in counts
+        if str(n) in runs and runs[str(n)].get("deliver_window_fill") is not None
+    ]
+    if fills:
+        # Near 1: delivery set the rate; well below: the ingesting clients did.
+        lines.append("deliver window fill (median undelivered / window): " + ", ".join(fills))
     return "\n".join(lines)

@@ -16,7 +16,7 @@ from efdbench.limits import sqlalchemy_core, sqlite_raw
 from efdbench.plan import INGEST_DELIVERY, Plan
 from efdbench.processes import Daemon, Profiler, Worker, db_bytes
 from efdbench.procstats import cpu_seconds, machine_cpu_seconds, memory_mb, own_cpu_seconds
-from efdbench.stats import median_spread, p99_by_second, pct, rounded, sample_at
+from efdbench.stats import median_spread, p99_by_second, pct, rounded, sample_at, window_fill
 
 
 @dataclass
@@ -370,6 +370,7 @@ class Bench:
                     "daemon_cpu_us_per_event": efd["cpu_us_per_event"],
                     "machine_cpu_pct": [bare["machine_cpu_pct"], efd["machine_cpu_pct"]],
                     "loadavg": [bare["loadavg"], efd["loadavg"]],
+                    "window_fill": efd["window_fill"],
                 }
                 if bare["per_s"]:
                     pair["ratio"] = round(efd["per_s"] / bare["per_s"], 3)
@@ -399,6 +400,7 @@ class Bench:
                 "daemon_cpu_us_per_event",
                 "bare_cpu_us_per_post",
                 "cpu_ratio",
+                "window_fill",
             )
         }
         info["medians"] = figures
@@ -410,6 +412,7 @@ class Bench:
         self.results["deliver_cpu_us_per_event_spread"] = figures["daemon_cpu_us_per_event"][1]
         self.results["bare_cpu_us_per_post"] = figures["bare_cpu_us_per_post"][0]
         self.results["deliver_cpu_ratio_to_bare"] = figures["cpu_ratio"][0]
+        self.results["deliver_window_fill"] = figures["window_fill"][0]
         self.results["deliver_pairs"] = len(pairs)
         self.results["deliver_lost"] = acked_total - stats["unique"]
         self.results["deliver_duplicates"] = stats["duplicates"]
@@ -444,7 +447,7 @@ class Bench:
         }
 
     def deliver_slice(self, daemon: Daemon, index: int) -> dict[str, Any]:
-        """efd's side of one pair: 4 /v1/batch clients ingest while at most `deliver_window`
+        """efd's side of one pair: /v1/batch clients ingest while at most `deliver_window`
         acknowledged messages are undelivered; the receipt rate after the warm-up, and the
         daemon's CPU from the slice's start until all it acknowledged were delivered, per
         delivered event (so ingestion's share of each event is in it, as in production)."""
@@ -468,6 +471,7 @@ class Bench:
         start = sample_at(samples, plan.deliver_pair_warmup_seconds)
         stop = sample_at(samples, total)
         rate = (stop[2] - start[2]) / max(stop[0] - start[0], 1e-3)
+        fill = window_fill(samples, out["received_before"], start[0], stop[0], plan.deliver_window)
         drained, _ = self.wait_received(received_before + out["acked"], plan.settle_cap_seconds)
         cpu = cpu_seconds(daemon.pid) - cpu_before
         elapsed = time.monotonic() - started
@@ -479,6 +483,7 @@ class Bench:
             self.notes.append(f"deliver pair {index}: request errors {out['errors']}")
         return {
             "per_s": round(rate, 1),
+            "window_fill": fill,
             "acked": out["acked"],
             "cpu_us_per_event": round(cpu / max(delivered, 1) * 1e6, 1),
             "machine_cpu_pct": round(machine / elapsed * 100, 1),

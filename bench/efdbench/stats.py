@@ -40,6 +40,22 @@ def sample_at(samples: list[tuple[float, int, int]], t: float) -> tuple[float, i
     return best
 
 
+def window_fill(
+    samples: list[tuple[float, int, int]],
+    received_before: int,
+    start: float,
+    stop: float,
+    window: int,
+) -> float | None:
+    """The median, over the samples from start to stop, of the acknowledged messages not yet
+    received, as a share of the window. Near 1, the window held the clients back and delivery
+    ran at its own limit; well below 1, the clients' ingestion set the rate, not delivery."""
+    backlog = sorted(a - (r - received_before) for t, a, r in samples if start <= t <= stop)
+    if not backlog or not window:
+        return None
+    return round(backlog[len(backlog) // 2] / window, 3)
+
+
 def median_spread(values: list[float]) -> tuple[float | None, list[float] | None]:
     """The median of paired figures and their spread [smallest, largest]."""
     if not values:
