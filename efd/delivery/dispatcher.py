@@ -40,6 +40,7 @@ from efd.settings import Current
 log = logging.getLogger(__name__)
 
 _CLAIM_BATCH = 500
+AHEAD_PER_SLOT = 16  # deliveries held ready per slot of a hook, within max_in_flight
 _IDLE_POLL = 1.0  # seconds; the longest a due retry can wait unnoticed
 _COALESCE = 0.002  # seconds to let wake-ups pile up into one claim
 # Seconds a stop gives rounds in flight beyond their timeout.
@@ -93,9 +94,9 @@ class Dispatcher:
             threshold=delivery.circuit_failures, probe_seconds=delivery.circuit_probe_seconds
         )
         self._in_flight = 0
-        # Claimed ahead, per destination: a freed slot starts the next round at once instead
-        # of waiting for a claim, which queues behind ingestion's commits on the writer.
-        self._ahead = min(self._max_in_flight, 4 * self._max_per_hook)
+        # Claimed ahead, per destination: a freed slot starts the next round at once; half of
+        # it (when the next claim starts) outlasts a claim's wait behind ingestion's commits.
+        self._ahead = min(self._max_in_flight, AHEAD_PER_SLOT * self._max_per_hook)
         self._ready: dict[str, deque[tuple[Claimed, float]]] = {
             name: deque() for name in self._routes
         }  # (claimed, its lease's end)

@@ -167,8 +167,8 @@ async def test_a_hook_never_has_more_than_max_per_hook_rounds_and_claims_stay_bo
     rounds.gate.set()  # let them all through, 3 at a time
     await store.wait(lambda: store.status("a") == {"delivered": 200})
     assert rounds.most_in_flight[HOOK_A] == 3
-    # Claimed ahead: what is in flight plus at most 4 x max_per_hook held ready.
-    assert store.most_held["a"] == 3 + 4 * 3
+    # Claimed ahead: what is in flight plus at most AHEAD_PER_SLOT x max_per_hook held ready.
+    assert store.most_held["a"] == 3 + dispatcher.AHEAD_PER_SLOT * 3
 
 
 async def test_a_stuck_receiver_does_not_hold_up_another_destination(running):
@@ -508,15 +508,16 @@ async def test_an_idle_dispatcher_takes_fresh_deliveries_without_claiming_them(
     await store.asked_due.wait()  # idle: its last claims were short
     claims = store.calls["claim"]
     grant = d.room.grant()
-    # In flight plus held ready: 2 + 4 x 2 for "a"; nothing for the ordered "o".
-    store.ingest("a", 12, grant)
-    assert len(grant.claimed) == 10
+    # In flight plus held ready: 2 + AHEAD_PER_SLOT x 2 for "a"; nothing for the ordered "o".
+    room = 2 + dispatcher.AHEAD_PER_SLOT * 2
+    store.ingest("a", room + 2, grant)
+    assert len(grant.claimed) == room
     assert grant.left_pending
     assert grant.take("o", 5) == 0
     d.hand_over(grant)  # it left 2 pending: a claim finds them
-    assert metrics.handed_over["a"] == 10
-    await store.wait(lambda: store.status("a") == {"delivered": 12})
-    assert rounds.sent[HOOK_A] == 12  # each once
+    assert metrics.handed_over["a"] == room
+    await store.wait(lambda: store.status("a") == {"delivered": room + 2})
+    assert rounds.sent[HOOK_A] == room + 2  # each once
     assert rounds.most_in_flight[HOOK_A] <= 2
     assert store.calls["claim"] > claims
 
@@ -527,7 +528,8 @@ async def test_a_destination_with_older_deliveries_waiting_is_offered_no_slot(ru
     store.add("a", 50)
     d = await running(store, rounds, max_per_hook=2)
     await rounds.started.wait()
-    await store.wait(lambda: store.most_leased["a"] == 10)  # its claims were full
+    room = 2 + dispatcher.AHEAD_PER_SLOT * 2
+    await store.wait(lambda: store.most_leased["a"] == room)  # its claims were full
     grant = d.room.grant()
     store.ingest("a", 3, grant)
     assert (grant.claimed, grant.left_pending) == ([], True)  # they queue behind the rest
