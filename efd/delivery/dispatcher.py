@@ -31,6 +31,7 @@ from efd.observe.metrics import Metrics
 from efd.observe.stream import Hub
 from efd.rows import Claimed, DeliveryStatus
 from efd.rules import ratelimit, retry, webhooks
+from efd.rules.ahead import Ahead
 from efd.rules.circuit import Change, Circuits
 from efd.rules.retry import AttemptResult, RetryPolicy
 from efd.rules.rounds import attempt_rows, outcome_of
@@ -40,7 +41,6 @@ from efd.settings import Current
 log = logging.getLogger(__name__)
 
 _CLAIM_BATCH = 500
-AHEAD_PER_SLOT = 16  # deliveries held ready per slot of a hook, within max_in_flight
 _IDLE_POLL = 1.0  # seconds; the longest a due retry can wait unnoticed
 _COALESCE = 0.002  # seconds to let wake-ups pile up into one claim
 # Seconds a stop gives rounds in flight beyond their timeout.
@@ -94,9 +94,7 @@ class Dispatcher:
             threshold=delivery.circuit_failures, probe_seconds=delivery.circuit_probe_seconds
         )
         self._in_flight = 0
-        # Claimed ahead, per destination: a freed slot starts the next round at once; half of
-        # it (when the next claim starts) outlasts a claim's wait behind ingestion's commits.
-        self._ahead = min(self._max_in_flight, AHEAD_PER_SLOT * self._max_per_hook)
+        self._ahead = Ahead(self._max_per_hook, self._max_in_flight, clock.monotonic)
         self._ready: dict[str, deque[tuple[Claimed, float]]] = {
             name: deque() for name in self._routes
         }  # (claimed, its lease's end)
@@ -246,7 +244,7 @@ class Dispatcher:
                 continue  # its tokens are spent: _idle_wait knows when to look again
             # A rate-limited destination claims only what it starts at once: its tokens are
             # taken at the claim, so rounds held ready would leave later in a bunch.
-            ahead = 0 if buckets else self._ahead
+            ahead = 0 if buckets else self._ahead.size(route.name)  # claimed ahead: rules/ahead
             # Slots an insert took (efd/delivery/handoff.py) are as good as ready; none is
             # offered again until this claim ended and _claim_round offers anew.
             handed = self.room.withdraw(route.name)
@@ -355,7 +353,7 @@ class Dispatcher:
                 self._leases.pop(item.delivery_id, None)
                 continue
             self._start(route, item)
-        if len(ready) <= self._ahead // 2 and self._backlog[route.name]:
+        if len(ready) <= self._ahead.size(route.name) // 2 and self._backlog[route.name]:
             self._worker.notify()  # claim more before the ready queue runs dry
 
     async def _idle_wait(self) -> float:
@@ -409,7 +407,7 @@ class Dispatcher:
             or name in self._ordered
             or name in self._buckets
         ):
-            free = self._capacity(route) + self._ahead - len(ready)
+            free = self._capacity(route) + self._ahead.size(name) - len(ready)
             if free > 0 and any(self._circuits.is_open(url) for url, _ in route.hooks):
                 free = 0
         self.room.offer(name, free)
@@ -520,6 +518,7 @@ class Dispatcher:
         self._worker.notify()
 
     def _release(self, route: Route, urls: list[str]) -> None:
+        self._ahead.answered(route.name)
         self._in_flight -= 1
         by_url = self._in_flight_by_url
         for url in urls:

@@ -12,8 +12,7 @@ import pytest
 import trustme
 from aiohttp import web
 
-from efd.delivery import dispatcher
-from efd.rules import webhooks
+from efd.rules import ahead, webhooks
 from tests.conftest import (
     SECRET,
     Receiver,
@@ -514,18 +513,18 @@ async def test_claims_ahead_are_bounded_and_all_delivered(db_url, receiver_facto
     receiver = await receiver_factory(slow)
     settings = settings_dict(db_url, [receiver.url], delivery={"max_per_hook": 2})
     daemon = await daemon_factory(settings)
-    ahead = 2 * dispatcher.AHEAD_PER_SLOT
-    n = ahead + 30
+    most_ahead = 2 * ahead.CEILING_PER_SLOT
+    n = most_ahead + 30
     batch = [{"type": "track", "userId": "u", "event": "E", "messageId": f"m{i}"} for i in range(n)]
     assert (await post(daemon.port, "/v1/batch", {"batch": batch}))[0] == 200
     await receiver.wait_for(1)
-    # Two in flight (the hook's slots) and AHEAD_PER_SLOT x 2 held ready: never more leased.
+    # Two in flight (the hook's slots) and at most 16 x 2 held ready: never more leased.
     leased = "SELECT count(*) FROM deliveries WHERE status = 'pending' AND lease_owner IS NOT NULL"
     seen = set()
     while (count := sql(db_url, leased)[0][0]) or not seen:
         seen.add(count)
         await asyncio.sleep(0.05)
-    assert max(seen) <= 2 + ahead
+    assert max(seen) <= 2 + most_ahead
     assert max(seen) > 2  # some were claimed ahead of a free slot
     assert most <= 2
     await eventually(
@@ -565,11 +564,10 @@ async def test_an_idle_daemon_sends_what_it_stores_without_claiming_it(
         assert answer[0] == 200
         await receiver.wait_for(i + 2)
     assert metric(await metrics_text(daemon.port), name, destination="hooks") == before + 8
-    room = 2 + dispatcher.AHEAD_PER_SLOT * 2
+    room = 2 + ahead.FLOOR_PER_SLOT * 2  # its rate is low: what it holds ready is the floor
     batch = [{**TRACK, "type": "track", "messageId": f"busy-{i}"} for i in range(room + 6)]
     assert (await post(daemon.port, "/v1/batch", {"batch": batch}))[0] == 200
-    # 2 in flight and AHEAD_PER_SLOT x 2 ready at most, handed over or claimed: the rest wait
-    # unleased.
+    # 2 in flight and 4 x 2 ready at most, handed over or claimed: the rest wait unleased.
     leased = "SELECT count(*) FROM deliveries WHERE status = 'pending' AND lease_owner IS NOT NULL"
     await eventually(lambda: sql(db_url, leased)[0][0] == room)
     gate.set()

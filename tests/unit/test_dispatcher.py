@@ -22,7 +22,7 @@ from efd.delivery.dispatcher import Dispatcher
 from efd.errors import StoreError
 from efd.observe.metrics import Metrics
 from efd.rows import AttemptRow, DeliveryStatus, Outcome
-from efd.rules import webhooks
+from efd.rules import ahead, webhooks
 from efd.rules.retry import AttemptResult, Verdict
 from efd.rules.webhooks import Route, webhook_id
 from efd.settings import Current
@@ -167,8 +167,8 @@ async def test_a_hook_never_has_more_than_max_per_hook_rounds_and_claims_stay_bo
     rounds.gate.set()  # let them all through, 3 at a time
     await store.wait(lambda: store.status("a") == {"delivered": 200})
     assert rounds.most_in_flight[HOOK_A] == 3
-    # Claimed ahead: what is in flight plus at most AHEAD_PER_SLOT x max_per_hook held ready.
-    assert store.most_held["a"] == 3 + dispatcher.AHEAD_PER_SLOT * 3
+    # Claimed ahead: what is in flight plus 4 to 16 x max_per_hook held ready (rules/ahead.py).
+    assert 3 + ahead.FLOOR_PER_SLOT * 3 <= store.most_held["a"] <= 3 + ahead.CEILING_PER_SLOT * 3
 
 
 async def test_a_stuck_receiver_does_not_hold_up_another_destination(running):
@@ -508,8 +508,9 @@ async def test_an_idle_dispatcher_takes_fresh_deliveries_without_claiming_them(
     await store.asked_due.wait()  # idle: its last claims were short
     claims = store.calls["claim"]
     grant = d.room.grant()
-    # In flight plus held ready: 2 + AHEAD_PER_SLOT x 2 for "a"; nothing for the ordered "o".
-    room = 2 + dispatcher.AHEAD_PER_SLOT * 2
+    # In flight plus held ready, at an idle destination's floor: 2 + 4 x 2 for "a"; nothing
+    # for the ordered "o".
+    room = 2 + ahead.FLOOR_PER_SLOT * 2
     store.ingest("a", room + 2, grant)
     assert len(grant.claimed) == room
     assert grant.left_pending
@@ -528,7 +529,7 @@ async def test_a_destination_with_older_deliveries_waiting_is_offered_no_slot(ru
     store.add("a", 50)
     d = await running(store, rounds, max_per_hook=2)
     await rounds.started.wait()
-    room = 2 + dispatcher.AHEAD_PER_SLOT * 2
+    room = 2 + ahead.FLOOR_PER_SLOT * 2  # no round ended yet: the floor
     await store.wait(lambda: store.most_leased["a"] == room)  # its claims were full
     grant = d.room.grant()
     store.ingest("a", 3, grant)
