@@ -71,6 +71,29 @@ def test_every_registered_route_is_described_and_nothing_else() -> None:
     assert len(_routes()) == len({(r.method, r.path) for r in _routes()})  # no route twice
 
 
+# Paths that are another path's second name (Segment's libraries post to both): the same
+# handler and the same description. tests/integration/test_openapi.py fuzzes only the first.
+ALIASES = {
+    "/v1/import": "/v1/batch",
+    "/v1/b": "/v1/batch",
+    **{f"/v1/{name[0]}": f"/v1/{name}" for name in ingest.SINGLE_TYPES if len(name) > 1},
+}
+
+
+def test_an_alias_is_served_and_described_as_its_path_is() -> None:
+    routes = {route.path: route for route in _routes()}
+    assert len(ALIASES) == 8
+    for alias, path in ALIASES.items():
+        assert routes[alias].method == routes[path].method == "POST"
+        assert routes[alias].handler.__func__ is routes[path].handler.__func__  # type: ignore[attr-defined]
+        if path != "/v1/batch":
+            assert ingest.SINGLE_TYPES[alias[4:]] == ingest.SINGLE_TYPES[path[4:]]
+        names = ("operationId", "summary")
+        ours = {k: v for k, v in PATHS[alias]["post"].items() if k not in names}
+        theirs = {k: v for k, v in PATHS[path]["post"].items() if k not in names}
+        assert ours == theirs, alias
+
+
 def test_path_parameters_are_those_of_the_route() -> None:
     for route in _routes():
         if (route.method, _shape(route.path)) in NOT_AN_API:
