@@ -382,6 +382,8 @@ class Client:
         self._sweep_at = 0.0
         self._closed = False
         self._timed_out = f"no complete answer in {timeout:g} s"
+        # Held: asyncio.get_running_loop() asks the kernel for the process id at each call.
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def close(self) -> None:
         self._closed = True
@@ -416,7 +418,9 @@ class Client:
             raise RequestFailed("invalid_request", str(error)) from None
         tls = (context or self._tls) if target.tls else None
         key: PoolKey = (target.tls, target.host, target.port, tls)
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
         now = loop.time()
         deadline = now + self.timeout
         connection = self._idle_connection(key, now)

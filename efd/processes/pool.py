@@ -157,6 +157,8 @@ class _Child:
         self._flush_scheduled = False
         self._reader_task: asyncio.Task[None] | None = None
         self._restarts = Backoff(initial=0.25, maximum=10.0)
+        # Held: asyncio.get_running_loop() asks the kernel for the process id at each call.
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def running(self) -> bool:
@@ -172,6 +174,7 @@ class _Child:
         return proc.pid if proc is not None and proc.returncode is None else None
 
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-c",
@@ -204,7 +207,7 @@ class _Child:
         self._schedule_flush()
 
     def send(self, request: tuple[Any, ...], convert: Convert = _same) -> asyncio.Future[Any]:
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Any] = (self._loop or asyncio.get_running_loop()).create_future()
         self._next_id += 1
         self.pending[self._next_id] = (future, convert)
         self._outbox.append((self._next_id, *request))
@@ -214,7 +217,7 @@ class _Child:
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled and self._outbox:
             self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            (self._loop or asyncio.get_running_loop()).call_soon(self._flush)
 
     def _flush(self) -> None:
         """Send every request queued this loop iteration in one frame."""
