@@ -805,3 +805,19 @@ def test_suppressed_ids_are_found_whatever_characters_they_hold(store, db_url):
     with store.database.read() as conn:
         found = Suppressions(store).suppressed(conn, asked)
     assert found == {*odd, *plain[::2]}
+
+
+def test_sqlite_inserts_take_rows_in_the_table_order_and_refuse_any_other(tmp_path) -> None:
+    """The hot inserts hand their tuples to SQLite as they are: columns named out of the
+    table's order are a mistake to refuse, not rows to shuffle one by one."""
+    messages = metadata.tables["messages"]
+    with pytest.raises(ValueError, match="not in the table's order"):
+        sqlite_backend.insert_many(None, messages, ("message_id", "source"), [("m", "web")])
+    engine = create_engine(f"sqlite:///{tmp_path / 'order.db'}")
+    metadata.create_all(engine)
+    row = (1, "web", "m-1", "track", "u", None, "E", 1.0, None, 2.0, "{}", 7)
+    with engine.begin() as conn:
+        cursor = conn.connection.driver_connection.cursor()
+        sqlite_backend.insert_many(cursor, messages, ("id", *sqlite_backend.MESSAGE_COLUMNS), [row])
+        stored = conn.execute(text("SELECT * FROM messages")).one()
+    assert tuple(stored) == row

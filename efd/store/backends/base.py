@@ -133,7 +133,8 @@ class Backend(Protocol):
 
 
 # Columns of the message and delivery inserts, named as NewMessage's attributes (the key
-# computed from source and messageId last).
+# computed from source and messageId last), in the table's order: the SQLite insert then
+# passes rows as they are.
 MESSAGE_FIELDS = (
     "source",
     "message_id",
@@ -142,9 +143,9 @@ MESSAGE_FIELDS = (
     "anonymous_id",
     "event",
     "timestamp",
+    "original_timestamp",
     "received_at",
     "body",
-    "original_timestamp",
 )
 MESSAGE_COLUMNS = (*MESSAGE_FIELDS, "message_key")
 DELIVERY_COLUMNS = (

@@ -23,6 +23,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from itertools import chain
 from operator import attrgetter
 from typing import Any
 
@@ -154,7 +155,7 @@ def insert_many(
     *,
     or_ignore: bool = False,
 ) -> None:
-    """INSERT `rows` (tuples in `columns` order) into `table`, many rows per statement.
+    """INSERT `rows` (tuples in `columns` order, the table's) into `table`, many rows per statement.
 
     One statement per chunk means one call into SQLite, which runs with the GIL released:
     the event loop goes on parsing requests meanwhile. executemany would release and retake
@@ -166,9 +167,8 @@ def insert_many(
         return statement.prefix_with("OR IGNORE") if or_ignore else statement
 
     sql, order, _ = compiled(("insert", table.fullname, columns, or_ignore), build)
-    if order != list(columns):
-        positions = [columns.index(name) for name in order]
-        rows = [tuple(row[i] for i in positions) for row in rows]
+    if order != list(columns):  # rows go to SQLite as they are, never reordered per row
+        raise ValueError(f"{table.name}: columns {columns} are not in the table's order")
     head, _, group = sql.rpartition(" VALUES ")
 
     def statement(size: int) -> str:
@@ -188,7 +188,7 @@ def _in_chunks(
     changed = 0
     start = 0
     for size in _chunk_sizes(len(rows)):
-        cursor.execute(statement(size), [v for row in rows[start : start + size] for v in row])
+        cursor.execute(statement(size), list(chain.from_iterable(rows[start : start + size])))
         changed += cursor.rowcount
         start += size
     return changed
