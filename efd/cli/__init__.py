@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import logging
 import sys
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
-from efd import config
+from efd import collector, config
 from efd.cli import operators
 from efd.cli.common import load_settings as _load
 from efd.errors import ClientError
@@ -30,27 +29,14 @@ def _run_loop(coro: Coroutine[Any, Any, None]) -> None:
         uvloop.run(coro)
 
 
-# The daemon allocates a container object or more per event; the default threshold (700)
-# runs a young collection every few events, each one a walk over every young object still
-# alive. Collections a hundred times rarer cost the same per object and far less in all.
-_GC_THRESHOLDS = (70_000, 10, 10)
-
-
-def _serving(_daemon: object) -> None:
-    """Started: what start-up built lives as long as the process, so the collector stops
-    walking it (gc.freeze)."""
-    gc.collect()
-    gc.freeze()
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
     settings = _load(args.config)  # a bad file is refused before the daemon's imports
     logs.setup(settings.logging.level, settings.logging.format)
     from efd.daemon import StartupError, run
 
-    gc.set_threshold(*_GC_THRESHOLDS)
+    collector.tune()
     try:
-        _run_loop(run(settings, config_path=args.config, ready=_serving))
+        _run_loop(run(settings, config_path=args.config, ready=lambda _: collector.freeze()))
     except StartupError as error:
         log.error("%s", error)
         return 1

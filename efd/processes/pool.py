@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from efd import collector
 from efd.observe import logs
 from efd.rules.retry import Backoff
 
@@ -319,6 +320,7 @@ async def _child_main() -> None:
     logs.setup(setup["log_level"], setup["log_format"])
     handler = _handler(setup)
     await handler.start()
+    collector.freeze()
     out.write(_frame(("ready", os.getpid())))
 
     outbox: list[tuple[int, Any]] = []
@@ -373,6 +375,7 @@ def main() -> None:
     # them short first.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    collector.tune()
     try:
         import uvloop
     except ImportError:
