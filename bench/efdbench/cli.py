@@ -265,14 +265,21 @@ def _cpu_model() -> str | None:
 
 
 def _git_commit() -> str | None:
+    """The checkout's commit, "-dirty" when it differs from it in anything but the results
+    file a run writes (a PostgreSQL run after a SQLite one runs the same code)."""
     with contextlib.suppress(OSError, subprocess.SubprocessError):
-        out = subprocess.run(
-            ["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-        )
-        return out.stdout.strip() or None
+
+        def git(*args: str) -> str:
+            done = subprocess.run(
+                ["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=5
+            )
+            return done.stdout.strip()
+
+        commit = git("describe", "--always")
+        if not commit:
+            return None
+        changed = git("status", "--porcelain", "--", ".", ":(exclude)bench/results.json")
+        return f"{commit}-dirty" if changed else commit
     return None
 
 
