@@ -20,6 +20,7 @@ import sys
 from collections import Counter
 
 _LINE = re.compile(r":\d+\)$")
+_PROCESS = re.compile(r'process (\d+):"[^"]*";')
 
 
 def _function(frame: str) -> str:
@@ -35,11 +36,17 @@ def load(path: str) -> list[tuple[str, list[str], int]]:
             if not line:
                 continue
             body, _, count = line.rpartition(" ")
+            # With --subprocesses each stack starts with its process chain (the daemon, then
+            # a sender's or parser's process); a command line may hold a ";".
+            processes = _PROCESS.findall(body)
+            body = _PROCESS.sub("", body)
             frames = body.split(";")
             thread = frames[0]
             if thread.startswith("thread (") and ": " in thread:
                 thread = thread.split(": ", 1)[1]
                 frames = frames[1:]
+            if len(processes) > 1:  # a child's threads are named by it
+                thread = f"child {processes[-1]} {thread}"
             thread = re.sub(r"_\d+$", "", thread)  # efd-db-reader_0 and _1 together
             stacks.append((thread, frames, int(count)))
     return stacks
