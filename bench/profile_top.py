@@ -7,7 +7,9 @@
 Prints the share of samples per thread, then the top functions by inclusive share (the
 function is on the stack) and by self share (the function is the innermost frame). Shares
 are of all samples in the selection; at --rate 100 one sample is 10 ms of one thread.
-Lines look like "thread (tid): NAME;frame;frame;... COUNT"; frames are "func (file:line)".
+Lines look like 'process PID:"CMD";[process PID:"CMD";]thread (tid): NAME;frame;... COUNT'
+(py-spy --subprocesses: the daemon, then a sender's or parser's process, whose threads are
+shown as "child PID NAME"); frames are "func (file:line)".
 Collapsed files also load into https://www.speedscope.app or flamegraph.pl.
 """
 
