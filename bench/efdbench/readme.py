@@ -67,7 +67,7 @@ def sqlite_table(results: dict[str, Any]) -> str:
         f"{_n(results.get('latency_p99_ms'), 1)} ms | | p99 ≤ 50 ms |",
         f"| ingest with {_n(extra.get('backlog_pending'))} deliveries pending (paired) | "
         f"ratio {_n(results.get('backlog_ingest_ratio'), 2)} | | ≥ 0.8 |",
-        f"| RSS with that backlog (daemon + 2 sender + 1 parser process) | "
+        f"| RSS with that backlog (daemon with its sender and parser processes) | "
         f"{_n(results.get('rss_mb_backlog'))} MB | | ≤ 300 MB |",
         f"| recovery after a 503 outage ({_n(extra.get('recovery_messages'))} messages) | "
         f"{_n(recovery)} events/s ({_x(recovery, steady)} × steady), "
