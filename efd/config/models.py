@@ -119,7 +119,7 @@ class DeliveryConfig(_Strict):
     max_in_flight: int = Field(default=1024, ge=1)
     max_per_hook: int = Field(default=64, ge=1)
     # Child processes that sign and send the requests (0: the daemon's own process does).
-    # Two, so that after an outage the backlog drains on every core of a 2-core host.
+    # One: on a 2-core host a second delivers no faster (docs/delivery.md#sender-processes).
     sender_processes: int = Field(default=1, ge=0, le=32)
     # How long a claimed delivery is reserved; must outlast a round of attempts.
     lease_seconds: Seconds = 60
