@@ -564,7 +564,10 @@ async def test_an_idle_daemon_sends_what_it_stores_without_claiming_it(
         answer = await post(daemon.port, "/v1/track", {**TRACK, "messageId": f"idle-{i}"})
         assert answer[0] == 200
         await receiver.wait_for(i + 2)
-    assert metric(await metrics_text(daemon.port), name, destination="hooks") == before + 8
+    # The idle daemon still claims once a second; an insert during that claim finds no
+    # slot offered and leaves its delivery to the next claim. It can catch one of the 8.
+    handed = (metric(await metrics_text(daemon.port), name, destination="hooks") or 0) - before
+    assert handed >= 7
     batch = [{**TRACK, "type": "track", "messageId": f"busy-{i}"} for i in range(40)]
     assert (await post(daemon.port, "/v1/batch", {"batch": batch}))[0] == 200
     # 2 in flight and 4 x 2 ready at most, handed over or claimed: the rest wait unleased.
