@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import io
 import json
 import multiprocessing as mp
@@ -75,6 +76,12 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
     parser.add_argument(
         "--scale", action="store_true", help="--store postgresql with 1, 2 and 3 daemons"
     )
+    parser.add_argument(
+        "--pairs",
+        type=int,
+        help="bare POST / efd delivery pairs in the deliver phase (default 3 with --quick, "
+        "else 5): more narrows the median where the machine's speed swings",
+    )
     parser.add_argument("--out", default=str(HERE / "results.json"), help="results file")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, dbs)")
     parser.add_argument(
@@ -107,6 +114,10 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
         parser.error("--daemons must be at least 1")
 
     plan = QUICK if args.quick else FULL
+    if args.pairs is not None:
+        if not 1 <= args.pairs <= 50:
+            parser.error("--pairs must be between 1 and 50")
+        plan = dataclasses.replace(plan, deliver_pairs=args.pairs)
     Daemon.signing = args.signing
     started = time.monotonic()
     root = Path(tempfile.mkdtemp(prefix="efd-bench-"))
