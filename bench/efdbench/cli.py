@@ -79,8 +79,9 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
     parser.add_argument(
         "--pairs",
         type=int,
-        help="bare POST / efd delivery pairs in the deliver phase (default 3 with --quick, "
-        "else 5): more narrows the median where the machine's speed swings",
+        help=f"bare POST / efd delivery pairs in the deliver phase (default "
+        f"{QUICK.deliver_pairs} with --quick, else {FULL.deliver_pairs}): more narrows the "
+        "median where the machine's speed swings",
     )
     parser.add_argument("--out", default=str(HERE / "results.json"), help="results file")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, dbs)")
