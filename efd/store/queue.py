@@ -68,6 +68,10 @@ def _claim_statement(among: Callable[[Any, Any], Any]) -> Any:
     )
 
 
+# The last_error of a delivery whose message row no longer exists when it is claimed.
+MESSAGE_GONE = "its message is no longer stored (deleted before this delivery was sent)"
+
+
 class Tokens(Protocol):
     """A claim's rate limits (efd/store/ratelimit.py), in the claim's transaction."""
 
@@ -173,6 +177,8 @@ class DeliveryQueue:
                     conn, pks
                 )
             }
+            if len(bodies) < len(set(pks)):
+                claimed = self._finish_orphans(conn, claimed, bodies, now)
         result = [
             Claimed(
                 delivery_id=delivery_id,
@@ -191,6 +197,31 @@ class DeliveryQueue:
         ]
         result.sort(key=lambda c: c.delivery_id)
         return result
+
+    def _finish_orphans(
+        self, conn: Connection, claimed: list[Any], bodies: dict[int, Any], now: float
+    ) -> list[Any]:
+        """Claimed deliveries whose message row is gone (PostgreSQL declares no foreign key,
+        migration 0011: deleted by hand, or by retention while a replay was being added) are
+        failed for good, and their lanes move on; the others are returned."""
+        orphans = [
+            Outcome(
+                delivery_id=delivery_id,
+                lease_token=token,
+                status=DeliveryStatus.FAILED,
+                attempts=attempts_so_far,
+                first_attempt_at=first if first is not None else now,
+                next_attempt_at=None,
+                finished_at=now,
+                failed_hooks=frozenset(json.loads(failed)) if failed else frozenset(),
+                last_error=MESSAGE_GONE,
+            )
+            for delivery_id, token, pk, attempts_so_far, first, failed, _ in claimed
+            if pk not in bodies
+        ]
+        self._backend.record_outcomes(conn, orphans)
+        self._hand_on(conn, orphans)
+        return [row for row in claimed if row[2] in bodies]
 
     def record(self, outcomes: Sequence[Outcome], attempt_rows: Sequence[AttemptRow]) -> int:
         """Write attempt rows and new delivery states; return how many states were stale.

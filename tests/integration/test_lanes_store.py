@@ -401,3 +401,15 @@ def test_writers_at_once_take_turns_per_lane(store: Store, db_url: str) -> None:
             mine = [int(m.split("-")[1]) for m in ids if m.startswith(f"w{n}-")]
             assert mine == list(range(per_writer)), (lane, n, mine)
     assert sql(db_url, "SELECT count(*) FROM lanes") == [(0,)]
+
+
+def test_a_head_whose_message_is_gone_fails_and_hands_its_lane_on(
+    store: Store, db_url: str
+) -> None:
+    # PostgreSQL declares no foreign key from deliveries to messages (migration 0011): a
+    # message deleted by hand leaves its delivery behind, and its lane must not stall on it.
+    store.ingestion.insert_messages([message("first", "u1"), message("second", "u1")], time.time())
+    sql(db_url, "DELETE FROM messages WHERE message_id = 'first'")
+    assert claim(store) == []  # the head is failed in the claim; the next is due from now on
+    assert sql(db_url, "SELECT status FROM deliveries ORDER BY id") == [("failed",), ("pending",)]
+    assert [c.message_id for c in claim(store)] == ["second"]

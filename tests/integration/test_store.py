@@ -28,6 +28,7 @@ from efd.store.backends import sqlite as sqlite_backend
 from efd.store.dedupe import message_key
 from efd.store.engine import make_engine, normalise_url
 from efd.store.operations import REDRIVABLE, OperationsStore
+from efd.store.queue import MESSAGE_GONE
 from efd.store.schema import metadata, suppressions
 from efd.store.suppressions import Suppressions
 from tests.conftest import sql
@@ -306,6 +307,48 @@ def test_purge_removes_only_finished_old_messages(store, db_url):
     assert sql(db_url, "SELECT count(*) FROM deliveries") == [(1,)]
 
 
+def test_a_claim_fails_a_delivery_whose_message_is_gone_and_takes_the_rest(store, db_url):
+    # PostgreSQL declares no foreign key from deliveries to messages (migration 0011), and an
+    # operator's DELETE without efd's own connection settings checks none on SQLite either.
+    now = time.time()
+    store.ingestion.insert_messages([message("kept"), message("gone"), message("also")], now)
+    sql(db_url, "DELETE FROM messages WHERE message_id = 'gone'")
+    claimed = store.queue.claim("d", 10, owner="A", now=now, lease_until=now + 60)
+    assert [c.message_id for c in claimed] == ["kept", "also"]
+    assert sql(
+        db_url,
+        "SELECT status, last_error, lease_owner, finished_at IS NOT NULL FROM deliveries"
+        " WHERE message_pk NOT IN (SELECT id FROM messages)",
+    ) == [("failed", MESSAGE_GONE, None, True)]
+    # Failed for good: never claimed again, and the others come back once their lease lapses.
+    again = store.queue.claim("d", 10, owner="B", now=now + 61, lease_until=now + 121)
+    assert [c.message_id for c in again] == ["kept", "also"]
+
+
+def test_migration_0011_declares_the_delivery_keys_on_sqlite_only(db_url):
+    keys = {("deliveries", "message_pk", "messages"), ("attempts", "delivery_id", "deliveries")}
+    sqlite = db_url.startswith("sqlite")
+    migrate.upgrade(db_url)
+    assert _delivery_keys(db_url) == (keys if sqlite else set())
+    _downgrade(db_url, "0010")
+    assert _delivery_keys(db_url) == keys
+    migrate.upgrade(db_url)
+    assert _delivery_keys(db_url) == (keys if sqlite else set())
+
+
+def _delivery_keys(url: str) -> set[tuple[str, str, str]]:
+    engine = create_engine(normalise_url(url))
+    try:
+        found = inspect(engine)
+        return {
+            (table, key["constrained_columns"][0], key["referred_table"])
+            for table in ("deliveries", "attempts")
+            for key in found.get_foreign_keys(table)
+        }
+    finally:
+        engine.dispose()
+
+
 def test_migrations_are_idempotent_and_at_head(db_url):
     migrate.upgrade(db_url)
     migrate.upgrade(db_url)
@@ -565,7 +608,10 @@ def test_migrated_schema_matches_the_tables_efd_uses(db_url):
     try:
         with engine.connect() as conn:
             # alembic does not read Index.ddl_if: the key index is PostgreSQL's only (0005).
+            # Nor ForeignKeyConstraint.ddl_if: the delivery keys are SQLite's only (0011).
             def include(obj, name, kind, _reflected, _compare_to):  # type: ignore[no-untyped-def]
+                if kind == "foreign_key_constraint" and not sqlite:
+                    return obj.table.name not in ("deliveries", "attempts")
                 return not (kind == "index" and name == "ix_messages_message_key" and sqlite)
 
             sqlite = conn.dialect.name == "sqlite"
