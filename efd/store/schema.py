@@ -34,9 +34,9 @@ Id = BigInteger().with_variant(Integer(), "sqlite")
 
 
 def _sqlite_key(column: str, parent: str) -> ForeignKeyConstraint:
-    """A declared foreign key on SQLite only: on PostgreSQL the check cost a sixth of the
-    server's CPU per delivered event, and efd keeps the relation itself (migration 0011,
-    docs/decisions.md#no-foreign-keys-on-postgresql)."""
+    """A declared foreign key on SQLite only: on PostgreSQL checking it at every insert was
+    a large share of the server's work per delivered event, and efd keeps the relation
+    itself (migration 0011, docs/decisions.md#no-foreign-keys-on-postgresql)."""
     key = ForeignKeyConstraint([column], [parent], ondelete="CASCADE")
     return key.ddl_if(dialect="sqlite")
 

@@ -6,8 +6,8 @@ Revises: 0010
 Create Date: 2026-11-29
 
 On PostgreSQL each declared key made every insert of a delivery and of an attempt look up
-and lock its parent row: two checks per delivered event, about a sixth of the server's CPU
-per delivered event (bench/LOG.md, 2026-11-29). efd keeps the relation itself: a message's
+and lock its parent row: two checks per delivered event, a large share of the server's work
+(measured in bench/LOG.md, 2026-11-29). efd keeps the relation itself: a message's
 deliveries are inserted in its transaction, retention deletes attempts, deliveries and
 messages explicitly in one transaction, and a claim that finds a delivery's message gone
 finishes it as failed (docs/decisions.md#no-foreign-keys-on-postgresql). Dropping a
