@@ -570,6 +570,56 @@ def test_checked_parse_agrees_with_the_exact_path_on_random_documents() -> None:
         assert jsonjs.dumps(value, plain=plain) == jsonjs.dumps(value), text
 
 
+def test_plain_documents_are_written_alike_by_orjson_and_pythons_encoder() -> None:
+    """dumps(plain=True) is orjson's output; the exact path is Python's encoder. Strings of
+    every kind of code point (controls, DEL, U+2028, astral) and every plain number."""
+    rng = random.Random(11)
+    points = [
+        lambda: rng.randint(0, 0x1F),
+        lambda: rng.randint(0x20, 0x7F),
+        lambda: rng.randint(0x80, 0x7FF),
+        lambda: rng.randint(0x800, 0xD7FF),
+        lambda: rng.randint(0xE000, 0xFFFF),
+        lambda: rng.randint(0x10000, 0x10FFFF),
+        lambda: rng.choice([0x2028, 0x2029, 0x22, 0x5C, 0x2F]),
+    ]
+
+    def string() -> str:
+        return "".join(chr(rng.choice(points)()) for _ in range(rng.randint(0, 10)))
+
+    def number() -> Any:
+        if rng.random() < 0.3:
+            return rng.randint(-(10**15) + 1, 10**15 - 1)  # longer ones are not plain
+        value = rng.uniform(-1, 1) * 10 ** rng.uniform(-4, 16)
+        return value if not value.is_integer() and 1e-4 <= abs(value) < 1e16 else 0.5
+
+    def document(depth: int = 0) -> Any:
+        roll = rng.random()
+        if depth > 3 or roll < 0.5:
+            return rng.choice([number(), string(), True, False, None])
+        if roll < 0.75:
+            return [document(depth + 1) for _ in range(rng.randint(0, 4))]
+        return {"k" + string(): document(depth + 1) for _ in range(rng.randint(0, 4))}
+
+    written = 0
+    for _ in range(5000):
+        text = json.dumps(document(), ensure_ascii=False, separators=(",", ":"))
+        value, plain = jsonjs.loads_checked(text.encode())
+        if not plain:
+            continue  # the check is conservative: digits quoted before a colon, say
+        assert jsonjs.dumps(value, plain=True) == jsonjs.dumps(value), text
+        written += 1
+    assert written > 4000
+
+
+def test_a_plain_document_with_a_lone_surrogate_is_written_as_before() -> None:
+    # orjson refuses a lone surrogate; the plain path then writes it as JSON.stringify does.
+    value, plain = jsonjs.loads_checked(b'{"a":"x\\ud800y"}')
+    assert plain is True
+    assert jsonjs.dumps(value, plain=True) == b'{"a":"x\\ud800y"}'
+    assert jsonjs.dumps(value, plain=True, replace_surrogates=True) == '{"a":"x\ufffdy"}'.encode()
+
+
 def test_checked_parse_starts_each_document_afresh() -> None:
     # The decoder is reused across calls: a flag left by one document must not leak.
     assert jsonjs.loads_checked(b"[10.0]")[1] is False
