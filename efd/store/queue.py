@@ -72,6 +72,11 @@ def _claim_statement(among: Callable[[Any, Any], Any]) -> Any:
 MESSAGE_GONE = "its message is no longer stored (deleted before this delivery was sent)"
 
 
+def _failed_hooks(column: str | None) -> frozenset[str]:
+    """deliveries.failed_hooks (a JSON list, or NULL) as a set."""
+    return frozenset(json.loads(column)) if column else frozenset()
+
+
 class Tokens(Protocol):
     """A claim's rate limits (efd/store/ratelimit.py), in the claim's transaction."""
 
@@ -186,7 +191,7 @@ class DeliveryQueue:
                 destination=destination,
                 attempts=attempts_so_far,
                 first_attempt_at=first,
-                failed_hooks=frozenset(json.loads(failed)) if failed else frozenset(),
+                failed_hooks=_failed_hooks(failed),
                 message_id=bodies[pk][0],
                 body=bodies[pk][1] if own_body is None else own_body,
                 message_pk=pk,
@@ -213,7 +218,7 @@ class DeliveryQueue:
                 first_attempt_at=first if first is not None else now,
                 next_attempt_at=None,
                 finished_at=now,
-                failed_hooks=frozenset(json.loads(failed)) if failed else frozenset(),
+                failed_hooks=_failed_hooks(failed),
                 last_error=MESSAGE_GONE,
             )
             for delivery_id, token, pk, attempts_so_far, first, failed, _ in claimed
