@@ -119,18 +119,21 @@ async def job_ingest(
     keep_ids: bool = False,
     sample_every: float = 0.5,
     ports: list[int] | None = None,
+    rate: float | None = None,
 ) -> dict[str, Any]:
     """Closed-loop ingestion: `clients` connections, each POSTing as soon as answered.
 
     `batch` messages per request (/v1/batch), or one bare message when path is a single
     endpoint. Stops at `duration` seconds or after `max_events` accepted events. With
     `window`, a client waits while acked - received >= window (sustained end-to-end mode).
+    With `rate` (events/s), request k starts no earlier than k requests' worth of events
+    at that rate after the start: a steady offered load, as long as the clients keep up.
     """
     # With `ports` (several daemons on one database), client i goes to ports[i % len].
     pools = [_Pool(p) for p in ports or [port]]
     conns = [(pools[i % len(pools)], await pools[i % len(pools)].connect()) for i in range(clients)]
     single = not path.endswith("/batch")
-    state = {"acked": 0, "claimed": 0, "requests": 0, "seq": 0}
+    state = {"acked": 0, "claimed": 0, "requests": 0, "seq": 0, "slots": 0}
     errors: Counter[str] = Counter()
     latencies: list[float] = []
     ids_kept: list[str] = []
@@ -150,6 +153,15 @@ async def job_ingest(
                 if n <= 0:
                     break
             state["claimed"] += n
+            if rate is not None:
+                slot = state["slots"]
+                state["slots"] += n
+                delay = t0 + slot / rate - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                if time.monotonic() >= end:
+                    state["claimed"] -= n
+                    break
             if window is not None:
                 while (
                     state["acked"] - (received.value - received_before) >= window

@@ -19,6 +19,10 @@ from efdbench.scenarios import Bench
 from efdbench.stats import sample_at, window_fill
 
 _DELIVER = {"timeout_seconds": 5, "retry_initial_seconds": 0.5, "retry_max_seconds": 2}
+# The paced delivery's offered rate, as a share of what the first daemon count delivered
+# flat out in the same run: low enough that every count keeps up with it, so the CPU per
+# event of 1, 2 and 3 daemons is compared at one load rather than at saturation.
+_PACED_SHARE = 0.5
 
 
 def _limits(bench: Bench, server: PgServer) -> dict[str, Any]:
@@ -132,18 +136,21 @@ def _ingest(bench: Bench, server: PgServer, n: int) -> dict[str, Any]:
         server.drop_database(db)
 
 
-def _deliver(bench: Bench, server: PgServer, n: int) -> dict[str, Any]:
+def _deliver(bench: Bench, server: PgServer, n: int, rate: float | None = None) -> dict[str, Any]:
+    """Sustained delivery with `n` daemons: flat out (the ingesting clients held back only
+    by the delivery window), or with `rate` a steady offered load of that many events/s."""
     plan = bench.plan
     port = bench.receiver.hello["port"]
+    kind = "deliver" if rate is None else "paced"
     db, daemons = _start_daemons(
-        bench, server, n, f"deliver{n}", _DELIVER, f"http://127.0.0.1:{port}/hook"
+        bench, server, n, f"{kind}{n}", _DELIVER, f"http://127.0.0.1:{port}/hook"
     )
     ports = [d.port for d in daemons]
     total = plan.deliver_warmup_seconds + plan.deliver_seconds
     try:
         bench.receiver.call("reset")
         measure = _Measure(daemons, PgCpu(server, db))
-        with bench.phase(f"pg_deliver_{n}", daemons=[d.pid for d in daemons]) as info:
+        with bench.phase(f"pg_{kind}_{n}", daemons=[d.pid for d in daemons]) as info:
             # The CPU window starts after the warm-up, like the rate's: the sampler's
             # figures are read at the same moments.
             out: dict[str, Any] = {}
@@ -153,7 +160,8 @@ def _deliver(bench: Bench, server: PgServer, n: int) -> dict[str, Any]:
                 out.update(
                     bench.ingest_job(
                         ports[0], ports=ports, clients=plan.deliver_clients, seconds=total,
-                        prefix=f"pd{n}", window=plan.deliver_window, sample_every=0.25,
+                        prefix=f"p{kind[0]}{n}", window=plan.deliver_window, sample_every=0.25,
+                        rate=rate,
                     )
                 )  # fmt: skip
 
@@ -183,6 +191,7 @@ def _deliver(bench: Bench, server: PgServer, n: int) -> dict[str, Any]:
                 window_fill=fill,
                 errors=out["errors"],
                 drained=drained,
+                offered_per_s=rate,
                 lost=acked - stats["unique"],
                 duplicates=stats["duplicates"],
             )
@@ -213,10 +222,20 @@ def run_postgresql(bench: Bench, server: PgServer, counts: list[int]) -> dict[st
     runs: dict[str, Any] = {}
     for n in counts:
         entry: dict[str, Any] = {}
-        for kind, measure in (("ingest", _ingest), ("deliver", _deliver)):
-            if kind not in bench.only:
+        for kind in ("ingest", "deliver", "paced"):
+            if kind == "ingest" and "ingest" in bench.only:
+                info = _ingest(bench, server, n)
+            elif kind == "deliver" and "deliver" in bench.only:
+                info = _deliver(bench, server, n)
+            elif kind == "paced" and "deliver" in bench.only:
+                flat_out = runs.get(str(counts[0]), entry).get("deliver_events_per_s")
+                rate = round(_PACED_SHARE * flat_out, -2) if flat_out else None
+                if not rate:
+                    continue
+                info = _deliver(bench, server, n, rate)
+                entry["paced_offered_per_s"] = rate
+            else:
                 continue
-            info = measure(bench, server, n)
             for key in _FIGURE_KEYS:
                 entry[f"{kind}_{key}"] = info.get(key)
             busy = (info.get("daemon_cpu_us_per_event") or 0) + (
@@ -224,11 +243,11 @@ def run_postgresql(bench: Bench, server: PgServer, counts: list[int]) -> dict[st
             )
             # What one core buys: the basis for sizing a larger host.
             entry[f"{kind}_events_per_core_s"] = round(1e6 / busy, 1) if busy else None
-            if kind == "deliver":
-                entry["deliver_lost"] = info.get("lost")
-                entry["deliver_duplicates"] = info.get("duplicates")
-                entry["deliver_handed_over_share"] = info.get("handed_over_share")
-                entry["deliver_window_fill"] = info.get("window_fill")
+            if kind in ("deliver", "paced"):
+                entry[f"{kind}_lost"] = info.get("lost")
+                entry[f"{kind}_duplicates"] = info.get("duplicates")
+                entry[f"{kind}_handed_over_share"] = info.get("handed_over_share")
+                entry[f"{kind}_window_fill"] = info.get("window_fill")
         runs[str(n)] = entry
     # The machine's speed drifts over the minutes the daemons run: the INSERT limit is
     # measured again at the end, and the ratios divide by the mean of both.

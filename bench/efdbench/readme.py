@@ -78,6 +78,12 @@ def sqlite_table(results: dict[str, Any]) -> str:
     return head + "\n\n" + "\n".join(rows) + "\n"
 
 
+def _offered(section: dict[str, Any]) -> float | None:
+    """The paced delivery's offered rate (the same for every daemon count)."""
+    rates = [e.get("paced_offered_per_s") for e in section.get("daemons", {}).values()]
+    return next((rate for rate in rates if rate), None)
+
+
 def pg_table(section: dict[str, Any]) -> str:
     context = section.get("context", {})
     limit = section.get("limit_insert_events_per_s")
@@ -87,12 +93,14 @@ def pg_table(section: dict[str, Any]) -> str:
         f"multi-row INSERT of efd's rows, {_n(limit)} events/s (COPY "
         f"{_n(section.get('limit_copy_events_per_s'))}); targets: ingest ≥ 0.5 × limit a "
         "daemon, deliver ≥ 0.5 × limit with 1 daemon and more with 2–3. µs/event: CPU in the "
-        "daemons / in PostgreSQL's backends."
+        "daemons / in PostgreSQL's backends; paced: delivering a steady "
+        f"{_n(_offered(section))} events/s (half of one daemon's flat-out rate), the same load "
+        "for every count."
     )
     rows = [
         "| daemons | ingest events/s | × limit (per daemon) | µs/event | deliver events/s "
-        "| × limit | µs/event |",
-        "|---|---|---|---|---|---|---|",
+        "| × limit | µs/event | paced µs/event |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for n, entry in sorted(section.get("daemons", {}).items(), key=lambda kv: int(kv[0])):
         ingest, deliver = entry.get("ingest_events_per_s"), entry.get("deliver_events_per_s")
@@ -107,7 +115,9 @@ def pg_table(section: dict[str, Any]) -> str:
             f"{_n(entry.get('deliver_duplicates'))} duplicates | "
             f"{_n(entry.get('deliver_ratio_to_limit'), 2)} | "
             f"{_n(entry.get('deliver_daemon_cpu_us_per_event'))} / "
-            f"{_n(entry.get('deliver_pg_cpu_us_per_event'))} |"
+            f"{_n(entry.get('deliver_pg_cpu_us_per_event'))} | "
+            f"{_n(entry.get('paced_daemon_cpu_us_per_event'))} / "
+            f"{_n(entry.get('paced_pg_cpu_us_per_event'))} |"
         )
     return head + "\n\n" + "\n".join(rows) + "\n"
 

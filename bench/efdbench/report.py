@@ -139,7 +139,7 @@ def pg_table(section: dict[str, Any], counts: list[int]) -> str:
     )
     rows = [("figure", "daemons", *(title for title, _ in _PG_COLUMNS))]
     runs = section.get("daemons", {})
-    for kind in ("ingest", "deliver"):
+    for kind in ("ingest", "deliver", "paced"):
         for n in counts:
             entry = runs.get(str(n), {})
             if entry.get(f"{kind}_events_per_s") is None:
@@ -164,4 +164,17 @@ def pg_table(section: dict[str, Any], counts: list[int]) -> str:
     if fills:
         # Near 1: delivery set the rate; well below: the ingesting clients did.
         lines.append("deliver window fill (median undelivered / window): " + ", ".join(fills))
+    offered = next(
+        (e["paced_offered_per_s"] for e in runs.values() if "paced_offered_per_s" in e), None
+    )
+    if offered:
+        # The same load for every daemon count: CPU per event without saturation's effects.
+        lines.append(
+            f"paced: {fmt(offered)} events/s offered to every daemon count; handed over "
+            + ", ".join(
+                f"{n} daemons {fmt(runs[str(n)].get('paced_handed_over_share'))}"
+                for n in counts
+                if str(n) in runs
+            )
+        )
     return "\n".join(lines)
