@@ -29,12 +29,12 @@ from efd.errors import StoreError
 from efd.loop import SYSTEM_CLOCK, Clock, Worker
 from efd.observe.metrics import Metrics
 from efd.observe.stream import Hub
-from efd.rows import Claimed, DeliveryStatus
+from efd.rows import Claimed
 from efd.rules import ratelimit, retry, webhooks
 from efd.rules.ahead import Ahead
 from efd.rules.circuit import Change, Circuits
 from efd.rules.retry import AttemptResult, RetryPolicy
-from efd.rules.rounds import attempt_rows, outcome_of
+from efd.rules.rounds import attempt_rows, due_once_written, moves_lane_on, outcome_of
 from efd.rules.webhooks import Route
 from efd.settings import Current
 
@@ -540,14 +540,15 @@ class Dispatcher:
         round_: asyncio.Future[list[AttemptResult]],
     ) -> None:
         """A round ended: free its slots, count it against the circuits, decide what comes
-        next and hand the outcome to the recorder."""
+        next and hand the outcome to the recorder (not awaited: it writes in batches, then
+        drops the leases; at once an outcome that moves a lane on)."""
         cancelled = round_.cancelled()
         error = None if cancelled else round_.exception()
         results = [] if cancelled or error is not None else round_.result()
         # Counted before the slot is freed, so the next round sees a circuit that opened.
         self._circuit_changes(results, urls, self._clock.now())
-        # The slots are free once the receivers answered; recording the outcome may wait
-        # behind a large commit, and the lease keeps the delivery ours meanwhile.
+        # The slots are free once the receivers answered; the outcome may wait a moment for
+        # others to share its transaction, and the lease keeps the delivery ours meanwhile.
         self._release(route, urls)
         if cancelled:
             return  # stopped mid-round: the lease is released at the stop
@@ -574,20 +575,16 @@ class Dispatcher:
                 self._worker.notify()  # due before the loop meant to look again
         outcome = outcome_of(item, decision, results, first_attempt_at=first, now=now, note=note)
         rows = attempt_rows(route, item.delivery_id, results)
-        # Not awaited: the recorder writes outcomes in batches and then drops the leases.
-        self._recorder.add((outcome, rows, route.name, item.message_id))
+        urgent = moves_lane_on(outcome, route.name in self._ordered)
+        self._recorder.add((outcome, rows, route.name, item.message_id), urgent=urgent)
 
     def _outcomes_written(self, written: list[Recorded]) -> None:
-        handed_on = {
-            destination
-            for outcome, _, destination, _ in written
-            if destination in self._ordered and outcome.status is not DeliveryStatus.PENDING
-        }
-        if handed_on:
-            # A head's outcome made the next message of its lane due now (efd/store/lanes.py).
-            for destination in handed_on & self._backlog.keys():
+        now = self._clock.now()
+        due = due_once_written(((d, o) for o, _, d, _ in written), self._ordered, now)
+        if due:
+            for destination in due & self._backlog.keys():
                 self._backlog[destination] = True
-            self._due_hint = min(self._due_hint, self._clock.now())
+            self._due_hint = min(self._due_hint, now)
             self._worker.notify()
 
 

@@ -1,6 +1,12 @@
 """The outcome recorder: rounds' outcomes and attempts written in batches, each lease dropped
 once its outcome is written.
 
+An outcome may wait a moment for company (`LINGER_SECONDS`, or until `GATHER` are held): at
+a rate where each round ends alone, each would otherwise be a transaction of its own, and a
+transaction costs more than the rows in it. Nothing waits on an outcome meanwhile: the
+round's slots were freed when the receivers answered, and its lease stays ours. An outcome
+that hands a lane on is the exception (`urgent`): the lane's next message waits for it.
+
 While the store is unreachable the batch is retried (losing outcomes would resend delivered
 messages). A batch the store refuses outright is split until the refused outcome is found:
 it is logged and left to its lease, which lapses, so its delivery is sent again; the rest
@@ -28,6 +34,9 @@ log = logging.getLogger(__name__)
 # What is written for one round: its outcome, its attempts, destination, messageId.
 Recorded = tuple[Outcome, list[AttemptRow], str, str]
 
+LINGER_SECONDS = 0.02  # the longest an outcome waits for others to share its transaction
+GATHER = 64  # outcomes held that go to the store at once, without waiting longer
+
 
 class Recorder:
     """Owns the batches of outcomes on their way to the store. Knows the store by its
@@ -49,6 +58,9 @@ class Recorder:
         self._hub = hub  # the live stream, told of each recorded attempt
         self._stopping = stopping
         self._written = written
+        self._linger = LINGER_SECONDS
+        self._held: list[Recorded] = []  # waiting for company, not yet queued
+        self._timer: asyncio.TimerHandle | None = None
         self._batches: GroupCommit[Recorded, None] = GroupCommit(
             self._record, max_items=2000, name="efd-outcome-recorder"
         )
@@ -58,11 +70,25 @@ class Recorder:
 
     async def close(self) -> None:
         """Write everything added so far, then stop."""
+        self._queue_held()
         await self._batches.close()
 
-    def add(self, item: Recorded) -> None:
-        """Queue one round's outcome for the next batch (not awaited)."""
-        self._batches.add([item])
+    def add(self, item: Recorded, *, urgent: bool = False) -> None:
+        """Hold one round's outcome for the next batch (not awaited); `urgent`: queue it,
+        and whatever is held, for the next transaction now."""
+        self._held.append(item)
+        if urgent or len(self._held) >= GATHER or self._linger <= 0:
+            self._queue_held()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self._linger, self._queue_held)
+
+    def _queue_held(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        held, self._held = self._held, []
+        if held:
+            self._batches.add(held)
 
     async def _record(self, take: Callable[[], list[Recorded]]) -> list[None]:
         items = take()

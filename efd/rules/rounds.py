@@ -3,7 +3,7 @@ attempt row per request. Pure shaping; efd/rules/retry.py decides, the dispatche
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence, Set
 
 from efd.rows import AttemptRow, Claimed, DeliveryStatus, Outcome
 from efd.rules.retry import AttemptResult, Decision
@@ -55,3 +55,27 @@ def attempt_rows(
         )
         for r in results
     ]
+
+
+def moves_lane_on(outcome: Outcome, ordered: bool) -> bool:
+    """Whether writing this outcome makes its lane's next message due (efd/store/lanes.py):
+    a final outcome of an ordered destination's delivery. The recorder writes it at once."""
+    return ordered and outcome.status is not DeliveryStatus.PENDING
+
+
+def due_once_written(
+    written: Iterable[tuple[str, Outcome]], ordered: Set[str], now: float
+) -> set[str]:
+    """The destinations with a delivery claimable now that these outcomes are in the store:
+    a lane moved on, or a retry that came due while its outcome was on its way (until then
+    the row still carried the lease, and a claim passed it by)."""
+    return {
+        destination
+        for destination, outcome in written
+        if moves_lane_on(outcome, destination in ordered)
+        or (
+            outcome.status is DeliveryStatus.PENDING
+            and outcome.next_attempt_at is not None
+            and outcome.next_attempt_at <= now
+        )
+    }

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from efd import config
-from efd.delivery import dispatcher
+from efd.delivery import dispatcher, recorder
 from efd.delivery.dispatcher import Dispatcher
 from efd.errors import StoreError
 from efd.observe.metrics import Metrics
@@ -190,8 +190,11 @@ async def test_the_dispatcher_keeps_the_time_of_its_clock(running):
     store, rounds = MemoryDeliveries(), FakeRounds()
     [pk] = store.add("a", 1, due_in=60)
     await running(store, rounds, clock=clock)
-    await store.wait(lambda: store.status("a") == {"delivered": 1})
+    await asyncio.wait_for(rounds.started.wait(), timeout=30)
+    # (Read at the send: the outcome's write may wait a moment of real time for company,
+    # and that clock runs on while the dispatcher idles.)
     assert store.clock + 60 <= clock.time < store.clock + 60 + 2
+    await store.wait(lambda: store.status("a") == {"delivered": 1})
     assert store.rows[pk].attempts == 1
     assert max(clock.waits) <= dispatcher._IDLE_POLL  # it looked again at least every poll
 
@@ -552,3 +555,27 @@ async def test_handed_over_deliveries_not_started_at_a_stop_are_given_back(runni
     assert {pk for pk, _ in store.released} == handed
     assert not any(r.leased for r in store.rows.values())
     assert store.status("a") == {"pending": 6}
+
+
+async def test_a_lane_moves_on_without_waiting_for_the_recorder_s_linger(running, monkeypatch):
+    # A head's final outcome is written at once, whatever the recorder holds back.
+    monkeypatch.setattr(dispatcher, "_IDLE_POLL", 3600.0)
+    monkeypatch.setattr(recorder, "LINGER_SECONDS", 3600.0)
+    store, rounds = MemoryDeliveries(), FakeRounds()
+    store.add("o", 5, lane="u1")
+    await running(store, rounds)
+    await store.wait(lambda: store.status("o") == {"delivered": 5})
+
+
+async def test_a_retry_due_while_its_outcome_lingers_is_claimed_once_written(running, monkeypatch):
+    # The retry comes due before its outcome is in the store (the row still carries the
+    # lease then, and a claim passes it by): the write itself makes the dispatcher look.
+    monkeypatch.setattr(dispatcher, "_IDLE_POLL", 3600.0)
+    monkeypatch.setattr(recorder, "LINGER_SECONDS", 0.2)  # ten times the retry's backoff
+    store, rounds = MemoryDeliveries(), FakeRounds(verdicts={HOOK_A: Verdict.RETRY})
+    store.add("a", 1)
+    await running(store, rounds)
+    await store.wait(lambda: store.rows[1].attempts == 1)
+    rounds.verdicts.clear()
+    await store.wait(lambda: store.status("a") == {"delivered": 1})
+    assert store.rows[1].attempts == 2
