@@ -32,6 +32,7 @@ from efd.store.queue import MESSAGE_GONE
 from efd.store.schema import metadata, suppressions
 from efd.store.suppressions import Suppressions
 from tests.conftest import sql
+from tests.support.rows import outcome_row
 
 
 @pytest.fixture
@@ -732,17 +733,7 @@ def test_postgresql_outcome_update_finds_its_row_by_primary_key(
         pytest.skip("PostgreSQL's plans")
     _fill_unanalyzed(db_url, 5000)
     [claimed] = store.queue.claim("d", 1, owner="t", now=1.0, lease_until=100.0)
-    outcome = Outcome(
-        delivery_id=claimed.delivery_id,
-        lease_token=claimed.lease_token,
-        status=DeliveryStatus.DELIVERED,
-        attempts=1,
-        first_attempt_at=1.0,
-        next_attempt_at=None,
-        finished_at=1.0,
-        failed_hooks=frozenset(),
-        last_error=None,
-    )
+    outcome = outcome_row(claimed.delivery_id, token=claimed.lease_token)
     statement, params = _captured(
         store, "UPDATE deliveries", lambda: store.queue.record([outcome], [])
     )

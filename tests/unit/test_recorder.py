@@ -15,7 +15,8 @@ from efd.delivery.leases import Leases
 from efd.delivery.recorder import GATHER, Recorded, Recorder
 from efd.loop import SYSTEM_CLOCK
 from efd.observe.metrics import Metrics
-from efd.rows import AttemptRow, DeliveryStatus, Outcome
+from efd.rows import AttemptRow, Outcome
+from tests.support.rows import outcome_row
 
 
 class Calls:
@@ -38,18 +39,7 @@ class Calls:
 
 
 def _item(delivery_id: int) -> Recorded:
-    outcome = Outcome(
-        delivery_id=delivery_id,
-        lease_token=1,
-        status=DeliveryStatus.DELIVERED,
-        attempts=1,
-        first_attempt_at=1.0,
-        next_attempt_at=None,
-        finished_at=1.0,
-        failed_hooks=frozenset(),
-        last_error=None,
-    )
-    return (outcome, [], "a", f"m{delivery_id}")
+    return (outcome_row(delivery_id), [], "a", f"m{delivery_id}")
 
 
 async def _recorder(store: Calls) -> tuple[Recorder, list[list[Recorded]]]:

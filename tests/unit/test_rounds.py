@@ -4,20 +4,11 @@ from __future__ import annotations
 
 from efd.rows import DeliveryStatus, Outcome
 from efd.rules.rounds import due_once_written, moves_lane_on
+from tests.support.rows import outcome_row
 
 
 def _outcome(status: DeliveryStatus, next_attempt_at: float | None = None) -> Outcome:
-    return Outcome(
-        delivery_id=1,
-        lease_token=1,
-        status=status,
-        attempts=1,
-        first_attempt_at=0.0,
-        next_attempt_at=next_attempt_at,
-        finished_at=None if status is DeliveryStatus.PENDING else 1.0,
-        failed_hooks=frozenset(),
-        last_error=None,
-    )
+    return outcome_row(1, status, next_attempt_at=next_attempt_at)
 
 
 def test_a_final_outcome_moves_an_ordered_destination_s_lane_on():

@@ -1,0 +1,27 @@
+"""Rows the tests build by hand."""
+
+from __future__ import annotations
+
+from efd.rows import DeliveryStatus, Outcome
+
+
+def outcome_row(
+    delivery_id: int,
+    status: DeliveryStatus = DeliveryStatus.DELIVERED,
+    *,
+    token: int = 1,
+    at: float = 1.0,
+    next_attempt_at: float | None = None,
+) -> Outcome:
+    """A first round's outcome, at `at`: finished unless `status` is pending."""
+    return Outcome(
+        delivery_id=delivery_id,
+        lease_token=token,
+        status=status,
+        attempts=1,
+        first_attempt_at=at,
+        next_attempt_at=next_attempt_at,
+        finished_at=None if status is DeliveryStatus.PENDING else at,
+        failed_hooks=frozenset(),
+        last_error=None,
+    )
