@@ -220,6 +220,7 @@ def run_postgresql(bench: Bench, server: PgServer, counts: list[int]) -> dict[st
     section: dict[str, Any] = {"server": server.settings()}
     section.update(_limits(bench, server))
     runs: dict[str, Any] = {}
+    paced: float | None = None  # set by the first count's flat-out delivery
     for n in counts:
         entry: dict[str, Any] = {}
         for kind in ("ingest", "deliver", "paced"):
@@ -227,13 +228,12 @@ def run_postgresql(bench: Bench, server: PgServer, counts: list[int]) -> dict[st
                 info = _ingest(bench, server, n)
             elif kind == "deliver" and "deliver" in bench.only:
                 info = _deliver(bench, server, n)
-            elif kind == "paced" and "deliver" in bench.only:
-                flat_out = runs.get(str(counts[0]), entry).get("deliver_events_per_s")
-                rate = round(_PACED_SHARE * flat_out, -2) if flat_out else None
-                if not rate:
-                    continue
-                info = _deliver(bench, server, n, rate)
-                entry["paced_offered_per_s"] = rate
+                if paced is None and info.get("events_per_s"):
+                    paced = section["paced_offered_per_s"] = round(
+                        _PACED_SHARE * info["events_per_s"], -2
+                    )
+            elif kind == "paced" and paced:
+                info = _deliver(bench, server, n, paced)
             else:
                 continue
             for key in _FIGURE_KEYS:

@@ -79,12 +79,6 @@ def sqlite_table(results: dict[str, Any]) -> str:
     return head + "\n\n" + "\n".join(rows) + "\n"
 
 
-def _offered(section: dict[str, Any]) -> float | None:
-    """The paced delivery's offered rate (the same for every daemon count)."""
-    rates = [e.get("paced_offered_per_s") for e in section.get("daemons", {}).values()]
-    return next((rate for rate in rates if rate), None)
-
-
 def pg_table(section: dict[str, Any]) -> str:
     context = section.get("context", {})
     limit = section.get("limit_insert_events_per_s")
@@ -95,8 +89,8 @@ def pg_table(section: dict[str, Any]) -> str:
         f"{_n(section.get('limit_copy_events_per_s'))}); targets: ingest ≥ 0.5 × limit a "
         "daemon, deliver ≥ 0.5 × limit with 1 daemon and more with 2–3. µs/event: CPU in the "
         "daemons / in PostgreSQL's backends; paced: delivering a steady "
-        f"{_n(_offered(section))} events/s (half of one daemon's flat-out rate), the same load "
-        "for every count."
+        f"{_n(section.get('paced_offered_per_s'))} events/s (half of one daemon's flat-out "
+        "rate), the same load for every count."
     )
     rows = [
         "| daemons | ingest events/s | × limit (per daemon) | µs/event | deliver events/s "

@@ -164,9 +164,7 @@ def pg_table(section: dict[str, Any], counts: list[int]) -> str:
     if fills:
         # Near 1: delivery set the rate; well below: the ingesting clients did.
         lines.append("deliver window fill (median undelivered / window): " + ", ".join(fills))
-    offered = next(
-        (e["paced_offered_per_s"] for e in runs.values() if "paced_offered_per_s" in e), None
-    )
+    offered = section.get("paced_offered_per_s")
     if offered:
         # The same load for every daemon count: CPU per event without saturation's effects.
         lines.append(
