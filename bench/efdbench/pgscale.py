@@ -23,6 +23,10 @@ _DELIVER = {"timeout_seconds": 5, "retry_initial_seconds": 0.5, "retry_max_secon
 # flat out in the same run: low enough that every count keeps up with it, so the CPU per
 # event of 1, 2 and 3 daemons is compared at one load rather than at saturation.
 _PACED_SHARE = 0.5
+# The "perdaemon" delivery offers each daemon the same load instead: the paced rate divided
+# by the largest count, times the count. One load per daemon is what a host with a core per
+# daemon would see as daemons are added; one total load shows instead what a daemon's
+# smaller share costs (fewer events per transaction and per wake-up).
 
 
 def _limits(bench: Bench, server: PgServer) -> dict[str, Any]:
@@ -136,12 +140,17 @@ def _ingest(bench: Bench, server: PgServer, n: int) -> dict[str, Any]:
         server.drop_database(db)
 
 
-def _deliver(bench: Bench, server: PgServer, n: int, rate: float | None = None) -> dict[str, Any]:
+def _deliver(
+    bench: Bench, server: PgServer, n: int, rate: float | None = None, each: float | None = None
+) -> dict[str, Any]:
     """Sustained delivery with `n` daemons: flat out (the ingesting clients held back only
-    by the delivery window), or with `rate` a steady offered load of that many events/s."""
+    by the delivery window), or with `rate` a steady offered load of that many events/s
+    (`each`: the load per daemon it was made of, for the perdaemon phase's name)."""
     plan = bench.plan
     port = bench.receiver.hello["port"]
     kind = "deliver" if rate is None else "paced"
+    if rate is not None and each is not None:
+        kind = "perdaemon"
     db, daemons = _start_daemons(
         bench, server, n, f"{kind}{n}", _DELIVER, f"http://127.0.0.1:{port}/hook"
     )
@@ -160,7 +169,7 @@ def _deliver(bench: Bench, server: PgServer, n: int, rate: float | None = None) 
                 out.update(
                     bench.ingest_job(
                         ports[0], ports=ports, clients=plan.deliver_clients, seconds=total,
-                        prefix=f"p{kind[0]}{n}", window=plan.deliver_window, sample_every=0.25,
+                        prefix=f"p{kind[:2]}{n}", window=plan.deliver_window, sample_every=0.25,
                         rate=rate,
                     )
                 )  # fmt: skip
@@ -221,9 +230,10 @@ def run_postgresql(bench: Bench, server: PgServer, counts: list[int]) -> dict[st
     section.update(_limits(bench, server))
     runs: dict[str, Any] = {}
     paced: float | None = None  # set by the first count's flat-out delivery
+    each: float | None = None
     for n in counts:
         entry: dict[str, Any] = {}
-        for kind in ("ingest", "deliver", "paced"):
+        for kind in ("ingest", "deliver", "paced", "perdaemon"):
             if kind == "ingest" and "ingest" in bench.only:
                 info = _ingest(bench, server, n)
             elif kind == "deliver" and "deliver" in bench.only:
@@ -232,8 +242,11 @@ def run_postgresql(bench: Bench, server: PgServer, counts: list[int]) -> dict[st
                     paced = section["paced_offered_per_s"] = round(
                         _PACED_SHARE * info["events_per_s"], -2
                     )
+                    each = section["perdaemon_offered_per_s"] = round(paced / max(counts), -2)
             elif kind == "paced" and paced:
                 info = _deliver(bench, server, n, paced)
+            elif kind == "perdaemon" and each:
+                info = _deliver(bench, server, n, each * n, each)
             else:
                 continue
             for key in _FIGURE_KEYS:
@@ -243,7 +256,7 @@ def run_postgresql(bench: Bench, server: PgServer, counts: list[int]) -> dict[st
             )
             # What one core buys: the basis for sizing a larger host.
             entry[f"{kind}_events_per_core_s"] = round(1e6 / busy, 1) if busy else None
-            if kind in ("deliver", "paced"):
+            if kind != "ingest":
                 entry[f"{kind}_lost"] = info.get("lost")
                 entry[f"{kind}_duplicates"] = info.get("duplicates")
                 entry[f"{kind}_handed_over_share"] = info.get("handed_over_share")

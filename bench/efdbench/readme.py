@@ -90,12 +90,14 @@ def pg_table(section: dict[str, Any]) -> str:
         "daemon, deliver ≥ 0.5 × limit with 1 daemon and more with 2–3. µs/event: CPU in the "
         "daemons / in PostgreSQL's backends; paced: delivering a steady "
         f"{_n(section.get('paced_offered_per_s'))} events/s (half of one daemon's flat-out "
-        "rate), the same load for every count."
+        "rate), the same load for every count; per daemon: "
+        f"{_n(section.get('perdaemon_offered_per_s'))} events/s for each daemon, the load "
+        "growing with the count."
     )
     rows = [
         "| daemons | ingest events/s | × limit (per daemon) | µs/event | deliver events/s "
-        "| × limit | µs/event | paced µs/event |",
-        "|---|---|---|---|---|---|---|---|",
+        "| × limit | µs/event | paced µs/event | per daemon µs/event |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for n, entry in sorted(section.get("daemons", {}).items(), key=lambda kv: int(kv[0])):
         ingest, deliver = entry.get("ingest_events_per_s"), entry.get("deliver_events_per_s")
@@ -112,7 +114,9 @@ def pg_table(section: dict[str, Any]) -> str:
             f"{_n(entry.get('deliver_daemon_cpu_us_per_event'))} / "
             f"{_n(entry.get('deliver_pg_cpu_us_per_event'))} | "
             f"{_n(entry.get('paced_daemon_cpu_us_per_event'))} / "
-            f"{_n(entry.get('paced_pg_cpu_us_per_event'))} |"
+            f"{_n(entry.get('paced_pg_cpu_us_per_event'))} | "
+            f"{_n(entry.get('perdaemon_daemon_cpu_us_per_event'))} / "
+            f"{_n(entry.get('perdaemon_pg_cpu_us_per_event'))} |"
         )
     return head + "\n\n" + "\n".join(rows) + "\n"
 

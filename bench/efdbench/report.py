@@ -139,7 +139,7 @@ def pg_table(section: dict[str, Any], counts: list[int]) -> str:
     )
     rows = [("figure", "daemons", *(title for title, _ in _PG_COLUMNS))]
     runs = section.get("daemons", {})
-    for kind in ("ingest", "deliver", "paced"):
+    for kind in ("ingest", "deliver", "paced", "perdaemon"):
         for n in counts:
             entry = runs.get(str(n), {})
             if entry.get(f"{kind}_events_per_s") is None:
@@ -171,6 +171,19 @@ def pg_table(section: dict[str, Any], counts: list[int]) -> str:
             f"paced: {fmt(offered)} events/s offered to every daemon count; handed over "
             + ", ".join(
                 f"{n} daemons {fmt(runs[str(n)].get('paced_handed_over_share'))}"
+                for n in counts
+                if str(n) in runs
+            )
+        )
+    each = section.get("perdaemon_offered_per_s")
+    if each:
+        # One load per daemon: a host with a core for each daemon, as daemons are added.
+        lines.append(
+            f"perdaemon: {fmt(each)} events/s offered per daemon ("
+            + ", ".join(f"{n} daemons {fmt(each * n)}" for n in counts if str(n) in runs)
+            + "); handed over "
+            + ", ".join(
+                f"{n} daemons {fmt(runs[str(n)].get('perdaemon_handed_over_share'))}"
                 for n in counts
                 if str(n) in runs
             )
