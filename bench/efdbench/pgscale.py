@@ -292,5 +292,11 @@ def run_postgresql(bench: Bench, server: PgServer, counts: list[int]) -> dict[st
             value = entry.get(f"{kind}_events_per_s")
             if base and value is not None:
                 entry[f"{kind}_growth"] = round(value / base, 3)
+        # The goal for the daemons' CPU per event: flat as daemons are added.
+        for kind in ("deliver", "paced", "perdaemon"):
+            base = first.get(f"{kind}_daemon_cpu_us_per_event")
+            value = entry.get(f"{kind}_daemon_cpu_us_per_event")
+            if base and value is not None:
+                entry[f"{kind}_daemon_cpu_growth"] = round(value / base, 3)
     section["daemons"] = runs
     return section

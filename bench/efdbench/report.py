@@ -188,4 +188,16 @@ def pg_table(section: dict[str, Any], counts: list[int]) -> str:
                 if str(n) in runs
             )
         )
+    growth = [
+        f"{kind} "
+        + ", ".join(
+            f"{n} daemons {fmt(runs[str(n)].get(f'{kind}_daemon_cpu_growth'))}"
+            for n in counts
+            if str(n) in runs
+        )
+        for kind in ("deliver", "paced", "perdaemon")
+        if any(runs[str(n)].get(f"{kind}_daemon_cpu_growth") for n in counts if str(n) in runs)
+    ]
+    if growth:
+        lines.append("daemon CPU per event ÷ the first count's: " + "; ".join(growth))
     return "\n".join(lines)
