@@ -43,6 +43,7 @@ def pg_write_limit(
     db = server.create_database(f"limit_{method}_{'idx' if indexes else 'noidx'}")
     try:
         server.migrate(db)
+        server.checkpoint()  # as before each daemon phase (efdbench/pgserver.py)
         body = sample_webhook_body().decode()
         now = time.time()
         with psycopg.connect(server.url(db), autocommit=True) as pg:

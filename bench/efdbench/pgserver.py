@@ -94,6 +94,26 @@ class PgServer:
             ).fetchall()
         return [int(r[0]) for r in rows]
 
+    def checkpoint(self) -> None:
+        """Write every dirty buffer now: a checkpoint that one phase's writes made due would
+        otherwise fall into the next phase, whose backends would then write whole pages into
+        the WAL (the first change of each page after a checkpoint)."""
+        with self._connect() as pg:
+            pg.execute("CHECKPOINT")
+
+    def checkpoints(self) -> int:
+        """Checkpoints the server has begun since its statistics were reset."""
+        with self._connect() as pg:
+            try:  # PostgreSQL 17 and later
+                row = pg.execute(
+                    "SELECT num_timed + num_requested FROM pg_stat_checkpointer"
+                ).fetchone()
+            except psycopg.errors.UndefinedTable:
+                row = pg.execute(
+                    "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter"
+                ).fetchone()
+        return int(row[0]) if row else 0
+
     @staticmethod
     def backend_cpu_seconds(pids: list[int]) -> float:
         return sum(c for c in (own_cpu_seconds(p) for p in pids) if c == c)
@@ -109,6 +129,7 @@ class PgCpu:
         self.db = db
 
     def start(self) -> None:
+        self.checkpoints = self.server.checkpoints()
         self.before = {p: own_cpu_seconds(p) for p in self.server.backend_pids(self.db)}
         self.aux_before = {p: own_cpu_seconds(p) for p in self.server.aux_pids()}
 
@@ -117,4 +138,9 @@ class PgCpu:
         backends = sum(v - self.before.get(p, 0.0) for p, v in now.items() if v == v)
         aux_now = {p: own_cpu_seconds(p) for p in self.aux_before}
         aux = sum(aux_now[p] - v for p, v in self.aux_before.items() if aux_now[p] == aux_now[p])
-        return {"backends": backends, "aux": aux, "backend_count": float(len(now))}
+        return {
+            "backends": backends,
+            "aux": aux,
+            "backend_count": float(len(now)),
+            "checkpoints": float(self.server.checkpoints() - self.checkpoints),
+        }

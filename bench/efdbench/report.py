@@ -200,4 +200,13 @@ def pg_table(section: dict[str, Any], counts: list[int]) -> str:
     ]
     if growth:
         lines.append("daemon CPU per event ÷ the first count's: " + "; ".join(growth))
+    during = [
+        f"{kind} {n}: {runs[str(n)][f'{kind}_pg_checkpoints']}"
+        for kind in ("ingest", "deliver", "paced", "perdaemon")
+        for n in counts
+        if runs.get(str(n), {}).get(f"{kind}_pg_checkpoints")
+    ]
+    if during:
+        # A checkpoint inside a window makes its backends write whole pages into the WAL.
+        lines.append("checkpoints during a measured window: " + ", ".join(during))
     return "\n".join(lines)
