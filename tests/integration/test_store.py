@@ -743,6 +743,49 @@ def test_postgresql_outcome_update_finds_its_row_by_primary_key(
     assert any(index == "deliveries_pkey" for _, _, index in scans), scans
 
 
+def test_postgresql_plans_each_outcome_update_for_the_table_as_it_is_then(
+    store: Store, db_url: str
+) -> None:
+    """A plan cached while the table was small is not used once it is large. psycopg
+    prepares a statement after its fifth execution, and PostgreSQL may then keep one generic
+    plan for it: made on a fresh database, that plan hashed the batch against a scan of
+    every delivery, for every batch, as the table grew (no statistics came to replace it
+    with autovacuum off)."""
+    if store.backend.name == "sqlite":
+        pytest.skip("PostgreSQL's plans")
+    _fill_unanalyzed(db_url, 10)
+    [claimed] = store.queue.claim("d", 1, owner="t", now=1.0, lease_until=100.0)
+    outcome = outcome_row(claimed.delivery_id, token=claimed.lease_token)
+    statement, params = _captured(
+        store, "UPDATE deliveries", lambda: store.queue.record([outcome], [])
+    )
+    order = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", statement)))
+    prepared = re.sub(r"%\((\w+)\)s", lambda m: f"${order.index(m.group(1)) + 1}", statement)
+    # On a connection of efd's own engine, as its writer runs the statement: executed while
+    # the table holds ten rows, then explained once it holds twenty thousand.
+    with store.database.writer.connect() as conn:
+        pg = conn.connection.driver_connection
+        args = ", ".join(psql.Literal(params[name]).as_string(pg) for name in order)
+        pg.execute(f"PREPARE q AS {prepared}")
+        for _ in range(10):
+            pg.execute(f"EXECUTE q({args})")
+        pg.execute(
+            "INSERT INTO deliveries (message_pk, destination, status, attempts, created_at,"
+            " next_attempt_at) SELECT 1, 'd', 'pending', 0, 0, 0 FROM generate_series(1, 20000)"
+        )
+        [(plan,)] = pg.execute(f"EXPLAIN (FORMAT JSON) EXECUTE q({args})").fetchall()
+        pg.execute("DEALLOCATE q")
+        conn.rollback()
+    nodes, todo = [], [plan[0]["Plan"]]
+    while todo:
+        node = todo.pop()
+        nodes.append(node)
+        todo.extend(node.get("Plans", []))
+    scans = {(n["Node Type"], n.get("Relation Name"), n.get("Index Name")) for n in nodes}
+    assert not any(kind == "Seq Scan" for kind, _, _ in scans), scans
+    assert any(index == "deliveries_pkey" for _, _, index in scans), scans
+
+
 def test_a_large_batch_keeps_each_message_with_its_body_and_deliveries(store, db_url):
     rows = [
         dataclasses.replace(
