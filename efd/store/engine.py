@@ -58,7 +58,6 @@ def make_engine(
     if not is_sqlite(parsed):
         engine = create_engine(parsed, pool_size=pool_size, max_overflow=pool_size)
         _ping_when_idle(engine)
-        _plan_each_execution(engine)
         return engine
     path = sqlite_path(parsed)
     if path is not None:
@@ -88,20 +87,6 @@ def make_engine(
         connection.exec_driver_sql("BEGIN IMMEDIATE" if writer else "BEGIN")
 
     return engine
-
-
-def _plan_each_execution(engine: Engine) -> None:
-    """Plan every execution of a prepared statement for its parameters and the tables as
-    they are then. psycopg prepares a statement after its fifth execution, and PostgreSQL
-    may then keep one generic plan for it: made while a table is small (a fresh database),
-    that plan scans the whole table, and it stays as the table grows until ANALYZE replaces
-    it, which with autovacuum off never comes. A SET, not a startup option: PgBouncer
-    refuses startup options it does not know."""
-
-    @event.listens_for(engine, "connect")
-    def _custom_plans(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.execute("SET plan_cache_mode = force_custom_plan")
-        dbapi_connection.commit()
 
 
 def _ping_when_idle(engine: Engine) -> None:

@@ -163,6 +163,11 @@ _MESSAGE_FIELDS = text(
     " WHERE id = ANY(CAST(:ids AS BIGINT[]))"
 )
 _NOTIFY = text("SELECT pg_notify(:channel, '')")
+# One round trip for both settings, for this transaction only.
+_BOOKKEEPING = (
+    "SELECT set_config('synchronous_commit', 'off', true),"
+    " set_config('enable_seqscan', 'off', true)"
+)
 
 
 class PostgresBackend:
@@ -188,9 +193,14 @@ class PostgresBackend:
     @contextmanager
     def bookkeeping(self, writer: Engine) -> Iterator[Connection]:
         """Claims and outcomes commit without waiting for the WAL's flush: one lost in a
-        crash of the server costs a delivery sent twice, never a message."""
+        crash of the server costs a delivery sent twice, never a message.
+
+        Their statements find rows by index, and are planned with sequential scans off: a
+        plan PostgreSQL caches (generic, after psycopg prepares a statement at its fifth
+        execution) is kept as the table grows, and one made while `deliveries` held a few
+        rows scanned the whole table for every batch of outcomes from then on."""
         with writer.begin() as conn:
-            conn.exec_driver_sql("SET LOCAL synchronous_commit = off")
+            conn.exec_driver_sql(_BOOKKEEPING)
             yield conn
 
     def insert(self, table: Table) -> Any:
