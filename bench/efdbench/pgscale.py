@@ -143,16 +143,13 @@ def _ingest(bench: Bench, server: PgServer, n: int) -> dict[str, Any]:
 
 
 def _deliver(
-    bench: Bench, server: PgServer, n: int, rate: float | None = None, each: float | None = None
+    bench: Bench, server: PgServer, n: int, rate: float | None = None, kind: str = "deliver"
 ) -> dict[str, Any]:
     """Sustained delivery with `n` daemons: flat out (the ingesting clients held back only
     by the delivery window), or with `rate` a steady offered load of that many events/s
-    (`each`: the load per daemon it was made of, for the perdaemon phase's name)."""
+    (the phase named `kind`)."""
     plan = bench.plan
     port = bench.receiver.hello["port"]
-    kind = "deliver" if rate is None else "paced"
-    if rate is not None and each is not None:
-        kind = "perdaemon"
     db, daemons = _start_daemons(
         bench, server, n, f"{kind}{n}", _DELIVER, f"http://127.0.0.1:{port}/hook"
     )
@@ -247,9 +244,9 @@ def run_postgresql(bench: Bench, server: PgServer, counts: list[int]) -> dict[st
                     )
                     each = section["perdaemon_offered_per_s"] = round(paced / max(counts), -2)
             elif kind == "paced" and paced:
-                info = _deliver(bench, server, n, paced)
+                info = _deliver(bench, server, n, paced, kind)
             elif kind == "perdaemon" and each:
-                info = _deliver(bench, server, n, each * n, each)
+                info = _deliver(bench, server, n, each * n, kind)
             else:
                 continue
             for key in _FIGURE_KEYS:
