@@ -122,6 +122,11 @@ _PG_COLUMNS = (
 )
 
 
+def _by_count(runs: dict[str, Any], counts: list[int], key: str) -> str:
+    """'1 daemons x, 2 daemons y, …': one figure of each daemon count that ran."""
+    return ", ".join(f"{n} daemons {fmt(runs[str(n)].get(key))}" for n in counts if str(n) in runs)
+
+
 def pg_table(section: dict[str, Any], counts: list[int]) -> str:
     """The PostgreSQL figures: the database's own limits, then one row per figure and
     number of daemons."""
@@ -169,11 +174,7 @@ def pg_table(section: dict[str, Any], counts: list[int]) -> str:
         # The same load for every daemon count: CPU per event without saturation's effects.
         lines.append(
             f"paced: {fmt(offered)} events/s offered to every daemon count; handed over "
-            + ", ".join(
-                f"{n} daemons {fmt(runs[str(n)].get('paced_handed_over_share'))}"
-                for n in counts
-                if str(n) in runs
-            )
+            + _by_count(runs, counts, "paced_handed_over_share")
         )
     each = section.get("perdaemon_offered_per_s")
     if each:
@@ -182,19 +183,10 @@ def pg_table(section: dict[str, Any], counts: list[int]) -> str:
             f"perdaemon: {fmt(each)} events/s offered per daemon ("
             + ", ".join(f"{n} daemons {fmt(each * n)}" for n in counts if str(n) in runs)
             + "); handed over "
-            + ", ".join(
-                f"{n} daemons {fmt(runs[str(n)].get('perdaemon_handed_over_share'))}"
-                for n in counts
-                if str(n) in runs
-            )
+            + _by_count(runs, counts, "perdaemon_handed_over_share")
         )
     growth = [
-        f"{kind} "
-        + ", ".join(
-            f"{n} daemons {fmt(runs[str(n)].get(f'{kind}_daemon_cpu_growth'))}"
-            for n in counts
-            if str(n) in runs
-        )
+        f"{kind} " + _by_count(runs, counts, f"{kind}_daemon_cpu_growth")
         for kind in ("deliver", "paced", "perdaemon")
         if any(runs[str(n)].get(f"{kind}_daemon_cpu_growth") for n in counts if str(n) in runs)
     ]
