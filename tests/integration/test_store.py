@@ -644,7 +644,7 @@ def _plan_nodes(db_url: str, statement: str, params: dict, *, generic: bool) -> 
     """EXPLAIN of a statement as a prepared statement, the way psycopg runs a statement it has
     seen often; with `generic`, under plan_cache_mode = force_generic_plan (the plan
     PostgreSQL may cache and reuse whatever the parameters)."""
-    order = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", statement)))
+    order = _parameter_order(statement)
     prepared = re.sub(r"%\((\w+)\)s", lambda m: f"${order.index(m.group(1)) + 1}", statement)
     with psycopg.connect(
         normalise_url(db_url).set(drivername="postgresql").render_as_string(False)
@@ -655,6 +655,16 @@ def _plan_nodes(db_url: str, statement: str, params: dict, *, generic: bool) -> 
         args = ", ".join(psql.Literal(params[name]).as_string(pg) for name in order)
         [(plan,)] = pg.execute(f"EXPLAIN (FORMAT JSON) EXECUTE q({args})").fetchall()
         pg.rollback()
+    return _nodes(plan)
+
+
+def _parameter_order(statement: str) -> list[str]:
+    """The names of a psycopg statement's %(name)s parameters, in order of first use."""
+    return list(dict.fromkeys(re.findall(r"%\((\w+)\)s", statement)))
+
+
+def _nodes(plan: Any) -> list[dict]:
+    """Every node of an EXPLAIN (FORMAT JSON) plan."""
     nodes, todo = [], [plan[0]["Plan"]]
     while todo:
         node = todo.pop()
@@ -765,7 +775,7 @@ def test_postgresql_outcome_update_planned_on_a_small_table_still_probes_the_key
         "INSERT INTO deliveries (message_pk, destination, status, attempts, created_at,"
         " next_attempt_at) SELECT 1, 'd', 'pending', 0, 0, 0 FROM generate_series(1, 20000)",
     )
-    order = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", statement)))
+    order = _parameter_order(statement)
     with store.database.bookkeeping() as conn:  # efd's writer connection, as it records
         pg = conn.connection.driver_connection
         [(name,)] = pg.execute(
@@ -773,11 +783,7 @@ def test_postgresql_outcome_update_planned_on_a_small_table_still_probes_the_key
         ).fetchall()
         args = ", ".join(psql.Literal(params[key]).as_string(pg) for key in order)
         [(plan,)] = pg.execute(f"EXPLAIN (FORMAT JSON) EXECUTE {name}({args})").fetchall()
-    nodes, todo = [], [plan[0]["Plan"]]
-    while todo:
-        node = todo.pop()
-        nodes.append(node)
-        todo.extend(node.get("Plans", []))
+    nodes = _nodes(plan)
     scans = {(n["Node Type"], n.get("Relation Name"), n.get("Index Name")) for n in nodes}
     assert not any(kind == "Seq Scan" for kind, _, _ in scans), scans
     assert any(index == "deliveries_pkey" for _, _, index in scans), scans
