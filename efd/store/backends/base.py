@@ -8,10 +8,11 @@ the backend only where a dialect needs its own path; they never test the dialect
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
 from sqlalchemy import Column, ColumnElement, Connection, Engine, ScalarSelect, Table
+from sqlalchemy.exc import DBAPIError
 
 from efd.rows import AttemptRow, Outcome
 from efd.store.statements import hooks_json
@@ -170,6 +171,24 @@ ATTEMPT_COLUMNS = (
     "error",
     "response_head",
 )
+
+
+@contextmanager
+def driver_cursor(conn: Connection, errors: type[Exception]) -> Iterator[Any]:
+    """A cursor of the driver's own inside `conn`'s transaction, for the statements on the
+    hot path: SQLAlchemy's work per execution costs more than these statements' own.
+
+    The driver's `errors` are raised as SQLAlchemy raises them for every other statement, so
+    the store's edge (efd/store/database.py) classifies them all alike. A connection such an
+    error left broken is invalidated when the transaction rolls back (SQLAlchemy's dialect
+    checks the driver's connection then), so the pool never hands it out again."""
+    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    try:
+        yield cursor
+    except errors as error:
+        raise DBAPIError.instance(None, None, error, errors) from error
+    finally:
+        cursor.close()
 
 
 def chunked(items: Sequence[Any], size: int = 500) -> Iterator[Sequence[Any]]:

@@ -44,7 +44,6 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import DBAPIError
 
 from efd.rows import AttemptRow, DeliveryStatus, Outcome
 from efd.store.backends.base import (
@@ -52,6 +51,7 @@ from efd.store.backends.base import (
     DELIVERY_COLUMNS,
     MESSAGE_COLUMNS,
     chunked,
+    driver_cursor,
     outcome_values,
 )
 from efd.store.dedupe import WINDOW_SECONDS
@@ -113,21 +113,6 @@ def compiled(
         done = build().compile(dialect=_SQLITE, compile_kwargs={"render_postcompile": True})
         cached = _compiled[key] = (str(done), list(done.positiontup or []), dict(done.params))
     return cached
-
-
-@contextmanager
-def driver_cursor(conn: Connection) -> Iterator[Any]:
-    """A sqlite3 cursor inside `conn`'s transaction, for the statements on the hot path.
-
-    The driver's errors are raised as SQLAlchemy raises them for every other statement, so
-    the store's edge (efd/store/database.py) classifies them all alike."""
-    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-    try:
-        yield cursor
-    except sqlite3.Error as error:
-        raise DBAPIError.instance(None, None, error, sqlite3.Error) from error
-    finally:
-        cursor.close()
 
 
 def _positional(params: dict[str, Any], order: list[str], fixed: dict[str, Any]) -> tuple[Any, ...]:
@@ -300,7 +285,7 @@ class SqliteBackend:
         self, conn: Connection, key: str, statement: Any, params: list[dict[str, Any]]
     ) -> list[tuple[Any, ...]]:
         sql, order, fixed = compiled((key,), lambda: statement)
-        with driver_cursor(conn) as cursor:
+        with driver_cursor(conn, sqlite3.Error) as cursor:
             if len(params) == 1:
                 return list(cursor.execute(sql, _positional(params[0], order, fixed)))
             cursor.executemany(sql, [_positional(p, order, fixed) for p in params])
@@ -310,7 +295,7 @@ class SqliteBackend:
         self, conn: Connection, key: str, build: Callable[[], Any], params: list[Any]
     ) -> list[Any]:
         sql, _, _ = compiled((key, len(params)), build)
-        with driver_cursor(conn) as cursor:
+        with driver_cursor(conn, sqlite3.Error) as cursor:
             rows: list[Any] = cursor.execute(sql, params).fetchall()
             if len(cursor.description) == 1:
                 return [row[0] for row in rows]
@@ -377,7 +362,7 @@ class SqliteBackend:
         first = (last or 0) + 1
         ids = range(first, first + len(rows))
         ensure(conn, now, WINDOW_SECONDS)
-        with driver_cursor(conn) as cursor:
+        with driver_cursor(conn, sqlite3.Error) as cursor:
             insert_many(
                 cursor,
                 messages,
@@ -398,7 +383,7 @@ class SqliteBackend:
         self, conn: Connection, rows: Sequence[tuple[Any, ...]], *, numbered: bool = False
     ) -> Sequence[int]:
         if not numbered:
-            with driver_cursor(conn) as cursor:
+            with driver_cursor(conn, sqlite3.Error) as cursor:
                 insert_many(cursor, deliveries, DELIVERY_COLUMNS, list(rows))
             return ()
         # The only writer numbers the rows itself, as insert_messages does.
@@ -406,7 +391,7 @@ class SqliteBackend:
             conn, "last-delivery-id", lambda: select(func.max(deliveries.c.id)), []
         )
         ids = range((last or 0) + 1, (last or 0) + 1 + len(rows))
-        with driver_cursor(conn) as cursor:
+        with driver_cursor(conn, sqlite3.Error) as cursor:
             insert_many(
                 cursor,
                 deliveries,
@@ -416,7 +401,7 @@ class SqliteBackend:
         return ids
 
     def insert_attempts(self, conn: Connection, rows: Sequence[AttemptRow]) -> None:
-        with driver_cursor(conn) as cursor:
+        with driver_cursor(conn, sqlite3.Error) as cursor:
             insert_many(cursor, attempts, ATTEMPT_COLUMNS, [_attempt_fields(a) for a in rows])
 
     def record_outcomes(self, conn: Connection, outcomes: Sequence[Outcome]) -> int:
@@ -425,7 +410,7 @@ class SqliteBackend:
         # matches at most one delivery (id and token), so the rows changed are the outcomes
         # applied.
         rows = [outcome_values(o) for o in outcomes]
-        with driver_cursor(conn) as cursor:
+        with driver_cursor(conn, sqlite3.Error) as cursor:
             return _in_chunks(cursor, rows, _record_outcomes_sql)
 
     def notify(self, conn: Connection) -> None:
