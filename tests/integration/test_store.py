@@ -623,19 +623,29 @@ def test_migrated_schema_matches_the_tables_efd_uses(db_url):
 
 
 def _captured(store: Store, needle: str, action: Callable[[], object]) -> tuple[str, dict]:
-    """The first statement containing `needle` that `action` makes the store execute, with
-    its parameters (the first set, for an executemany)."""
+    """The first statement containing `needle` that `action` makes the store execute on
+    psycopg's cursors (SQLAlchemy's and the backend's own), with its parameters."""
     seen: list[tuple[str, dict]] = []
 
-    def capture(_conn, _cursor, statement, parameters, _context, _many):  # type: ignore[no-untyped-def]
-        if needle in statement and not seen:
-            seen.append((statement, parameters[0] if isinstance(parameters, list) else parameters))
+    class Recording(psycopg.Cursor):  # type: ignore[type-arg]
+        def execute(self, query, params=None, **kwargs):  # type: ignore[no-untyped-def]
+            if needle in str(query) and not seen:
+                seen.append((str(query), params))
+            return super().execute(query, params, **kwargs)
 
-    event.listen(store.database.writer, "before_cursor_execute", capture)
+    touched: list[Any] = []
+
+    def record(dbapi_connection, _record, _proxy):  # type: ignore[no-untyped-def]
+        dbapi_connection.cursor_factory = Recording
+        touched.append(dbapi_connection)
+
+    event.listen(store.database.writer.pool, "checkout", record)
     try:
         action()
     finally:
-        event.remove(store.database.writer, "before_cursor_execute", capture)
+        event.remove(store.database.writer.pool, "checkout", record)
+        for dbapi_connection in touched:
+            dbapi_connection.cursor_factory = psycopg.Cursor
     assert seen, f"no statement with {needle!r} was executed"
     return seen[0]
 

@@ -10,12 +10,14 @@ import pytest
 from sqlalchemy import make_url, text
 
 from efd.errors import StoreError, StoreUnavailable
+from efd.rows import NewMessage
 from efd.store import Store, engine, migrate
 from efd.store.health import HealthStore
 from efd.store.regulations import RegulationsStore
 from efd.store.runner import AsyncStore
 from efd.store.suppressions import Suppressions
 from tests.conftest import PG_ADMIN_URL
+from tests.support.rows import outcome_row
 
 
 @pytest.fixture
@@ -112,3 +114,52 @@ def test_a_connection_dropped_while_busy_fails_one_call_then_reconnects(  # type
     with pytest.raises(StoreUnavailable):
         health.ping()
     health.ping()  # the failure invalidated the pool: a new session
+
+
+def _message(mid: str) -> NewMessage:
+    now = time.time()
+    return NewMessage(
+        source="web",
+        message_id=mid,
+        type="track",
+        user_id="u",
+        anonymous_id=None,
+        event="E",
+        timestamp=now,
+        received_at=now,
+        body='{"type":"track"}',
+        destinations=("d",),
+    )
+
+
+@pytest.mark.parametrize("step", ["ingest", "claim", "record"])
+def test_a_session_ended_under_a_hot_statement_fails_one_call_then_reconnects(  # type: ignore[no-untyped-def]
+    store, db_url, monkeypatch, step
+) -> None:
+    """Ingestion, claims and outcomes run on the driver's own cursor: a session the server
+    ended is StoreUnavailable for that call, as for any other statement, and the next call
+    gets a new session, not the dead one back from the pool."""
+    if store.backend.name == "sqlite":
+        pytest.skip("PostgreSQL's sessions")
+    monkeypatch.setattr(engine, "PING_AFTER_IDLE", 3600.0)  # in steady use: no ping
+    now = time.time()
+    store.ingestion.insert_messages([_message("m1"), _message("m2")], now)
+    [claimed] = store.queue.claim("d", 1, owner="t", now=now, lease_until=now + 60)
+    calls = {
+        "ingest": lambda n: store.ingestion.insert_messages([_message(f"new{n}")], now),
+        "claim": lambda n: store.queue.claim("d", 1, owner="t", now=now, lease_until=now + 60),
+        "record": lambda n: store.queue.record(
+            [outcome_row(claimed.delivery_id, token=claimed.lease_token)], []
+        ),
+    }
+    _end_sessions(store, db_url)
+    with pytest.raises(StoreUnavailable):
+        calls[step](1)
+    calls[step](2)  # a new session: the failure invalidated the dead one
+    done = {
+        "ingest": "SELECT count(*) FROM messages WHERE message_id = 'new2'",
+        "claim": "SELECT count(*) FROM deliveries WHERE lease_owner = 't'",
+        "record": "SELECT count(*) FROM deliveries WHERE status = 'delivered'",
+    }
+    with psycopg.connect(db_url) as conn:
+        assert conn.execute(done[step]).fetchall() == [(1 if step != "claim" else 2,)]
