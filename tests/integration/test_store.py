@@ -32,6 +32,7 @@ from efd.store.queue import MESSAGE_GONE
 from efd.store.schema import metadata, suppressions
 from efd.store.suppressions import Suppressions
 from tests.conftest import sql
+from tests.support.rows import new_message as message
 from tests.support.rows import outcome_row
 
 
@@ -41,22 +42,6 @@ def store(db_url):  # type: ignore[no-untyped-def]
     s = Store(db_url)
     yield s
     s.dispose()
-
-
-def message(mid: str, source: str = "web", destinations: tuple[str, ...] = ("d",)) -> NewMessage:
-    now = time.time()
-    return NewMessage(
-        source=source,
-        message_id=mid,
-        type="track",
-        user_id="u",
-        anonymous_id=None,
-        event="E",
-        timestamp=now,
-        received_at=now,
-        body='{"type":"track"}',
-        destinations=destinations,
-    )
 
 
 def test_insert_stores_messages_and_one_delivery_per_destination(store, db_url):

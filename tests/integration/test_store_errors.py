@@ -10,14 +10,13 @@ import pytest
 from sqlalchemy import make_url, text
 
 from efd.errors import StoreError, StoreUnavailable
-from efd.rows import NewMessage
 from efd.store import Store, engine, migrate
 from efd.store.health import HealthStore
 from efd.store.regulations import RegulationsStore
 from efd.store.runner import AsyncStore
 from efd.store.suppressions import Suppressions
 from tests.conftest import PG_ADMIN_URL
-from tests.support.rows import outcome_row
+from tests.support.rows import new_message, outcome_row
 
 
 @pytest.fixture
@@ -116,22 +115,6 @@ def test_a_connection_dropped_while_busy_fails_one_call_then_reconnects(  # type
     health.ping()  # the failure invalidated the pool: a new session
 
 
-def _message(mid: str) -> NewMessage:
-    now = time.time()
-    return NewMessage(
-        source="web",
-        message_id=mid,
-        type="track",
-        user_id="u",
-        anonymous_id=None,
-        event="E",
-        timestamp=now,
-        received_at=now,
-        body='{"type":"track"}',
-        destinations=("d",),
-    )
-
-
 @pytest.mark.parametrize("step", ["ingest", "claim", "record"])
 def test_a_session_ended_under_a_hot_statement_fails_one_call_then_reconnects(  # type: ignore[no-untyped-def]
     store, db_url, monkeypatch, step
@@ -143,10 +126,10 @@ def test_a_session_ended_under_a_hot_statement_fails_one_call_then_reconnects(  
         pytest.skip("PostgreSQL's sessions")
     monkeypatch.setattr(engine, "PING_AFTER_IDLE", 3600.0)  # in steady use: no ping
     now = time.time()
-    store.ingestion.insert_messages([_message("m1"), _message("m2")], now)
+    store.ingestion.insert_messages([new_message("m1"), new_message("m2")], now)
     [claimed] = store.queue.claim("d", 1, owner="t", now=now, lease_until=now + 60)
     calls = {
-        "ingest": lambda n: store.ingestion.insert_messages([_message(f"new{n}")], now),
+        "ingest": lambda n: store.ingestion.insert_messages([new_message(f"new{n}")], now),
         "claim": lambda n: store.queue.claim("d", 1, owner="t", now=now, lease_until=now + 60),
         "record": lambda n: store.queue.record(
             [outcome_row(claimed.delivery_id, token=claimed.lease_token)], []

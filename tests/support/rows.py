@@ -2,7 +2,28 @@
 
 from __future__ import annotations
 
-from efd.rows import DeliveryStatus, Outcome
+import time
+
+from efd.rows import DeliveryStatus, NewMessage, Outcome
+
+
+def new_message(
+    mid: str, source: str = "web", destinations: tuple[str, ...] = ("d",)
+) -> NewMessage:
+    """A track message received now, for `destinations`."""
+    now = time.time()
+    return NewMessage(
+        source=source,
+        message_id=mid,
+        type="track",
+        user_id="u",
+        anonymous_id=None,
+        event="E",
+        timestamp=now,
+        received_at=now,
+        body='{"type":"track"}',
+        destinations=destinations,
+    )
 
 
 def outcome_row(
