@@ -17,7 +17,7 @@ from sqlalchemy import select
 
 from efd.delivery.dispatcher import Deliveries
 from efd.delivery.handoff import Grant, Room
-from efd.rows import AttemptRow, Claimed, DeliveryStatus, NewMessage, Outcome
+from efd.rows import AttemptRow, Claimed, DeliveryStatus, Outcome
 from efd.rules.lanes import Lanes
 from efd.store import Steps, Store, migrate
 from efd.store.ingestion import Handoff
@@ -25,6 +25,7 @@ from efd.store.runner import AsyncDeliveries, AsyncStore
 from efd.store.schema import deliveries
 from tests.conftest import pg_database
 from tests.support.memory import MemoryDeliveries
+from tests.support.rows import new_message
 
 T = 1_000_000.0  # the twin's clock; every time below is relative to it
 LEASE = 60.0
@@ -76,18 +77,7 @@ def _real(url: str) -> tuple[Queue, AsyncStore]:
         handoff: Handoff | None = None,
     ) -> list[int]:
         rows = [
-            NewMessage(
-                source="web",
-                message_id=f"m{next(numbers)}",
-                type="track",
-                user_id=user,
-                anonymous_id=None,
-                event="E",
-                timestamp=at,
-                received_at=at,
-                body='{"type":"track"}',
-                destinations=(destination,),
-            )
+            new_message(f"m{next(numbers)}", destinations=(destination,), user=user, received_at=at)
             for _ in range(count)
         ]
         await db.write(store.ingestion.insert_messages, rows, at, handoff=handoff)

@@ -17,6 +17,7 @@ from efd.rules.lanes import Lanes
 from efd.store import Steps, Store, migrate
 from efd.store.operations import OperationsStore
 from tests.conftest import sql
+from tests.support.rows import new_message
 
 ORDERED, PLAIN = "crm", "log"
 
@@ -53,18 +54,8 @@ def message(
     destinations: tuple[str, ...] = (ORDERED,),
     received_at: float | None = None,
 ) -> NewMessage:
-    now = time.time() if received_at is None else received_at
-    return NewMessage(
-        source="web",
-        message_id=mid,
-        type="track",
-        user_id=user,
-        anonymous_id=anonymous,
-        event="E",
-        timestamp=now,
-        received_at=now,
-        body='{"type":"track"}',
-        destinations=destinations,
+    return new_message(
+        mid, destinations=destinations, user=user, anonymous=anonymous, received_at=received_at
     )
 
 

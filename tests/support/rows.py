@@ -8,16 +8,22 @@ from efd.rows import DeliveryStatus, NewMessage, Outcome
 
 
 def new_message(
-    mid: str, source: str = "web", destinations: tuple[str, ...] = ("d",)
+    mid: str,
+    source: str = "web",
+    destinations: tuple[str, ...] = ("d",),
+    *,
+    user: str | None = "u",
+    anonymous: str | None = None,
+    received_at: float | None = None,
 ) -> NewMessage:
-    """A track message received now, for `destinations`."""
-    now = time.time()
+    """A track message received at `received_at` (default now), for `destinations`."""
+    now = time.time() if received_at is None else received_at
     return NewMessage(
         source=source,
         message_id=mid,
         type="track",
-        user_id="u",
-        anonymous_id=None,
+        user_id=user,
+        anonymous_id=anonymous,
         event="E",
         timestamp=now,
         received_at=now,
