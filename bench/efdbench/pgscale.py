@@ -143,22 +143,30 @@ def _ingest(bench: Bench, server: PgServer, n: int) -> dict[str, Any]:
 
 
 def _deliver(
-    bench: Bench, server: PgServer, n: int, rate: float | None = None, kind: str = "deliver"
+    bench: Bench,
+    server: PgServer,
+    n: int,
+    rate: float | None = None,
+    kind: str = "deliver",
+    *,
+    again: bool = False,
 ) -> dict[str, Any]:
     """Sustained delivery with `n` daemons: flat out (the ingesting clients held back only
     by the delivery window), or with `rate` a steady offered load of that many events/s
-    (the phase named `kind`)."""
+    (the phase named `kind`; `again`: its second pass, with names of its own)."""
     plan = bench.plan
     port = bench.receiver.hello["port"]
+    label = f"{kind}_again" if again else kind
+    prefix = f"p{kind[:2]}{n}{'b' if again else ''}"
     db, daemons = _start_daemons(
-        bench, server, n, f"{kind}{n}", _DELIVER, f"http://127.0.0.1:{port}/hook"
+        bench, server, n, f"{label}{n}", _DELIVER, f"http://127.0.0.1:{port}/hook"
     )
     ports = [d.port for d in daemons]
     total = plan.deliver_warmup_seconds + plan.deliver_seconds
     try:
         bench.receiver.call("reset")
         measure = _Measure(daemons, PgCpu(server, db))
-        with bench.phase(f"pg_{kind}_{n}", daemons=[d.pid for d in daemons]) as info:
+        with bench.phase(f"pg_{label}_{n}", daemons=[d.pid for d in daemons]) as info:
             # The CPU window starts after the warm-up, like the rate's: the sampler's
             # figures are read at the same moments.
             out: dict[str, Any] = {}
@@ -168,7 +176,7 @@ def _deliver(
                 out.update(
                     bench.ingest_job(
                         ports[0], ports=ports, clients=plan.deliver_clients, seconds=total,
-                        prefix=f"p{kind[:2]}{n}", window=plan.deliver_window, sample_every=0.25,
+                        prefix=prefix, window=plan.deliver_window, sample_every=0.25,
                         rate=rate,
                     )
                 )  # fmt: skip
@@ -224,44 +232,91 @@ _FIGURE_KEYS = (
 )
 
 
+# Flat-out delivery and the load per daemon run twice, the counts up and then down, around
+# the paced phases (deliver 1 2 3, perdaemon 1 2 3, paced 1 2 3, perdaemon 3 2 1, deliver
+# 3 2 1): each count's two phases then sit, on average, at the same moment of the run, so a
+# machine that speeds up or slows down as the run goes (the INSERT limit has moved by a
+# third within one run) does not decide whether more daemons deliver more. Their figures
+# are the mean of the two passes; each pass's rate and growth are kept beside it.
+_BOTH_WAYS = ("deliver", "perdaemon")
+# Averaged over the passes; the lost and the duplicates are summed.
+_MEAN_KEYS = (*_FIGURE_KEYS, "handed_over_share", "window_fill")
+
+
+def schedule(counts: list[int]) -> list[tuple[str, int]]:
+    """The phases in the order they run: (kind, daemon count)."""
+    up, down = list(counts), list(reversed(counts))
+    order = [("ingest", n) for n in up]
+    order += [("deliver", n) for n in up] + [("perdaemon", n) for n in up]
+    order += [("paced", n) for n in up]
+    if len(counts) > 1:
+        order += [("perdaemon", n) for n in down] + [("deliver", n) for n in down]
+    return order
+
+
+def combined(passes: list[dict[str, Any]]) -> dict[str, Any]:
+    """One phase's figures from its passes: the mean of each (the sum of losses and
+    duplicates), and each pass's rate as `events_per_s_each`."""
+    if len(passes) == 1:
+        return passes[0]
+    out: dict[str, Any] = {}
+    for key in _MEAN_KEYS:
+        values = [p[key] for p in passes if p.get(key) is not None]
+        out[key] = round(sum(values) / len(values), 3) if values else None
+    for key in ("lost", "duplicates"):
+        values = [p[key] for p in passes if p.get(key) is not None]
+        out[key] = sum(values) if values else None
+    out["events_per_s_each"] = [p.get("events_per_s") for p in passes]
+    out["daemon_cpu_us_per_event_each"] = [p.get("daemon_cpu_us_per_event") for p in passes]
+    return out
+
+
+def _entry(kind: str, info: dict[str, Any]) -> dict[str, Any]:
+    """`info`'s figures under the keys results.json gives them, for one daemon count."""
+    entry = {f"{kind}_{key}": info.get(key) for key in _FIGURE_KEYS}
+    busy = (info.get("daemon_cpu_us_per_event") or 0) + (info.get("pg_cpu_us_per_event") or 0)
+    # What one core buys: the basis for sizing a larger host.
+    entry[f"{kind}_events_per_core_s"] = round(1e6 / busy, 1) if busy else None
+    if kind != "ingest":
+        for key in ("lost", "duplicates", "handed_over_share", "window_fill"):
+            entry[f"{kind}_{key}"] = info.get(key)
+    for key in ("events_per_s_each", "daemon_cpu_us_per_event_each"):
+        if key in info:
+            entry[f"{kind}_{key}"] = info[key]
+    return entry
+
+
 def run_postgresql(bench: Bench, server: PgServer, counts: list[int]) -> dict[str, Any]:
     """The `postgresql` section of results.json."""
     section: dict[str, Any] = {"server": server.settings()}
     section.update(_limits(bench, server))
-    runs: dict[str, Any] = {}
+    passes: dict[tuple[str, int], list[dict[str, Any]]] = {}
     paced: float | None = None  # set by the first count's flat-out delivery
     each: float | None = None
-    for n in counts:
-        entry: dict[str, Any] = {}
-        for kind in ("ingest", "deliver", "paced", "perdaemon"):
-            if kind == "ingest" and "ingest" in bench.only:
-                info = _ingest(bench, server, n)
-            elif kind == "deliver" and "deliver" in bench.only:
-                info = _deliver(bench, server, n)
-                if paced is None and info.get("events_per_s"):
-                    paced = section["paced_offered_per_s"] = round(
-                        _PACED_SHARE * info["events_per_s"], -2
-                    )
-                    each = section["perdaemon_offered_per_s"] = round(paced / max(counts), -2)
-            elif kind == "paced" and paced:
-                info = _deliver(bench, server, n, paced, kind)
-            elif kind == "perdaemon" and each:
-                info = _deliver(bench, server, n, each * n, kind)
-            else:
-                continue
-            for key in _FIGURE_KEYS:
-                entry[f"{kind}_{key}"] = info.get(key)
-            busy = (info.get("daemon_cpu_us_per_event") or 0) + (
-                info.get("pg_cpu_us_per_event") or 0
-            )
-            # What one core buys: the basis for sizing a larger host.
-            entry[f"{kind}_events_per_core_s"] = round(1e6 / busy, 1) if busy else None
-            if kind != "ingest":
-                entry[f"{kind}_lost"] = info.get("lost")
-                entry[f"{kind}_duplicates"] = info.get("duplicates")
-                entry[f"{kind}_handed_over_share"] = info.get("handed_over_share")
-                entry[f"{kind}_window_fill"] = info.get("window_fill")
-        runs[str(n)] = entry
+    ran: list[str] = []
+    for kind, n in schedule(counts):
+        again = (kind, n) in passes
+        if kind == "ingest" and "ingest" in bench.only:
+            info = _ingest(bench, server, n)
+        elif kind == "deliver" and "deliver" in bench.only:
+            info = _deliver(bench, server, n, again=again)
+            if paced is None and info.get("events_per_s"):
+                paced = section["paced_offered_per_s"] = round(
+                    _PACED_SHARE * info["events_per_s"], -2
+                )
+                each = section["perdaemon_offered_per_s"] = round(paced / max(counts), -2)
+        elif kind == "paced" and paced:
+            info = _deliver(bench, server, n, paced, kind)
+        elif kind == "perdaemon" and each:
+            info = _deliver(bench, server, n, each * n, kind, again=again)
+        else:
+            continue
+        passes.setdefault((kind, n), []).append(info)
+        ran.append(f"{kind} {n}")
+    section["order"] = ran
+    runs: dict[str, Any] = {str(n): {} for n in counts if any(c == n for _, c in passes)}
+    for (kind, n), infos in passes.items():
+        runs[str(n)].update(_entry(kind, combined(infos)))
     # The machine's speed drifts over the minutes the daemons run: the INSERT limit is
     # measured again at the end, and the ratios divide by the mean of both.
     with bench.phase("pg_insert_again") as info:
@@ -287,11 +342,19 @@ def run_postgresql(bench: Bench, server: PgServer, counts: list[int]) -> dict[st
                 entry[f"{kind}_per_daemon_ratio_to_limit"] = round(rate / int(count) / limit, 3)
     first = runs.get(str(counts[0]), {}) if counts else {}
     for entry in runs.values():
-        for kind in ("ingest", "deliver"):
+        for kind in ("ingest", "deliver", "perdaemon"):
             base = first.get(f"{kind}_events_per_s")
             value = entry.get(f"{kind}_events_per_s")
             if base and value is not None:
                 entry[f"{kind}_growth"] = round(value / base, 3)
+        for kind in _BOTH_WAYS:
+            bases = first.get(f"{kind}_events_per_s_each") or []
+            values = entry.get(f"{kind}_events_per_s_each") or []
+            if bases and len(values) == len(bases) and all(bases):
+                entry[f"{kind}_growth_each"] = [
+                    round(v / b, 3) if v is not None else None
+                    for v, b in zip(values, bases, strict=True)
+                ]
         # The goal for the daemons' CPU per event: flat as daemons are added.
         for kind in ("deliver", "paced", "perdaemon"):
             base = first.get(f"{kind}_daemon_cpu_us_per_event")

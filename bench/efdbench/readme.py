@@ -23,7 +23,11 @@ def _x(value: Any, limit: Any) -> str:
 
 def _growth(entry: dict[str, Any], key: str, daemons: str) -> str:
     value = entry.get(key)
-    return f" (× {value:.2f})" if daemons != "1" and value is not None else ""
+    if daemons == "1" or value is None:
+        return ""
+    each = entry.get(f"{key}_each") or []
+    passes = ", ".join(f"× {g:.2f}" for g in each if g is not None)
+    return f" (× {value:.2f}" + (f"; passes {passes}" if len(each) > 1 else "") + ")"
 
 
 def _run(context: dict[str, Any], full: str) -> str:
@@ -93,6 +97,12 @@ def pg_table(section: dict[str, Any]) -> str:
         "rate), the same load for every count; per daemon: "
         f"{_n(section.get('perdaemon_offered_per_s'))} events/s for each daemon, the load "
         "growing with the count."
+        + (
+            " Deliver and per daemon: the mean of two passes, the counts up and then down "
+            "(growth in each pass beside it)."
+            if any("deliver_events_per_s_each" in e for e in section.get("daemons", {}).values())
+            else ""
+        )
     )
     rows = [
         "| daemons | ingest events/s | × limit (per daemon) | µs/event | deliver events/s "

@@ -127,6 +127,15 @@ def _by_count(runs: dict[str, Any], counts: list[int], key: str) -> str:
     return ", ".join(f"{n} daemons {fmt(runs[str(n)].get(key))}" for n in counts if str(n) in runs)
 
 
+def _passes(n: int, entry: dict[str, Any], kind: str) -> str:
+    """'2 daemons 9,100 / 9,500 (x 1.10 / x 1.20)': one count's rate in each pass, and its
+    growth over the first count's in the same pass."""
+    rates = " / ".join(fmt(v) for v in entry[f"{kind}_events_per_s_each"])
+    growth = entry.get(f"{kind}_growth_each")
+    shown = f" (x {' / x '.join(fmt(g) for g in growth)})" if growth and n != 1 else ""
+    return f"{n} daemons {rates}{shown}"
+
+
 def pg_table(section: dict[str, Any], counts: list[int]) -> str:
     """The PostgreSQL figures: the database's own limits, then one row per figure and
     number of daemons."""
@@ -169,6 +178,17 @@ def pg_table(section: dict[str, Any], counts: list[int]) -> str:
     if fills:
         # Near 1: delivery set the rate; well below: the ingesting clients did.
         lines.append("deliver window fill (median undelivered / window): " + ", ".join(fills))
+    for kind in ("deliver", "perdaemon"):
+        passes = [
+            _passes(n, runs[str(n)], kind)
+            for n in counts
+            if runs.get(str(n), {}).get(f"{kind}_events_per_s_each")
+        ]
+        if passes:
+            # Counts up, then down: the mean of a count's two passes is what the rows show.
+            lines.append(
+                f"{kind} events/s in each pass (counts up, then down): " + ", ".join(passes)
+            )
     offered = section.get("paced_offered_per_s")
     if offered:
         # The same load for every daemon count: CPU per event without saturation's effects.
