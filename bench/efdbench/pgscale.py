@@ -81,6 +81,10 @@ class _Measure:
             "machine_cpu_pct": round(busy / elapsed * 100, 1),
             "pg_backends": int(pg["backend_count"]),
             "pg_checkpoints": int(pg["checkpoints"]),
+            # The database's transactions and row writes per event: how much work each
+            # event's share of a batch carries as the daemons' batches shrink.
+            "pg_commits_per_event": round(pg["commits"] * per_event / 1e6, 4),
+            "pg_rows_updated_per_event": round(pg["updated"] * per_event / 1e6, 3),
         }
 
 
@@ -229,6 +233,8 @@ _FIGURE_KEYS = (
     "pg_cpu_pct",
     "machine_cpu_pct",
     "pg_checkpoints",
+    "pg_commits_per_event",
+    "pg_rows_updated_per_event",
 )
 
 

@@ -101,6 +101,18 @@ class PgServer:
         with self._connect() as pg:
             pg.execute("CHECKPOINT")
 
+    def transactions(self, db: str) -> dict[str, int]:
+        """The database's committed transactions and rows written so far, as its backends
+        have reported them (each within about a second of the work)."""
+        with self._connect() as pg:
+            row = pg.execute(
+                "SELECT xact_commit, tup_inserted, tup_updated, tup_deleted"
+                " FROM pg_stat_database WHERE datname = %s",
+                (db,),
+            ).fetchone()
+        keys = ("commits", "inserted", "updated", "deleted")
+        return dict(zip(keys, (int(v or 0) for v in row or (0, 0, 0, 0)), strict=True))
+
     def checkpoints(self) -> int:
         """Checkpoints the server has begun since its statistics were reset."""
         with self._connect() as pg:
@@ -130,6 +142,7 @@ class PgCpu:
 
     def start(self) -> None:
         self.checkpoints = self.server.checkpoints()
+        self.written = self.server.transactions(self.db)
         self.before = {p: own_cpu_seconds(p) for p in self.server.backend_pids(self.db)}
         self.aux_before = {p: own_cpu_seconds(p) for p in self.server.aux_pids()}
 
@@ -138,7 +151,9 @@ class PgCpu:
         backends = sum(v - self.before.get(p, 0.0) for p, v in now.items() if v == v)
         aux_now = {p: own_cpu_seconds(p) for p in self.aux_before}
         aux = sum(aux_now[p] - v for p, v in self.aux_before.items() if aux_now[p] == aux_now[p])
+        written = self.server.transactions(self.db)
         return {
+            **{key: float(written[key] - self.written[key]) for key in written},
             "backends": backends,
             "aux": aux,
             "backend_count": float(len(now)),

@@ -119,6 +119,8 @@ _PG_COLUMNS = (
     ("daemon us/ev", "daemon_cpu_us_per_event"),
     ("pg us/ev", "pg_cpu_us_per_event"),
     ("machine cpu%", "machine_cpu_pct"),
+    ("commits/ev", "pg_commits_per_event"),
+    ("updates/ev", "pg_rows_updated_per_event"),
 )
 
 
