@@ -292,6 +292,19 @@ def _entry(kind: str, info: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
+def _over_first(entry: dict[str, Any], first: dict[str, Any], key: str, name: str) -> None:
+    """Set `entry[name]` to `entry[key]` over the first count's `first[key]`: one figure, or
+    each pass's (a list) where every pass of the first count has one."""
+    value, base = entry.get(key), first.get(key)
+    if isinstance(base, list):
+        if base and all(base) and isinstance(value, list) and len(value) == len(base):
+            entry[name] = [
+                round(v / b, 3) if v is not None else None for v, b in zip(value, base, strict=True)
+            ]
+    elif base and value is not None:
+        entry[name] = round(value / base, 3)
+
+
 def run_postgresql(bench: Bench, server: PgServer, counts: list[int]) -> dict[str, Any]:
     """The `postgresql` section of results.json."""
     section: dict[str, Any] = {"server": server.settings()}
@@ -349,23 +362,13 @@ def run_postgresql(bench: Bench, server: PgServer, counts: list[int]) -> dict[st
     first = runs.get(str(counts[0]), {}) if counts else {}
     for entry in runs.values():
         for kind in ("ingest", "deliver", "perdaemon"):
-            base = first.get(f"{kind}_events_per_s")
-            value = entry.get(f"{kind}_events_per_s")
-            if base and value is not None:
-                entry[f"{kind}_growth"] = round(value / base, 3)
+            _over_first(entry, first, f"{kind}_events_per_s", f"{kind}_growth")
         for kind in _BOTH_WAYS:
-            bases = first.get(f"{kind}_events_per_s_each") or []
-            values = entry.get(f"{kind}_events_per_s_each") or []
-            if bases and len(values) == len(bases) and all(bases):
-                entry[f"{kind}_growth_each"] = [
-                    round(v / b, 3) if v is not None else None
-                    for v, b in zip(values, bases, strict=True)
-                ]
+            _over_first(entry, first, f"{kind}_events_per_s_each", f"{kind}_growth_each")
         # The goal for the daemons' CPU per event: flat as daemons are added.
         for kind in ("deliver", "paced", "perdaemon"):
-            base = first.get(f"{kind}_daemon_cpu_us_per_event")
-            value = entry.get(f"{kind}_daemon_cpu_us_per_event")
-            if base and value is not None:
-                entry[f"{kind}_daemon_cpu_growth"] = round(value / base, 3)
+            _over_first(
+                entry, first, f"{kind}_daemon_cpu_us_per_event", f"{kind}_daemon_cpu_growth"
+            )
     section["daemons"] = runs
     return section
