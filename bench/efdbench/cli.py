@@ -197,8 +197,8 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
         "cpu_model": _cpu_model(),
         "loadavg_at_end": os.getloadavg(),
         "python": platform.python_version(),
-        # Which build: a distribution's (PGO and LTO) and a plain source build (pyenv's
-        # default) differ by a sixth in CPU per event, on both sides of every ratio.
+        # Which build: an optimised interpreter (a distribution's) and a plain source
+        # build (pyenv's default) differ in CPU per event (bench/README.md).
         "python_prefix": os.path.realpath(sys.base_prefix),
         "platform": platform.platform(),
         "sqlite": sqlite3.sqlite_version,

@@ -241,9 +241,9 @@ _FIGURE_KEYS = (
 # Flat-out delivery and the load per daemon run twice, the counts up and then down, around
 # the paced phases (deliver 1 2 3, perdaemon 1 2 3, paced 1 2 3, perdaemon 3 2 1, deliver
 # 3 2 1): each count's two phases then sit, on average, at the same moment of the run, so a
-# machine that speeds up or slows down as the run goes (the INSERT limit has moved by a
-# third within one run) does not decide whether more daemons deliver more. Their figures
-# are the mean of the two passes; each pass's rate and growth are kept beside it.
+# machine that speeds up or slows down as the run goes does not decide whether more daemons
+# deliver more. Their figures are the mean of the two passes; each pass's rate and growth
+# are kept beside it.
 _BOTH_WAYS = ("deliver", "perdaemon")
 # Averaged over the passes; the lost and the duplicates are summed.
 _MEAN_KEYS = (*_FIGURE_KEYS, "handed_over_share", "window_fill")

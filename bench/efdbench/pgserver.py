@@ -102,16 +102,15 @@ class PgServer:
             pg.execute("CHECKPOINT")
 
     def transactions(self, db: str) -> dict[str, int]:
-        """The database's committed transactions and rows written so far, as its backends
+        """The database's committed transactions and updated rows so far, as its backends
         have reported them (each within about a second of the work)."""
         with self._connect() as pg:
             row = pg.execute(
-                "SELECT xact_commit, tup_inserted, tup_updated, tup_deleted"
-                " FROM pg_stat_database WHERE datname = %s",
+                "SELECT xact_commit, tup_updated FROM pg_stat_database WHERE datname = %s",
                 (db,),
             ).fetchone()
-        keys = ("commits", "inserted", "updated", "deleted")
-        return dict(zip(keys, (int(v or 0) for v in row or (0, 0, 0, 0)), strict=True))
+        commits, updated = row or (0, 0)
+        return {"commits": int(commits or 0), "updated": int(updated or 0)}
 
     def checkpoints(self) -> int:
         """Checkpoints the server has begun since its statistics were reset."""
