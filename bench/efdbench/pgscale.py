@@ -27,6 +27,10 @@ _PACED_SHARE = 0.5
 # by the largest count, times the count. One load per daemon is what a host with a core per
 # daemon would see as daemons are added; one total load shows instead what a daemon's
 # smaller share costs (fewer events per transaction and per wake-up).
+# The "single" delivery is flat out like "deliver", each daemon one process: it sends and
+# parses itself (sender_processes = parse_processes = 0), the setting docs/scaling.md gives
+# for more daemons than cores on one host, where helper processes only add switching.
+_SINGLE = ({**_DELIVER, "sender_processes": 0}, {"parse_processes": 0})
 
 
 def _limits(bench: Bench, server: PgServer) -> dict[str, Any]:
@@ -89,7 +93,13 @@ class _Measure:
 
 
 def _start_daemons(
-    bench: Bench, server: PgServer, n: int, tag: str, delivery: dict[str, Any], hook: str
+    bench: Bench,
+    server: PgServer,
+    n: int,
+    tag: str,
+    delivery: dict[str, Any],
+    hook: str,
+    settings: dict[str, Any] | None = None,
 ) -> tuple[str, list[Daemon]]:
     db = server.create_database(tag)
     server.checkpoint()  # the phase before's writes are not this phase's to pay for
@@ -97,7 +107,11 @@ def _start_daemons(
     daemons: list[Daemon] = []
     try:
         for i in range(n):
-            daemons.append(Daemon(f"{tag}_{i + 1}", bench.root, delivery, hook, storage_url=url))
+            daemons.append(
+                Daemon(
+                    f"{tag}_{i + 1}", bench.root, delivery, hook, storage_url=url, server=settings
+                )
+            )
     except BaseException:
         _stop_daemons(bench, daemons)
         raise
@@ -157,13 +171,15 @@ def _deliver(
 ) -> dict[str, Any]:
     """Sustained delivery with `n` daemons: flat out (the ingesting clients held back only
     by the delivery window), or with `rate` a steady offered load of that many events/s
-    (the phase named `kind`; `again`: its second pass, with names of its own)."""
+    (the phase named `kind`; `again`: its second pass, with names of its own). Kind
+    "single": flat out, each daemon one process."""
     plan = bench.plan
     port = bench.receiver.hello["port"]
     label = f"{kind}_again" if again else kind
     prefix = f"p{kind[:2]}{n}{'b' if again else ''}"
+    delivery, settings = _SINGLE if kind == "single" else (_DELIVER, None)
     db, daemons = _start_daemons(
-        bench, server, n, f"{label}{n}", _DELIVER, f"http://127.0.0.1:{port}/hook"
+        bench, server, n, f"{label}{n}", delivery, f"http://127.0.0.1:{port}/hook", settings
     )
     ports = [d.port for d in daemons]
     total = plan.deliver_warmup_seconds + plan.deliver_seconds
@@ -238,13 +254,13 @@ _FIGURE_KEYS = (
 )
 
 
-# Flat-out delivery and the load per daemon run twice, the counts up and then down, around
-# the paced phases (deliver 1 2 3, perdaemon 1 2 3, paced 1 2 3, perdaemon 3 2 1, deliver
-# 3 2 1): each count's two phases then sit, on average, at the same moment of the run, so a
-# machine that speeds up or slows down as the run goes does not decide whether more daemons
-# deliver more. Their figures are the mean of the two passes; each pass's rate and growth
-# are kept beside it.
-_BOTH_WAYS = ("deliver", "perdaemon")
+# Flat-out delivery (with helper processes, then without) and the load per daemon run
+# twice, the counts up and then down, around the paced phases (deliver 1 2 3, single 1 2 3,
+# perdaemon 1 2 3, paced 1 2 3, perdaemon 3 2 1, single 3 2 1, deliver 3 2 1): each count's
+# two phases then sit, on average, at the same moment of the run, so a machine that speeds
+# up or slows down as the run goes does not decide whether more daemons deliver more. Their
+# figures are the mean of the two passes; each pass's rate and growth are kept beside it.
+_BOTH_WAYS = ("deliver", "single", "perdaemon")
 # Averaged over the passes; the lost and the duplicates are summed.
 _MEAN_KEYS = (*_FIGURE_KEYS, "handed_over_share", "window_fill")
 
@@ -253,10 +269,10 @@ def schedule(counts: list[int]) -> list[tuple[str, int]]:
     """The phases in the order they run: (kind, daemon count)."""
     up, down = list(counts), list(reversed(counts))
     order = [("ingest", n) for n in up]
-    order += [("deliver", n) for n in up] + [("perdaemon", n) for n in up]
+    order += [(kind, n) for kind in _BOTH_WAYS for n in up]
     order += [("paced", n) for n in up]
     if len(counts) > 1:
-        order += [("perdaemon", n) for n in down] + [("deliver", n) for n in down]
+        order += [(kind, n) for kind in reversed(_BOTH_WAYS) for n in down]
     return order
 
 
@@ -324,6 +340,8 @@ def run_postgresql(bench: Bench, server: PgServer, counts: list[int]) -> dict[st
                     _PACED_SHARE * info["events_per_s"], -2
                 )
                 each = section["perdaemon_offered_per_s"] = round(paced / max(counts), -2)
+        elif kind == "single" and "deliver" in bench.only:
+            info = _deliver(bench, server, n, None, kind, again=again)
         elif kind == "paced" and paced:
             info = _deliver(bench, server, n, paced, kind)
         elif kind == "perdaemon" and each:
@@ -354,15 +372,19 @@ def run_postgresql(bench: Bench, server: PgServer, counts: list[int]) -> dict[st
     limit = round((section["limit_insert_events_per_s"] + again["events_per_s"]) / 2, 1)
     section["limit_insert_events_per_s"] = limit
     for count, entry in runs.items():
-        for kind in ("ingest", "deliver"):
+        for kind in ("ingest", "deliver", "single"):
             rate = entry.get(f"{kind}_events_per_s")
             if rate is not None and limit:
                 entry[f"{kind}_ratio_to_limit"] = round(rate / limit, 3)
                 entry[f"{kind}_per_daemon_ratio_to_limit"] = round(rate / int(count) / limit, 3)
     first = runs.get(str(counts[0]), {}) if counts else {}
     for entry in runs.values():
-        for kind in ("ingest", "deliver", "perdaemon"):
+        for kind in ("ingest", "deliver", "single", "perdaemon"):
             _over_first(entry, first, f"{kind}_events_per_s", f"{kind}_growth")
+        # One-process daemons against the first count's daemon as configured by default.
+        single, default = entry.get("single_events_per_s"), first.get("deliver_events_per_s")
+        if single is not None and default:
+            entry["single_over_deliver"] = round(single / default, 3)
         for kind in _BOTH_WAYS:
             _over_first(entry, first, f"{kind}_events_per_s_each", f"{kind}_growth_each")
         # The goal for the daemons' CPU per event: flat as daemons are added.

@@ -94,6 +94,7 @@ class Daemon:
         hook_url: str,
         storage_url: str | None = None,
         signing: str | None = None,
+        server: dict[str, Any] | None = None,
     ) -> None:
         signing = signing or Daemon.signing
         self.name = name
@@ -107,6 +108,7 @@ class Daemon:
             "[server]",
             'host = "127.0.0.1"',
             f"port = {self.port}",
+            *(f"{k} = {json.dumps(v)}" for k, v in (server or {}).items()),
             "[storage]",
             f'url = "{storage_url or f"sqlite:///{self.db}"}"',
             "[delivery]",

@@ -30,6 +30,21 @@ def _growth(entry: dict[str, Any], key: str, daemons: str) -> str:
     return f" (× {value:.2f}" + (f"; passes {passes}" if len(each) > 1 else "") + ")"
 
 
+def _single(entry: dict[str, Any], daemons: str) -> str:
+    """The one-process-each cells: events/s, its growth over 1 daemon as configured by
+    default (and over 1 one-process daemon), losses; CPU per event."""
+    over = entry.get("single_over_deliver")
+    growth = entry.get("single_growth")
+    shown = f" (× {over:.2f}" if over is not None else " ("
+    shown += f"; × {growth:.2f} of 1 such daemon)" if daemons != "1" and growth else ")"
+    return (
+        f"{_n(entry.get('single_events_per_s'))}{shown if over is not None else ''}, "
+        f"{_n(entry.get('single_lost'))} lost, {_n(entry.get('single_duplicates'))} "
+        f"duplicates | {_n(entry.get('single_daemon_cpu_us_per_event'))} / "
+        f"{_n(entry.get('single_pg_cpu_us_per_event'))} | "
+    )
+
+
 def _run(context: dict[str, Any], full: str) -> str:
     kind = "a quick run" if context.get("quick") else f"a full {full}run"
     date = context.get("date")
@@ -86,6 +101,7 @@ def sqlite_table(results: dict[str, Any]) -> str:
 def pg_table(section: dict[str, Any]) -> str:
     context = section.get("context", {})
     limit = section.get("limit_insert_events_per_s")
+    single = any("single_events_per_s" in e for e in section.get("daemons", {}).values())
     head = (
         f"PostgreSQL {str(section.get('server', {}).get('server_version', '')).split()[0]}, "
         f"N daemons on one fresh database, {_run(context, '`--scale` ')}; limit: one client's "
@@ -103,11 +119,20 @@ def pg_table(section: dict[str, Any]) -> str:
             if any("deliver_events_per_s_each" in e for e in section.get("daemons", {}).values())
             else ""
         )
+        + (
+            " One process each: deliver again, each daemon without sender and parser processes "
+            "(`sender_processes = 0`, `parse_processes = 0`; growth over 1 daemon of the "
+            "deliver column)."
+            if single
+            else ""
+        )
     )
     rows = [
         "| daemons | ingest events/s | × limit (per daemon) | µs/event | deliver events/s "
-        "| × limit | µs/event | paced µs/event | per daemon µs/event |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| × limit | µs/event | "
+        + ("one process each: deliver events/s | µs/event | " if single else "")
+        + "paced µs/event | per daemon µs/event |",
+        "|---|---|---|---|---|---|---|" + ("---|---|" if single else "") + "---|---|",
     ]
     for n, entry in sorted(section.get("daemons", {}).items(), key=lambda kv: int(kv[0])):
         ingest, deliver = entry.get("ingest_events_per_s"), entry.get("deliver_events_per_s")
@@ -123,7 +148,8 @@ def pg_table(section: dict[str, Any]) -> str:
             f"{_n(entry.get('deliver_ratio_to_limit'), 2)} | "
             f"{_n(entry.get('deliver_daemon_cpu_us_per_event'))} / "
             f"{_n(entry.get('deliver_pg_cpu_us_per_event'))} | "
-            f"{_n(entry.get('paced_daemon_cpu_us_per_event'))} / "
+            + (_single(entry, n) if single else "")
+            + f"{_n(entry.get('paced_daemon_cpu_us_per_event'))} / "
             f"{_n(entry.get('paced_pg_cpu_us_per_event'))} | "
             f"{_n(entry.get('perdaemon_daemon_cpu_us_per_event'))} / "
             f"{_n(entry.get('perdaemon_pg_cpu_us_per_event'))} |"

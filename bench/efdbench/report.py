@@ -155,7 +155,7 @@ def pg_table(section: dict[str, Any], counts: list[int]) -> str:
     )
     rows = [("figure", "daemons", *(title for title, _ in _PG_COLUMNS))]
     runs = section.get("daemons", {})
-    for kind in ("ingest", "deliver", "paced", "perdaemon"):
+    for kind in ("ingest", "deliver", "single", "paced", "perdaemon"):
         for n in counts:
             entry = runs.get(str(n), {})
             if entry.get(f"{kind}_events_per_s") is None:
@@ -180,7 +180,7 @@ def pg_table(section: dict[str, Any], counts: list[int]) -> str:
     if fills:
         # Near 1: delivery set the rate; well below: the ingesting clients did.
         lines.append("deliver window fill (median undelivered / window): " + ", ".join(fills))
-    for kind in ("deliver", "perdaemon"):
+    for kind in ("deliver", "single", "perdaemon"):
         passes = [
             _passes(n, runs[str(n)], kind)
             for n in counts
@@ -191,6 +191,13 @@ def pg_table(section: dict[str, Any], counts: list[int]) -> str:
             lines.append(
                 f"{kind} events/s in each pass (counts up, then down): " + ", ".join(passes)
             )
+    if any(runs[str(n)].get("single_over_deliver") for n in counts if str(n) in runs):
+        # Each daemon one process (no sender or parser processes), against one daemon as
+        # configured by default.
+        lines.append(
+            "single (one process each) ÷ deliver with the first count: "
+            + _by_count(runs, counts, "single_over_deliver")
+        )
     offered = section.get("paced_offered_per_s")
     if offered:
         # The same load for every daemon count: CPU per event without saturation's effects.
@@ -216,7 +223,7 @@ def pg_table(section: dict[str, Any], counts: list[int]) -> str:
         lines.append("daemon CPU per event ÷ the first count's: " + "; ".join(growth))
     during = [
         f"{kind} {n}: {runs[str(n)][f'{kind}_pg_checkpoints']}"
-        for kind in ("ingest", "deliver", "paced", "perdaemon")
+        for kind in ("ingest", "deliver", "single", "paced", "perdaemon")
         for n in counts
         if runs.get(str(n), {}).get(f"{kind}_pg_checkpoints")
     ]
