@@ -280,8 +280,9 @@ def _cpu_model() -> str | None:
 
 
 def _git_commit() -> str | None:
-    """The checkout's commit, "-dirty" when it differs from it in anything but the results
-    file a run writes (a PostgreSQL run after a SQLite one runs the same code)."""
+    """The checkout's commit, "-dirty" when the code a run executes differs from it: the
+    results file a run writes (a PostgreSQL run after a SQLite one runs the same code) and
+    the Markdown documents do not count."""
     with contextlib.suppress(OSError, subprocess.SubprocessError):
 
         def git(*args: str) -> str:
@@ -293,7 +294,9 @@ def _git_commit() -> str | None:
         commit = git("describe", "--always")
         if not commit:
             return None
-        changed = git("status", "--porcelain", "--", ".", ":(exclude)bench/results.json")
+        changed = git(
+            "status", "--porcelain", "--", ".", ":(exclude)bench/results.json", ":(exclude)*.md"
+        )
         return f"{commit}-dirty" if changed else commit
     return None
 
