@@ -368,6 +368,8 @@ class Bench:
                     "bare_cpu_us_per_post": bare["cpu_us_per_post"],
                     "deliver_per_s": efd["per_s"],
                     "daemon_cpu_us_per_event": efd["cpu_us_per_event"],
+                    "generator_cpu_us_per_event": efd["generator_cpu_us_per_event"],
+                    "receiver_cpu_us_per_event": efd["receiver_cpu_us_per_event"],
                     "machine_cpu_pct": [bare["machine_cpu_pct"], efd["machine_cpu_pct"]],
                     "loadavg": [bare["loadavg"], efd["loadavg"]],
                     "window_fill": efd["window_fill"],
@@ -379,7 +381,9 @@ class Bench:
                 pairs.append(pair)
                 print(
                     f" [{i + 1}] bare {bare['per_s']:,.0f}/s {bare['cpu_us_per_post']:.0f} us,"
-                    f" efd {efd['per_s']:,.0f}/s {efd['cpu_us_per_event']:.0f} us",
+                    f" efd {efd['per_s']:,.0f}/s {efd['cpu_us_per_event']:.0f} us"
+                    f" (generator {efd['generator_cpu_us_per_event']:.0f},"
+                    f" receiver {efd['receiver_cpu_us_per_event']:.0f})",
                     end="",
                     flush=True,
                 )
@@ -455,6 +459,8 @@ class Bench:
         total = plan.deliver_pair_warmup_seconds + plan.deliver_pair_seconds
         received_before = self.received.value
         cpu_before = cpu_seconds(daemon.pid)
+        harness = (self.generator.pid, self.receiver.pid)
+        harness_before = [own_cpu_seconds(pid) for pid in harness]
         machine_before = machine_cpu_seconds()["processes"]
         loadavg = os.getloadavg()[0]
         started = time.monotonic()
@@ -476,6 +482,12 @@ class Bench:
         cpu = cpu_seconds(daemon.pid) - cpu_before
         elapsed = time.monotonic() - started
         machine = machine_cpu_seconds()["processes"] - machine_before
+        # The harness shares the machine with efd in this slice and not in the bare one
+        # (where the generator is the client measured): what it costs per delivered event.
+        generator, receiver = (
+            own_cpu_seconds(pid) - before
+            for pid, before in zip(harness, harness_before, strict=True)
+        )
         delivered = self.received.value - received_before
         if not drained:
             self.notes.append(f"deliver pair {index}: not drained in time")
@@ -486,6 +498,8 @@ class Bench:
             "window_fill": fill,
             "acked": out["acked"],
             "cpu_us_per_event": round(cpu / max(delivered, 1) * 1e6, 1),
+            "generator_cpu_us_per_event": round(generator / max(delivered, 1) * 1e6, 1),
+            "receiver_cpu_us_per_event": round(receiver / max(delivered, 1) * 1e6, 1),
             "machine_cpu_pct": round(machine / elapsed * 100, 1),
             "loadavg": round(loadavg, 2),
         }
