@@ -63,7 +63,8 @@ class ServerConfig(_Strict):
     # Bearer token for the admin endpoints (/regulations, /metrics); unset turns them off.
     admin_token: SecretStr | None = None
     # Child processes that parse large ingestion bodies (0: the daemon parses everything).
-    parse_processes: int = Field(default=1, ge=0, le=32)
+    # Unset: one, or none where the daemon may run on one CPU only (Settings.helpers).
+    parse_processes: int | None = Field(default=None, ge=0, le=32)
     # Connections open at once; one more is answered 503 and closed.
     max_connections: int = Field(default=1024, ge=1, le=1_000_000)
     # Of those, from one client address (an IPv6 /64); unset: half of max_connections.
@@ -119,8 +120,9 @@ class DeliveryConfig(_Strict):
     max_in_flight: int = Field(default=1024, ge=1)
     max_per_hook: int = Field(default=64, ge=1)
     # Child processes that sign and send the requests (0: the daemon's own process does).
-    # One: on a 2-core host a second delivers no faster (docs/delivery.md#sender-processes).
-    sender_processes: int = Field(default=1, ge=0, le=32)
+    # Unset: one (on a 2-core host a second delivers no faster), or none where the daemon may
+    # run on one CPU only (Settings.helpers; docs/delivery.md#sender-processes).
+    sender_processes: int | None = Field(default=None, ge=0, le=32)
     # How long a claimed delivery is reserved; must outlast a round of attempts.
     lease_seconds: Seconds = 60
     response_head_bytes: int = Field(default=512, ge=0, le=65536)
@@ -531,6 +533,14 @@ class Settings(BaseSettings):
         # Earlier sources win: init (tests), then the environment, then the file (load()
         # adds it, from what it read).
         return (init_settings, env_settings)
+
+    def helpers(self, cpus: int) -> tuple[int, int]:
+        """(parser, sender) processes for a daemon that may run on `cpus` CPUs: as set, else
+        one each, or none on one CPU, where a child could only take turns with the daemon
+        and its pipe would cost CPU of its own."""
+        default = 1 if cpus > 1 else 0
+        parse, send = self.server.parse_processes, self.delivery.sender_processes
+        return (default if parse is None else parse, default if send is None else send)
 
     def filter_sets(self) -> dict[str, FilterSet]:
         """Destination -> its filters, for the destinations that have some (routing.shape

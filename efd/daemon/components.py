@@ -24,7 +24,7 @@ from aiohttp import web
 
 from efd.batching import GroupCommit
 from efd.config import Settings
-from efd.daemon.startup import StartupError, fit_open_files
+from efd.daemon.startup import StartupError, fit_open_files, usable_cpus
 from efd.delivery.dispatcher import SHUTDOWN_MARGIN, Dispatcher
 from efd.delivery.ports import Rounds
 from efd.delivery.sender import SenderOptions, SenderPool
@@ -99,17 +99,27 @@ class ChildProcesses:
 
     def __init__(self, shared: Shared) -> None:
         self._shared = shared
-        self.senders: SenderPool | None = None  # when delivery.sender_processes > 0
-        self.parsers: ParserPool | None = None  # when server.parse_processes > 0
+        self.senders: SenderPool | None = None  # when there are sender processes
+        self.parsers: ParserPool | None = None  # when there are parser processes
         self._senders_ready: asyncio.Future[None] | None = None
         self._parsers_ready: asyncio.Future[None] | None = None
 
     async def start(self, stack: AsyncExitStack) -> None:
         holder = self._shared.settings
         settings, delivery = holder.value, holder.value.delivery
-        if delivery.sender_processes:
+        cpus = usable_cpus()
+        parsers, senders = settings.helpers(cpus)
+        if None in (settings.server.parse_processes, delivery.sender_processes):
+            log.info(
+                "%d sender and %d parser processes: the default where efd may run on %d CPU(s) "
+                "(delivery.sender_processes and server.parse_processes choose otherwise)",
+                senders,
+                parsers,
+                cpus,
+            )
+        if senders:
             self.senders = SenderPool(
-                processes=delivery.sender_processes,
+                processes=senders,
                 options=sender_options(settings),
                 routes=[d.route(delivery.user_agent) for d in settings.destinations],
                 log_level=settings.logging.level,
@@ -119,9 +129,9 @@ class ChildProcesses:
             grace = delivery.timeout_seconds + SHUTDOWN_MARGIN
             stack.push_async_callback(_stop_children, self.senders, self._senders_ready, grace)
             holder.subscribe(self._reload_senders, early=True)
-        if settings.server.parse_processes:
+        if parsers:
             self.parsers = ParserPool(
-                processes=settings.server.parse_processes,
+                processes=parsers,
                 sources=_parser_sources(settings),
                 filters=settings.filter_sets(),
                 log_level=settings.logging.level,

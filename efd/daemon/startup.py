@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import resource
 
 from efd.config import Settings
@@ -20,6 +21,16 @@ class StartupError(Exception):
     """efd cannot start; the message says why and what to do."""
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity (taskset, systemd's CPUAffinity=, a
+    container's cpuset), else the machine's count. A CPU quota (CPUQuota=, a container's CPU
+    limit) does not narrow it."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
 def reserved_files(settings: Settings) -> int:
     """Open files efd keeps for other things than its HTTP connections: the database's,
     outbound requests when the daemon sends them itself, pipes to child processes, and a
@@ -29,9 +40,10 @@ def reserved_files(settings: Settings) -> int:
         database = 3 * 3  # a writer and two readers, each with the file, its WAL, its index
     else:
         database = 2 * storage.pool_size + 2  # the pool and its overflow, LISTEN, a spare
-    children = 4 * (delivery.sender_processes + settings.server.parse_processes)
+    parsers, senders = settings.helpers(usable_cpus())
+    children = 4 * (senders + parsers)
     outbound = 0
-    if not delivery.sender_processes:  # the daemon sends itself: its sockets are ours
+    if not senders:  # the daemon sends itself: its sockets are ours
         urls = {hook.url for d in settings.destinations for hook in d.hooks}
         widest = max((len(d.hooks) for d in settings.destinations), default=0)
         outbound = min(delivery.max_in_flight * widest, len(urls) * delivery.max_per_hook)

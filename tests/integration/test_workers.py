@@ -200,6 +200,44 @@ async def test_killed_parser_process_is_replaced_and_nothing_is_refused(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("cpus", [1, 2])
+async def test_helper_processes_by_default_follow_the_cpus_the_daemon_may_run_on(
+    sqlite_url, receiver_factory, tmp_path, cpus
+):
+    # Unset, sender_processes and parse_processes are one each, or none on one CPU (taskset,
+    # CPUAffinity=, a cpuset), where a child could only take turns with the daemon.
+    available = sorted(os.sched_getaffinity(0))
+    if len(available) < cpus:
+        pytest.skip(f"this machine lets tests run on {len(available)} CPU(s)")
+    pinned = set(available[:cpus])
+    receiver = await receiver_factory()
+    port = free_port()
+    settings = settings_dict(sqlite_url, [receiver.url])
+    del settings["delivery"]["sender_processes"]
+    settings["server"] = {"host": "127.0.0.1", "port": port}
+    daemon = DaemonProcess(
+        write_toml(tmp_path / "efd.toml", settings),
+        port,
+        tmp_path / "efd.log",
+        preexec_fn=lambda: os.sched_setaffinity(0, pinned),
+    ).start()
+    try:
+        assert daemon.proc is not None
+        helpers = 0 if cpus == 1 else 1
+        assert len(_children(daemon.proc.pid)) == 2 * helpers
+        assert (await post(port, "/v1/track", {"userId": "u", "event": "E"}))[0] == 200
+        await eventually(
+            lambda: sql(sqlite_url, "SELECT status FROM deliveries") == [("delivered",)]
+        )
+        assert len(receiver.received) == 1
+        assert daemon.terminate() == 0
+    finally:
+        daemon.ensure_stopped()
+    said = f"{helpers} sender and {helpers} parser processes: the default where efd may run on"
+    assert f"{said} {cpus} CPU(s)" in daemon.log()
+
+
+@pytest.mark.slow
 async def test_child_processes_exit_when_the_daemon_is_killed(sqlite_url, tmp_path):
     port = free_port()
     settings = settings_dict(sqlite_url, delivery={"sender_processes": 2})

@@ -157,6 +157,24 @@ def test_an_empty_file_gives_the_defaults(tmp_path: Path) -> None:
     assert settings.destinations == []
 
 
+@pytest.mark.parametrize(
+    ("section", "cpus", "expected"),
+    [
+        ({}, 1, (0, 0)),  # unset on one CPU: none, the daemon parses and sends itself
+        ({}, 2, (1, 1)),  # unset on more: one of each
+        ({}, 64, (1, 1)),
+        ({"delivery": {"sender_processes": 2}}, 1, (0, 2)),  # what is set is kept
+        ({"server": {"parse_processes": 0}}, 8, (0, 1)),
+        ({"server": {"parse_processes": 3}, "delivery": {"sender_processes": 0}}, 1, (3, 0)),
+    ],
+)
+def test_helper_processes_follow_the_cpus_unless_set(
+    section: dict[str, Any], cpus: int, expected: tuple[int, int]
+) -> None:
+    settings = config.Settings(**section)
+    assert settings.helpers(cpus) == expected
+
+
 def test_destination_lookup(tmp_path: Path) -> None:
     settings = config.load(write(tmp_path, GOOD))
     assert settings.destination("crm").name == "crm"
