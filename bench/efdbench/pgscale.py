@@ -308,10 +308,12 @@ def _entry(kind: str, info: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
-def _over_first(entry: dict[str, Any], first: dict[str, Any], key: str, name: str) -> None:
-    """Set `entry[name]` to `entry[key]` over the first count's `first[key]`: one figure, or
-    each pass's (a list) where every pass of the first count has one."""
-    value, base = entry.get(key), first.get(key)
+def _over_first(
+    entry: dict[str, Any], first: dict[str, Any], key: str, name: str, base_key: str = ""
+) -> None:
+    """Set `entry[name]` to `entry[key]` over the first count's `first[base_key or key]`: one
+    figure, or each pass's (a list) where every pass of the first count has one."""
+    value, base = entry.get(key), first.get(base_key or key)
     if isinstance(base, list):
         if base and all(base) and isinstance(value, list) and len(value) == len(base):
             entry[name] = [
@@ -382,9 +384,9 @@ def run_postgresql(bench: Bench, server: PgServer, counts: list[int]) -> dict[st
         for kind in ("ingest", "deliver", "single", "perdaemon"):
             _over_first(entry, first, f"{kind}_events_per_s", f"{kind}_growth")
         # One-process daemons against the first count's daemon as configured by default.
-        single, default = entry.get("single_events_per_s"), first.get("deliver_events_per_s")
-        if single is not None and default:
-            entry["single_over_deliver"] = round(single / default, 3)
+        _over_first(
+            entry, first, "single_events_per_s", "single_over_deliver", "deliver_events_per_s"
+        )
         for kind in _BOTH_WAYS:
             _over_first(entry, first, f"{kind}_events_per_s_each", f"{kind}_growth_each")
         # The goal for the daemons' CPU per event: flat as daemons are added.
