@@ -35,10 +35,12 @@ def _single(entry: dict[str, Any], daemons: str) -> str:
     default (and over 1 one-process daemon), losses; CPU per event."""
     over = entry.get("single_over_deliver")
     growth = entry.get("single_growth")
-    shown = f" (× {over:.2f}" if over is not None else " ("
-    shown += f"; × {growth:.2f} of 1 such daemon)" if daemons != "1" and growth else ")"
+    shown = ""
+    if over is not None:
+        such = f"; × {growth:.2f} of 1 such daemon" if daemons != "1" and growth else ""
+        shown = f" (× {over:.2f}{such})"
     return (
-        f"{_n(entry.get('single_events_per_s'))}{shown if over is not None else ''}, "
+        f"{_n(entry.get('single_events_per_s'))}{shown}, "
         f"{_n(entry.get('single_lost'))} lost, {_n(entry.get('single_duplicates'))} "
         f"duplicates | {_n(entry.get('single_daemon_cpu_us_per_event'))} / "
         f"{_n(entry.get('single_pg_cpu_us_per_event'))} | "
