@@ -124,6 +124,10 @@ _PG_COLUMNS = (
 )
 
 
+# The PostgreSQL phases, in the order the console lists them.
+_PG_KINDS = ("ingest", "deliver", "single", "paced", "perdaemon")
+
+
 def _by_count(runs: dict[str, Any], counts: list[int], key: str) -> str:
     """'1 daemons x, 2 daemons y, …': one figure of each daemon count that ran."""
     return ", ".join(f"{n} daemons {fmt(runs[str(n)].get(key))}" for n in counts if str(n) in runs)
@@ -155,7 +159,7 @@ def pg_table(section: dict[str, Any], counts: list[int]) -> str:
     )
     rows = [("figure", "daemons", *(title for title, _ in _PG_COLUMNS))]
     runs = section.get("daemons", {})
-    for kind in ("ingest", "deliver", "single", "paced", "perdaemon"):
+    for kind in _PG_KINDS:
         for n in counts:
             entry = runs.get(str(n), {})
             if entry.get(f"{kind}_events_per_s") is None:
@@ -223,7 +227,7 @@ def pg_table(section: dict[str, Any], counts: list[int]) -> str:
         lines.append("daemon CPU per event ÷ the first count's: " + "; ".join(growth))
     during = [
         f"{kind} {n}: {runs[str(n)][f'{kind}_pg_checkpoints']}"
-        for kind in ("ingest", "deliver", "single", "paced", "perdaemon")
+        for kind in _PG_KINDS
         for n in counts
         if runs.get(str(n), {}).get(f"{kind}_pg_checkpoints")
     ]
