@@ -63,7 +63,7 @@ class ServerConfig(_Strict):
     # Bearer token for the admin endpoints (/regulations, /metrics); unset turns them off.
     admin_token: SecretStr | None = None
     # Child processes that parse large ingestion bodies (0: the daemon parses everything).
-    # Unset: one, or none where the daemon may run on one CPU only (Settings.helpers).
+    # Unset: one, or none where the daemon may use one CPU only (Settings.helpers).
     parse_processes: int | None = Field(default=None, ge=0, le=32)
     # Connections open at once; one more is answered 503 and closed.
     max_connections: int = Field(default=1024, ge=1, le=1_000_000)
@@ -121,7 +121,7 @@ class DeliveryConfig(_Strict):
     max_per_hook: int = Field(default=64, ge=1)
     # Child processes that sign and send the requests (0: the daemon's own process does).
     # Unset: one (on a 2-core host a second delivers no faster), or none where the daemon may
-    # run on one CPU only (Settings.helpers; docs/delivery.md#sender-processes).
+    # use one CPU only (Settings.helpers; docs/delivery.md#sender-processes).
     sender_processes: int | None = Field(default=None, ge=0, le=32)
     # How long a claimed delivery is reserved; must outlast a round of attempts.
     lease_seconds: Seconds = 60
@@ -535,9 +535,9 @@ class Settings(BaseSettings):
         return (init_settings, env_settings)
 
     def helpers(self, cpus: int) -> tuple[int, int]:
-        """(parser, sender) processes for a daemon that may run on `cpus` CPUs: as set, else
-        one each, or none on one CPU, where a child could only take turns with the daemon
-        and its pipe would cost CPU of its own."""
+        """(parser, sender) processes for a daemon that may keep `cpus` CPUs busy (its
+        affinity, narrowed by a CPU quota): as set, else one each, or none on one CPU, where a
+        child could only take turns with the daemon and its pipe would cost CPU of its own."""
         default = 1 if cpus > 1 else 0
         parse, send = self.server.parse_processes, self.delivery.sender_processes
         return (default if parse is None else parse, default if send is None else send)

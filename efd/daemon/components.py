@@ -108,10 +108,10 @@ class ChildProcesses:
         holder = self._shared.settings
         settings, delivery = holder.value, holder.value.delivery
         cpus = usable_cpus()
-        parsers, senders = settings.helpers(cpus)
+        parsers, senders = settings.helpers(cpus.usable)
         if None in (settings.server.parse_processes, delivery.sender_processes):
             log.info(
-                "%d sender and %d parser processes: the default where efd may run on %d CPU(s) "
+                "%d sender and %d parser processes, the default where efd may use %s "
                 "(delivery.sender_processes and server.parse_processes choose otherwise)",
                 senders,
                 parsers,

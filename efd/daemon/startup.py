@@ -6,8 +6,10 @@ import contextlib
 import logging
 import os
 import resource
+from dataclasses import dataclass
 
 from efd.config import Settings
+from efd.rules import cgroups
 from efd.store.engine import normalise_url, sqlite_path
 
 log = logging.getLogger("efd.daemon")
@@ -21,14 +23,44 @@ class StartupError(Exception):
     """efd cannot start; the message says why and what to do."""
 
 
-def usable_cpus() -> int:
-    """The CPUs this process may run on: its affinity (taskset, systemd's CPUAffinity=, a
-    container's cpuset), else the machine's count. A CPU quota (CPUQuota=, a container's CPU
-    limit) does not narrow it."""
+@dataclass(frozen=True)
+class Cpus:
+    """What bounds the CPUs this process may keep busy."""
+
+    affinity: int  # CPUs it may run on (taskset, systemd's CPUAffinity=, a cpuset)
+    limit: float | None  # CPU time its cgroups allow (CPUQuota=, a container's CPU limit)
+
+    @property
+    def usable(self) -> int:
+        return cgroups.usable(self.affinity, self.limit)
+
+    def __str__(self) -> str:
+        if self.limit is None or self.usable == self.affinity:
+            return f"{self.usable} CPU(s)"
+        return (
+            f"{self.usable} CPU(s): its CPU quota allows {self.limit:.2f} "
+            f"of the {self.affinity} it may run on"
+        )
+
+
+def usable_cpus() -> Cpus:
+    """This process's affinity, else the machine's count, and its cgroups' CPU quota."""
     try:
-        return len(os.sched_getaffinity(0))
+        affinity = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not on Linux
-        return os.cpu_count() or 1
+        affinity = os.cpu_count() or 1
+    cgroup, mountinfo = _read("/proc/self/cgroup"), _read("/proc/self/mountinfo")
+    if cgroup is None or mountinfo is None:
+        return Cpus(affinity, None)
+    return Cpus(affinity, cgroups.cpu_limit(cgroup, mountinfo, _read))
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as file:
+            return file.read()
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def reserved_files(settings: Settings) -> int:
@@ -40,7 +72,7 @@ def reserved_files(settings: Settings) -> int:
         database = 3 * 3  # a writer and two readers, each with the file, its WAL, its index
     else:
         database = 2 * storage.pool_size + 2  # the pool and its overflow, LISTEN, a spare
-    parsers, senders = settings.helpers(usable_cpus())
+    parsers, senders = settings.helpers(usable_cpus().usable)
     children = 4 * (senders + parsers)
     outbound = 0
     if not senders:  # the daemon sends itself: its sockets are ours

@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 
 from efd.daemon import StartupError
-from efd.rules import webhooks
+from efd.rules import cgroups, webhooks
 from tests.conftest import (
     SECRET,
     DaemonProcess,
@@ -233,8 +233,96 @@ async def test_helper_processes_by_default_follow_the_cpus_the_daemon_may_run_on
         assert daemon.terminate() == 0
     finally:
         daemon.ensure_stopped()
-    said = f"{helpers} sender and {helpers} parser processes: the default where efd may run on"
-    assert f"{said} {cpus} CPU(s)" in daemon.log()
+    said = f"{helpers} sender and {helpers} parser processes, the default where efd may use"
+    assert f"{said} {cpus} CPU(s) (" in daemon.log()
+
+
+def _cpu_quota_cgroup(tmp_name: str) -> tuple[str, str] | None:
+    """A new cgroup this test may limit to one CPU: (its directory, the limit's file and
+    text), on whichever version mounts the cpu controller writably; None where none does."""
+    with open("/proc/self/mountinfo") as handle:
+        mounts = cgroups.mounts(handle.read())
+    for mount in mounts:
+        if mount.fstype == "cgroup" and "cpu" in mount.options:
+            limit = ("cpu.cfs_quota_us", "100000")
+        elif mount.fstype == "cgroup2":
+            try:
+                with open(f"{mount.point}/cgroup.subtree_control") as handle:
+                    if "cpu" not in handle.read().split():
+                        continue
+            except OSError:
+                continue
+            limit = ("cpu.max", "100000 100000")
+        else:
+            continue
+        directory = f"{mount.point}/{tmp_name}"
+        try:
+            os.mkdir(directory)
+        except OSError:
+            continue
+        try:
+            if limit[0] == "cpu.cfs_quota_us":
+                with open(f"{directory}/cpu.cfs_period_us", "w") as handle:
+                    handle.write("100000")
+            with open(f"{directory}/{limit[0]}", "w") as handle:
+                handle.write(limit[1])
+        except OSError:
+            os.rmdir(directory)
+            continue
+        return directory, limit[0]
+    return None
+
+
+@pytest.mark.slow
+async def test_helper_processes_by_default_follow_a_cpu_quota(
+    sqlite_url, receiver_factory, tmp_path
+):
+    # systemd's CPUQuota=100% (or a container's one-CPU limit) on a host with more CPUs: a
+    # child process could only take turns with the daemon, as on one CPU.
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("a one-CPU quota only narrows more than one CPU")
+    found = _cpu_quota_cgroup(f"efd-test-{os.getpid()}-{tmp_path.name}")
+    if found is None:
+        pytest.skip("no cgroup hierarchy with the cpu controller this test may write")
+    directory, _ = found
+    receiver = await receiver_factory()
+    port = free_port()
+    settings = settings_dict(sqlite_url, [receiver.url])
+    del settings["delivery"]["sender_processes"]
+    settings["server"] = {"host": "127.0.0.1", "port": port}
+
+    def join() -> None:
+        with open(f"{directory}/cgroup.procs", "w") as handle:
+            handle.write(str(os.getpid()))
+
+    daemon = DaemonProcess(
+        write_toml(tmp_path / "efd.toml", settings), port, tmp_path / "efd.log", preexec_fn=join
+    )
+    try:
+        daemon.start()
+        assert daemon.proc is not None
+        assert _children(daemon.proc.pid) == set()
+        assert (await post(port, "/v1/track", {"userId": "u", "event": "E"}))[0] == 200
+        await eventually(
+            lambda: sql(sqlite_url, "SELECT status FROM deliveries") == [("delivered",)]
+        )
+        assert daemon.terminate() == 0
+    finally:
+        daemon.ensure_stopped()
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                os.rmdir(directory)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+    affinity = len(os.sched_getaffinity(0))
+    assert (
+        "0 sender and 0 parser processes, the default where efd may use 1 CPU(s): its CPU "
+        f"quota allows 1.00 of the {affinity} it may run on"
+    ) in daemon.log()
 
 
 @pytest.mark.slow
