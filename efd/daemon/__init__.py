@@ -29,7 +29,7 @@ from efd.daemon.components import (
     Shared,
     Storage,
 )
-from efd.daemon.startup import StartupError, fit_open_files, reserved_files
+from efd.daemon.startup import StartupError, fit_open_files, reserved_files, usable_cpus
 from efd.delivery.sender import SenderPool
 from efd.errors import StoreError
 from efd.http.server import Listener
@@ -66,7 +66,11 @@ class Daemon:
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.settings.subscribe(_log_level, early=True)
         shared = Shared(
-            settings=self.settings, metrics=self.metrics, hub=self.hub, owner=self.owner
+            settings=self.settings,
+            metrics=self.metrics,
+            hub=self.hub,
+            owner=self.owner,
+            cpus=usable_cpus(),
         )
         self._files = OpenFiles(shared)
         self._children = ChildProcesses(shared)

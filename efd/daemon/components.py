@@ -24,7 +24,7 @@ from aiohttp import web
 
 from efd.batching import GroupCommit
 from efd.config import Settings
-from efd.daemon.startup import StartupError, fit_open_files, usable_cpus
+from efd.daemon.startup import Cpus, StartupError, fit_open_files
 from efd.delivery.dispatcher import SHUTDOWN_MARGIN, Dispatcher
 from efd.delivery.ports import Rounds
 from efd.delivery.sender import SenderOptions, SenderPool
@@ -79,6 +79,7 @@ class Shared:
     metrics: Metrics
     hub: Hub
     owner: str
+    cpus: Cpus  # read once at start: what the helper processes' default follows
 
 
 class OpenFiles:
@@ -90,7 +91,7 @@ class OpenFiles:
         self.max_connections = shared.settings.value.server.max_connections
 
     async def start(self, stack: AsyncExitStack) -> None:
-        self.max_connections = fit_open_files(self._shared.settings.value)
+        self.max_connections = fit_open_files(self._shared.settings.value, self._shared.cpus.usable)
 
 
 class ChildProcesses:
@@ -107,7 +108,7 @@ class ChildProcesses:
     async def start(self, stack: AsyncExitStack) -> None:
         holder = self._shared.settings
         settings, delivery = holder.value, holder.value.delivery
-        cpus = usable_cpus()
+        cpus = self._shared.cpus
         parsers, senders = settings.helpers(cpus.usable)
         if None in (settings.server.parse_processes, delivery.sender_processes):
             log.info(

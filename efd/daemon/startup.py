@@ -63,16 +63,17 @@ def _read(path: str) -> str | None:
         return None
 
 
-def reserved_files(settings: Settings) -> int:
+def reserved_files(settings: Settings, cpus: int) -> int:
     """Open files efd keeps for other things than its HTTP connections: the database's,
     outbound requests when the daemon sends them itself, pipes to child processes, and a
-    margin for the rest. Counted from the configuration at start."""
+    margin for the rest. Counted from the configuration at start, and `cpus` (what the
+    helper processes' default follows: Settings.helpers)."""
     storage, delivery = settings.storage, settings.delivery
     if sqlite_path(normalise_url(storage.url)) is not None:
         database = 3 * 3  # a writer and two readers, each with the file, its WAL, its index
     else:
         database = 2 * storage.pool_size + 2  # the pool and its overflow, LISTEN, a spare
-    parsers, senders = settings.helpers(usable_cpus().usable)
+    parsers, senders = settings.helpers(cpus)
     children = 4 * (senders + parsers)
     outbound = 0
     if not senders:  # the daemon sends itself: its sockets are ours
@@ -82,14 +83,14 @@ def reserved_files(settings: Settings) -> int:
     return _BASE_FILES + database + children + outbound
 
 
-def fit_open_files(settings: Settings) -> int:
+def fit_open_files(settings: Settings, cpus: int) -> int:
     """The connections efd may hold at once: max_connections, after raising the open-file
     limit (RLIMIT_NOFILE) towards its hard limit if it cannot hold them with what else efd
     keeps open; fewer, said in one line, when even the hard limit cannot. Otherwise a
     connection beyond the limit would fail to be accepted: the client would hang, unanswered
     and unlogged, instead of getting the 503 of a full server."""
     wanted = settings.server.max_connections
-    reserve = reserved_files(settings)
+    reserve = reserved_files(settings, cpus)
     needed = wanted + reserve
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft >= needed:

@@ -54,7 +54,7 @@ def test_the_open_files_kept_besides_connections_follow_the_configuration():
         ],
     )
     # base, 3 SQLite connections of 3 files, one parser's pipes, 2 hooks of 10 requests each
-    assert reserved_files(sqlite) == 64 + 9 + 4 + 20
+    assert reserved_files(sqlite, cpus=2) == 64 + 9 + 4 + 20
     postgresql = config.load(
         None,
         storage={"url": "postgresql://efd@db/efd", "pool_size": 5},
@@ -63,9 +63,19 @@ def test_the_open_files_kept_besides_connections_follow_the_configuration():
     )
     # base, the pool and its overflow with LISTEN and a spare, three children's pipes; the
     # sender processes hold the outbound sockets
-    assert reserved_files(postgresql) == 64 + 12 + 12
+    assert reserved_files(postgresql, cpus=2) == 64 + 12 + 12
+    # Unset, the helpers follow the CPUs: one sender and one parser process, or on one CPU
+    # none, and then the daemon holds the outbound sockets itself.
+    default = config.load(
+        None,
+        storage={"url": "sqlite:////tmp/efd.db"},
+        delivery={"max_per_hook": 10},
+        destinations=[{"name": "a", "hooks": [{"url": "https://a.example/1"}]}],
+    )
+    assert reserved_files(default, cpus=2) == 64 + 9 + 8
+    assert reserved_files(default, cpus=1) == 64 + 9 + 10
 
 
 def test_an_open_file_limit_that_holds_everything_changes_nothing():
     settings = _server(max_connections=8)
-    assert fit_open_files(settings) == 8
+    assert fit_open_files(settings, cpus=2) == 8
