@@ -13,6 +13,7 @@ import pytest
 from aiohttp import web
 
 from efd.daemon import StartupError
+from efd.daemon.startup import usable_cpus
 from efd.rules import cgroups, webhooks
 from tests.conftest import (
     SECRET,
@@ -209,6 +210,8 @@ async def test_helper_processes_by_default_follow_the_cpus_the_daemon_may_run_on
     available = sorted(os.sched_getaffinity(0))
     if len(available) < cpus:
         pytest.skip(f"this machine lets tests run on {len(available)} CPU(s)")
+    if usable_cpus().usable < min(cpus, len(available)):
+        pytest.skip("a CPU quota narrows what the tests may use")
     pinned = set(available[:cpus])
     receiver = await receiver_factory()
     port = free_port()
@@ -329,7 +332,7 @@ async def test_helper_processes_by_default_follow_a_cpu_quota(
 async def test_child_processes_exit_when_the_daemon_is_killed(sqlite_url, tmp_path):
     port = free_port()
     settings = settings_dict(sqlite_url, delivery={"sender_processes": 2})
-    settings["server"] = {"host": "127.0.0.1", "port": port}
+    settings["server"] = {"host": "127.0.0.1", "port": port, "parse_processes": 1}
     daemon = DaemonProcess(write_toml(tmp_path / "efd.toml", settings), port, tmp_path / "efd.log")
     daemon.start()
     try:
