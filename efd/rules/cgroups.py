@@ -102,21 +102,26 @@ def cpu_limit(cgroup: str, mountinfo: str, read: Read) -> float | None:
     limits: list[float] = []
     for mount in mounts(mountinfo):
         if mount.fstype == "cgroup2":
-            path = paths.get("")
-            files = ["cpu.max"]
+            path, limit_in = paths.get(""), _limit_v2
         elif "cpu" in mount.options:
-            path = paths.get("cpu")
-            files = ["cpu.cfs_quota_us", "cpu.cfs_period_us"]
+            path, limit_in = paths.get("cpu"), _limit_v1
         else:
             continue
         if path is None:
             continue
         for directory in limit_dirs(path, mount):
-            texts = [read(f"{directory}/{name}") for name in files]
-            cpus = cpus_v2(texts[0]) if len(texts) == 1 else cpus_v1(texts[0], texts[1])
+            cpus = limit_in(directory, read)
             if cpus is not None:
                 limits.append(cpus)
     return min(limits, default=None)
+
+
+def _limit_v2(directory: str, read: Read) -> float | None:
+    return cpus_v2(read(f"{directory}/cpu.max"))
+
+
+def _limit_v1(directory: str, read: Read) -> float | None:
+    return cpus_v1(read(f"{directory}/cpu.cfs_quota_us"), read(f"{directory}/cpu.cfs_period_us"))
 
 
 def usable(affinity: int, limit: float | None) -> int:
