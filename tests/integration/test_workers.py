@@ -240,14 +240,14 @@ async def test_helper_processes_by_default_follow_the_cpus_the_daemon_may_run_on
     assert f"{said} {cpus} CPU(s) (" in daemon.log()
 
 
-def _cpu_quota_cgroup(tmp_name: str) -> tuple[str, str] | None:
-    """A new cgroup this test may limit to one CPU: (its directory, the limit's file and
-    text), on whichever version mounts the cpu controller writably; None where none does."""
+def _cpu_quota_cgroup(tmp_name: str) -> str | None:
+    """A new cgroup limited to one CPU, on whichever version mounts the cpu controller where
+    this test may write; None where none does."""
     with open("/proc/self/mountinfo") as handle:
         mounts = cgroups.mounts(handle.read())
     for mount in mounts:
         if mount.fstype == "cgroup" and "cpu" in mount.options:
-            limit = ("cpu.cfs_quota_us", "100000")
+            limit = {"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": "100000"}
         elif mount.fstype == "cgroup2":
             try:
                 with open(f"{mount.point}/cgroup.subtree_control") as handle:
@@ -255,7 +255,7 @@ def _cpu_quota_cgroup(tmp_name: str) -> tuple[str, str] | None:
                         continue
             except OSError:
                 continue
-            limit = ("cpu.max", "100000 100000")
+            limit = {"cpu.max": "100000 100000"}
         else:
             continue
         directory = f"{mount.point}/{tmp_name}"
@@ -264,15 +264,13 @@ def _cpu_quota_cgroup(tmp_name: str) -> tuple[str, str] | None:
         except OSError:
             continue
         try:
-            if limit[0] == "cpu.cfs_quota_us":
-                with open(f"{directory}/cpu.cfs_period_us", "w") as handle:
-                    handle.write("100000")
-            with open(f"{directory}/{limit[0]}", "w") as handle:
-                handle.write(limit[1])
+            for name, text in limit.items():
+                with open(f"{directory}/{name}", "w") as handle:
+                    handle.write(text)
         except OSError:
             os.rmdir(directory)
             continue
-        return directory, limit[0]
+        return directory
     return None
 
 
@@ -284,10 +282,9 @@ async def test_helper_processes_by_default_follow_a_cpu_quota(
     # child process could only take turns with the daemon, as on one CPU.
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("a one-CPU quota only narrows more than one CPU")
-    found = _cpu_quota_cgroup(f"efd-test-{os.getpid()}-{tmp_path.name}")
-    if found is None:
+    directory = _cpu_quota_cgroup(f"efd-test-{os.getpid()}-{tmp_path.name}")
+    if directory is None:
         pytest.skip("no cgroup hierarchy with the cpu controller this test may write")
-    directory, _ = found
     receiver = await receiver_factory()
     port = free_port()
     settings = settings_dict(sqlite_url, [receiver.url])
