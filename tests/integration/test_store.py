@@ -804,6 +804,29 @@ def test_a_large_batch_keeps_each_message_with_its_body_and_deliveries(store, db
     assert sorted(pairs) == sorted(expected)
 
 
+def test_claims_and_duplicate_checks_of_any_size_find_each_row_once(store):
+    """Sizes around the IN lists' lengths (padded to powers of two on SQLite, chunked at
+    512): every claimed delivery carries its own message's body, and a batch's duplicates
+    are found whatever its size."""
+    now = time.time()
+    sizes = [1, 2, 3, 5, 127, 128, 129, 511, 512, 513, 700]
+    rows = [
+        dataclasses.replace(message(f"m{i}"), body=json.dumps({"i": i})) for i in range(sum(sizes))
+    ]
+    assert store.ingestion.insert_messages(rows, now) == ["stored"] * len(rows)
+    bodies = {r.message_id: r.body for r in rows}
+    seen: list[str] = []
+    for size in sizes:
+        claimed = store.queue.claim("d", size, owner="A", now=now, lease_until=now + 60)
+        assert len(claimed) == size
+        assert all(c.body == bodies[c.message_id] for c in claimed)
+        seen += [c.message_id for c in claimed]
+    assert sorted(seen) == sorted(bodies)
+    for size in (3, 129, 513):
+        again = [message(f"m{i}") for i in range(size)] + [message(f"new{size}")]
+        assert store.ingestion.insert_messages(again, now) == ["duplicate"] * size + ["stored"]
+
+
 def test_a_redrive_moves_every_matching_delivery_in_chunks_each_its_own_transaction(store, db_url):
     now = time.time()
     store.ingestion.insert_messages(

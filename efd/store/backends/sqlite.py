@@ -79,6 +79,7 @@ _SQLITE = sqlite_dialect()
 _compiled: dict[tuple[Any, ...], tuple[str, list[str], dict[str, Any]]] = {}
 _multirow: dict[tuple[str, int], str] = {}
 _ROWS_PER_STATEMENT = 256
+_IN_LIST = 512  # values per IN list: a power of two, so a padded chunk stays this long
 
 _attempt_fields = attrgetter(*ATTEMPT_COLUMNS)
 _OUTCOME_SQL: dict[int, str] = {}
@@ -117,6 +118,14 @@ def compiled(
 
 def _positional(params: dict[str, Any], order: list[str], fixed: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(params[n] if n in params else fixed[n] for n in order)
+
+
+def _padded(values: Sequence[Any]) -> list[Any]:
+    """An IN list lengthened to the next power of two by repeating its last value: the same
+    matches, and a few statement texts instead of one per length, so SQLite's prepared
+    statements stay in the driver's cache instead of being prepared again."""
+    size = 1 << (len(values) - 1).bit_length() if values else 0
+    return [*values, *[values[-1]] * (size - len(values))]
 
 
 def _chunk_sizes(count: int) -> Iterator[int]:
@@ -305,7 +314,8 @@ class SqliteBackend:
         self, conn: Connection, pks: Sequence[int]
     ) -> list[tuple[int, str, str | None, str, float]]:
         found: list[tuple[int, str, str | None, str, float]] = []
-        for chunk in chunked(pks):
+        for chunk in chunked(pks, _IN_LIST):
+            chunk = _padded(chunk)
 
             def query(chunk: Sequence[int] = chunk) -> Any:
                 return select(
@@ -337,7 +347,8 @@ class SqliteBackend:
         since = now - WINDOW_SECONDS
         seen: set[tuple[str, str]] = set()
         ensure(conn, now, WINDOW_SECONDS)
-        for chunk in chunked(sorted(set(keys))):
+        for chunk in chunked(sorted(set(keys)), _IN_LIST):
+            chunk = _padded(chunk)
 
             def query(chunk: Sequence[int] = chunk) -> Any:
                 return (
@@ -346,7 +357,7 @@ class SqliteBackend:
                     .where(recent.c.message_key.in_(chunk), messages.c.received_at > since)
                 )
 
-            # Compiled once per chunk size; SQLAlchemy's expanding IN costs more than the
+            # Compiled once per padded size; SQLAlchemy's expanding IN costs more than the
             # query itself at ingestion rates.
             found = self.select(conn, "recent", query, [*chunk, since])
             seen.update((source, message_id) for source, message_id in found)
