@@ -120,12 +120,14 @@ def _positional(params: dict[str, Any], order: list[str], fixed: dict[str, Any])
     return tuple(params[n] if n in params else fixed[n] for n in order)
 
 
-def _padded(values: Sequence[Any]) -> list[Any]:
-    """An IN list lengthened to the next power of two by repeating its last value: the same
-    matches, and a few statement texts instead of one per length, so SQLite's prepared
-    statements stay in the driver's cache instead of being prepared again."""
-    size = 1 << (len(values) - 1).bit_length() if values else 0
-    return [*values, *[values[-1]] * (size - len(values))]
+def _in_lists(values: Sequence[Any]) -> Iterator[list[Any]]:
+    """`values` as IN lists of at most _IN_LIST, each lengthened to the next power of two by
+    repeating its last value: the same matches, and a few statement texts instead of one per
+    length, so SQLite's prepared statements stay in the driver's cache instead of being
+    prepared again."""
+    for chunk in chunked(values, _IN_LIST):
+        size = 1 << (len(chunk) - 1).bit_length()
+        yield [*chunk, *[chunk[-1]] * (size - len(chunk))]
 
 
 def _chunk_sizes(count: int) -> Iterator[int]:
@@ -314,8 +316,7 @@ class SqliteBackend:
         self, conn: Connection, pks: Sequence[int]
     ) -> list[tuple[int, str, str | None, str, float]]:
         found: list[tuple[int, str, str | None, str, float]] = []
-        for chunk in chunked(pks, _IN_LIST):
-            chunk = _padded(chunk)
+        for chunk in _in_lists(pks):
 
             def query(chunk: Sequence[int] = chunk) -> Any:
                 return select(
@@ -347,8 +348,7 @@ class SqliteBackend:
         since = now - WINDOW_SECONDS
         seen: set[tuple[str, str]] = set()
         ensure(conn, now, WINDOW_SECONDS)
-        for chunk in chunked(sorted(set(keys)), _IN_LIST):
-            chunk = _padded(chunk)
+        for chunk in _in_lists(sorted(set(keys))):
 
             def query(chunk: Sequence[int] = chunk) -> Any:
                 return (
