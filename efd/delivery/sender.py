@@ -58,8 +58,11 @@ class Sender:
         # and requests in flight keep the one they started with.
         self._presenting: dict[ClientCert, ssl.SSLContext] = {}
         self._client: http1.Client | None = None
+        # Held: asyncio.get_running_loop() asks the kernel for the process id at each call.
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         self._client = http1.Client(
             timeout=self.timeout,
             allowed=self._allowed,
@@ -106,7 +109,8 @@ class Sender:
         self, route: Route, urls: Sequence[str], body: str, message: MessageKey
     ) -> asyncio.Future[list[AttemptResult]]:
         """send_round as the dispatcher's `Rounds` starts it (a task in this process)."""
-        return asyncio.ensure_future(
+        assert self._loop is not None, "Sender.start() was not awaited"
+        return self._loop.create_task(
             self.send_round(route, urls, body, webhooks.webhook_id(*message))
         )
 
