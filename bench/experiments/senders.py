@@ -1,4 +1,5 @@
-"""Rounds per second and the daemon's CPU per round: sending in-process vs sender processes.
+"""Rounds per second, and the CPU per round of this process and of its sender processes:
+sending in-process vs sender processes.
 
     .venv/bin/python bench/experiments/senders.py [processes ...]   # default: 0 1 2
 
@@ -8,6 +9,7 @@ A raw HTTP/1.1 receiver runs in its own process; 64 concurrent rounds of one sig
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import subprocess
 import sys
@@ -47,7 +49,7 @@ BODY = (
     '"properties":{"revenue":12.5,"items":3},"messageId":"abc-123",'
     '"timestamp":"2026-01-01T00:00:00.000Z"}'
 )
-ROUNDS = 30_000
+ROUNDS = 100_000
 CONCURRENCY = 64
 
 
@@ -75,17 +77,31 @@ async def measure(processes: int, port: int) -> None:
             sent += 1
             await pool.start_round(route, [url], BODY, (sent, "web", "bench", 0.0))
 
+    pids = pool.pids if isinstance(pool, SenderPool) else []
+    children = _cpu_seconds(pids)
     cpu, wall = time.process_time(), time.perf_counter()
     await asyncio.gather(*(client() for _ in range(CONCURRENCY)))
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    children = _cpu_seconds(pids) - children
     print(
         f"sender_processes={processes}: {ROUNDS / wall:8,.0f} rounds/s, "
-        f"this process {cpu / ROUNDS * 1e6:6.1f} µs CPU a round"
+        f"this process {cpu / ROUNDS * 1e6:6.1f} µs CPU a round, "
+        f"sender processes {children / ROUNDS * 1e6:6.1f}"
     )
     if isinstance(pool, SenderPool):
         await pool.close(5)
     else:
         await pool.close()
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    """User and system CPU of `pids` so far, from /proc/<pid>/stat (Linux)."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
