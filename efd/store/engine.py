@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +40,19 @@ def safe_url(url: str) -> str:
     return normalise_url(url).render_as_string(hide_password=True)
 
 
+def bind_none_directly() -> None:
+    """Have the sqlite3 module bind None as NULL without its adaptation lookup.
+
+    The module adapts every parameter that is not exactly an int, float, str or bytearray.
+    For None, with no adapter registered, that lookup fails through the protocol's and the
+    object's attributes, and one of the two builds an AttributeError only to drop it: the
+    writer binds several None values for each message, outcome and attempt. An adapter
+    registered for None is found at once. `{}.get` returns None for any key and is a C
+    function, so no Python frame runs per value either. Process-wide and idempotent."""
+    empty: dict[None, None] = {}
+    sqlite3.register_adapter(type(None), empty.get)
+
+
 def make_engine(
     url: str,
     *,
@@ -59,6 +73,7 @@ def make_engine(
         engine = create_engine(parsed, pool_size=pool_size, max_overflow=pool_size)
         _ping_when_idle(engine)
         return engine
+    bind_none_directly()
     path = sqlite_path(parsed)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)

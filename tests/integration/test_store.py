@@ -8,6 +8,7 @@ import dataclasses
 import json
 import math
 import re
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -426,6 +427,17 @@ def test_sqlite_writer_checkpoints_every_10000_pages_and_indexes_keys_in_memory(
         assert databases["dedupe"] == ""  # an in-memory database
     with store.database.reader.begin() as conn:
         assert "dedupe" not in {row[1] for row in conn.exec_driver_sql("PRAGMA database_list")}
+
+
+def test_sqlite_binds_none_as_null_through_a_registered_adapter(store):
+    """efd/store/engine.py spares the driver its failing adaptation lookup for None; None
+    must still reach SQLite as NULL."""
+    if store.backend.name != "sqlite":
+        pytest.skip("the sqlite3 driver's adaptation")
+    assert (type(None), sqlite3.PrepareProtocol) in sqlite3.adapters
+    with store.database.writer.begin() as conn:
+        row = conn.exec_driver_sql("SELECT ? IS NULL, typeof(?)", (None, None)).one()
+    assert tuple(row) == (1, "null")
 
 
 def test_a_colliding_message_key_never_drops_a_message(store, db_url):
