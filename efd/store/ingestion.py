@@ -18,8 +18,10 @@ from efd.store.database import Database
 from efd.store.dedupe import message_key
 from efd.store.steps import Lanes, StepsSource, no_steps
 
-PENDING = DeliveryStatus.PENDING
-QUEUED = DeliveryStatus.QUEUED
+# Rows carry the statuses as plain str: the sqlite3 driver sends any subclass of str (an
+# enum member) through its slow, failing search for an adapter (efd/store/engine.py).
+PENDING = DeliveryStatus.PENDING.value
+QUEUED = DeliveryStatus.QUEUED.value
 
 _message_fields = attrgetter(*MESSAGE_FIELDS)
 
@@ -203,7 +205,7 @@ def _hand_off(handoff: Handoff, rows: list[tuple[Any, ...]], now: float) -> list
     """Lease to the handoff's owner the pending rows (not in a lane) it has room for, in
     place in `rows`; their positions. The lease is what a claim would have given them:
     token 1, due again when the lease ends."""
-    wanted = Counter(row[1] for row in rows if row[2] is PENDING)
+    wanted = Counter(row[1] for row in rows if row[2] == PENDING)
     room = {name: got for name, count in wanted.items() if (got := handoff.take(name, count))}
     handoff.short = {name for name, count in wanted.items() if room.get(name, 0) < count}
     if not room:
@@ -213,7 +215,7 @@ def _hand_off(handoff: Handoff, rows: list[tuple[Any, ...]], now: float) -> list
     owner = handoff.owner
     handed = []
     for i, row in enumerate(rows):
-        if row[2] is PENDING and room.get(row[1], 0) > 0:
+        if row[2] == PENDING and room.get(row[1], 0) > 0:
             room[row[1]] -= 1
             rows[i] = (row[0], row[1], PENDING, 0, now, until, owner, 1, None)
             handed.append(i)
