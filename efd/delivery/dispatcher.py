@@ -216,10 +216,15 @@ class Dispatcher:
         return wait
 
     def _capacity(self, route: Route) -> int:
+        # Comparisons, not min() and max(): this runs several times a round, and on Python
+        # 3.11 such a call costs several times a comparison (it parses its arguments).
         free = self._max_in_flight - self._in_flight
+        by_url = self._in_flight_by_url
         for url, _ in route.hooks:
-            free = min(free, self._max_per_hook - self._in_flight_by_url[url])
-        return max(0, free)
+            room = self._max_per_hook - by_url[url]
+            if room < free:
+                free = room
+        return free if free > 0 else 0
 
     async def _claim_round(self) -> bool:
         """Claim what is due, start what fits; True when a destination may have more due now."""
@@ -347,7 +352,8 @@ class Dispatcher:
             item, lease_until = ready.popleft()
             if self._leases.get(item.delivery_id) != item.lease_token:
                 continue  # a renewal found it taken by another claim: never send it
-            if self._clock.now() + self._timeout + 2 > max(lease_until, self._held.renewed_until):
+            ends = self._clock.now() + self._timeout + 2
+            if ends > lease_until and ends > self._held.renewed_until:
                 # Its lease could lapse mid-round (renewals are failing): leave it to lapse
                 # rather than risk another process sending it too.
                 self._leases.pop(item.delivery_id, None)
@@ -557,7 +563,7 @@ class Dispatcher:
             log.error("a round to %s failed", route.name, exc_info=error)
             return
         now = self._clock.now()
-        first = item.first_attempt_at or min((r.started_at for r in results), default=now)
+        first = item.first_attempt_at or (min([r.started_at for r in results]) if results else now)
         decision = retry.decide(
             results,
             hooks=route.labels,

@@ -125,7 +125,8 @@ class Pool:
         """Send `request` now; the future holds `convert` of the handler's answer (or of
         LOST), applied as the answer is read: the caller's callback on the future runs at
         the loop's next turn, with no second future in between."""
-        child = min(self._children, key=lambda c: (not c.running, len(c.pending)))
+        children = self._children
+        child = children[0] if len(children) == 1 else min(children, key=_load)
         return child.send(request, convert)
 
     async def configure(self, update: dict[str, Any]) -> None:
@@ -139,6 +140,11 @@ class Pool:
         """Stop the children (after the daemon's own drain); kill any that takes longer
         than `timeout`."""
         await asyncio.gather(*(child.close(timeout) for child in self._children))
+
+
+def _load(child: _Child) -> tuple[bool, int]:
+    """Orders children for a new request: running ones first, then the least busy."""
+    return (not child.running, len(child.pending))
 
 
 class _Child:
