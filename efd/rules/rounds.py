@@ -43,7 +43,7 @@ def attempt_rows(
             delivery_id=delivery_id,
             hook_url=route.labels.get(r.hook_url) or redact_url(r.hook_url),
             attempted_at=r.started_at,
-            duration_ms=round(r.duration * 1000, 3),
+            duration_ms=milliseconds(r.duration),
             outcome=r.verdict.value,
             status_code=r.status_code,
             error_class=r.error_class,
@@ -55,6 +55,12 @@ def attempt_rows(
         )
         for r in results
     ]
+
+
+def milliseconds(seconds: float) -> float:
+    """A duration (never negative) in milliseconds, to the microsecond. Not round(x, 3),
+    which converts through decimal digits: this runs once per attempt."""
+    return int(seconds * 1_000_000 + 0.5) / 1000
 
 
 def moves_lane_on(outcome: Outcome, ordered: bool) -> bool:

@@ -1,9 +1,12 @@
-"""Which destinations an outcome batch makes claimable once written (efd/rules/rounds.py)."""
+"""What a round becomes in the store (efd/rules/rounds.py): which destinations an outcome
+batch makes claimable once written, and the attempts' durations."""
 
 from __future__ import annotations
 
+import random
+
 from efd.rows import DeliveryStatus, Outcome
-from efd.rules.rounds import due_once_written, moves_lane_on
+from efd.rules.rounds import due_once_written, milliseconds, moves_lane_on
 from tests.support.rows import outcome_row
 
 
@@ -29,3 +32,15 @@ def test_due_once_written():
     ]
     ordered = {"lanes", "held-head"}
     assert due_once_written(written, ordered, now=10.0) == {"lanes", "retry-due", "retry-on-time"}
+
+
+def test_durations_are_kept_in_milliseconds_to_the_microsecond():
+    assert milliseconds(0.0) == 0.0
+    assert milliseconds(0.0012345678) == 1.235
+    assert milliseconds(5.0) == 5000.0
+    assert milliseconds(0.0000004) == 0.0
+    rng = random.Random(7)
+    for _ in range(10_000):
+        seconds = rng.uniform(0, 10) * 10 ** -rng.randint(0, 6)
+        assert abs(milliseconds(seconds) - seconds * 1000) <= 0.0005 + 1e-12
+        assert milliseconds(seconds) == round(milliseconds(seconds), 3)
