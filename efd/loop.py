@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import time
@@ -70,6 +71,15 @@ class SystemClock:
 
 
 SYSTEM_CLOCK = SystemClock()
+
+
+def _let_go_then(
+    side: set[asyncio.Future[Any]],
+    then: Callable[[asyncio.Future[Any]], None],
+    future: asyncio.Future[Any],
+) -> None:
+    side.discard(future)
+    then(future)
 
 
 class Worker:
@@ -163,11 +173,19 @@ class Worker:
         self._side.add(task)
         task.add_done_callback(self._side_done)
 
-    def track(self, future: asyncio.Future[Any]) -> None:
-        """Hold `future` (work the caller follows by a callback of its own) like a side
-        task: a stop waits for it, then cancels it."""
+    def track(
+        self,
+        future: asyncio.Future[Any],
+        then: Callable[[asyncio.Future[Any]], None] | None = None,
+    ) -> None:
+        """Hold `future` like a side task: a stop waits for it, then cancels it. `then` is
+        called with it once it is done (cancelled too), in the same callback that lets it
+        go: one call scheduled per future, not two."""
         self._side.add(future)
-        future.add_done_callback(self._side.discard)
+        if then is None:
+            future.add_done_callback(self._side.discard)
+        else:
+            future.add_done_callback(functools.partial(_let_go_then, self._side, then))
 
     def _side_done(self, task: asyncio.Task[None]) -> None:
         self._side.discard(task)

@@ -478,8 +478,9 @@ class Dispatcher:
             message = (item.message_pk, item.source, item.message_id, item.received_at)
             round_ = self._rounds.start_round(route, urls, item.body, message)
         # A callback, not a task per round: the round's end is handled in one plain call.
-        self._worker.track(round_)
-        round_.add_done_callback(functools.partial(self._answered, route, item, urls, failed, note))
+        self._worker.track(
+            round_, functools.partial(self._answered, route, item, urls, failed, note)
+        )
 
     def _defer(self, leases: list[tuple[int, int]], at: float) -> None:
         async def defer() -> None:

@@ -181,14 +181,29 @@ async def test_a_stop_waits_its_grace_for_tracked_futures_then_cancels_them():
     loop = asyncio.get_running_loop()
     answered: asyncio.Future[str] = loop.create_future()
     unanswered: asyncio.Future[str] = loop.create_future()
+    seen: list[asyncio.Future[str]] = []
     worker.track(answered)
-    worker.track(unanswered)
+    worker.track(unanswered, seen.append)
     assert worker.side_tasks == 2
     loop.call_later(0.05, answered.set_result, "ok")
     await worker.stop(grace=0.5)
     assert answered.result() == "ok"  # answered within the grace: waited for
     assert unanswered.cancelled()  # never answered: cancelled once the grace ran out
+    await asyncio.sleep(0)  # done callbacks run at the loop's next turn
     assert worker.side_tasks == 0
+    assert seen == [unanswered]  # its follow-up ran once, with the cancelled future
+
+
+async def test_a_tracked_future_s_follow_up_runs_once_it_is_done():
+    worker = Worker(Steps(FakeClock(), []), name="test")
+    future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    seen: list[tuple[str, int]] = []
+    worker.track(future, lambda f: seen.append((f.result(), worker.side_tasks)))
+    assert seen == []
+    assert worker.side_tasks == 1
+    future.set_result("answer")
+    await asyncio.sleep(0)
+    assert seen == [("answer", 0)]  # no longer held when its follow-up runs
 
 
 async def test_the_system_clock_waits_for_the_event_or_the_timeout():
