@@ -82,7 +82,9 @@ class Circuits:
             if hook is not None and hook.probing:
                 hook.probing = False  # the probe told nothing: try again when due
             return None
-        hook = self._hooks.setdefault(result.hook_url, _Hook())
+        hook = self._hooks.get(result.hook_url)
+        if hook is None:  # not setdefault: it would build a _Hook on every attempt
+            hook = self._hooks[result.hook_url] = _Hook()
         hook.probing = False
         if result.verdict is not Verdict.RETRY:
             hook.failures = 0
