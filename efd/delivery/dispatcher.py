@@ -495,9 +495,7 @@ class Dispatcher:
     def _circuit_changes(self, results: list[AttemptResult], urls: list[str], now: float) -> None:
         """Count the round's results against the hooks' circuits; log, expose and act on a
         circuit that opened or closed."""
-        answered = set()
         for result in results:
-            answered.add(result.hook_url)
             change = self._circuits.record(result, now)
             if change is None:
                 continue
@@ -507,9 +505,11 @@ class Dispatcher:
             if change is Change.CLOSED:
                 for r in routes:
                     self._background(self._wake_waiting(r.name, (r.labels[url], url)))
-        for url in urls:
-            if url not in answered:
-                self._circuits.release_probe(url)  # the round sent nothing (purged payload)
+        if len(results) < len(urls):  # a result per hook sent to: some were not
+            answered = {result.hook_url for result in results}
+            for url in urls:
+                if url not in answered:
+                    self._circuits.release_probe(url)  # the round sent nothing (purged payload)
 
     async def _wake_waiting(self, destination: str, hook: tuple[str, ...]) -> None:
         now = self._clock.now()

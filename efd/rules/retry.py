@@ -145,8 +145,9 @@ def decide(
 
     `hooks` maps each of the destination's hook URLs to its label (webhooks.hook_labels):
     `failed_hooks` and `last_error` name hooks by label, so they hold no credentials."""
-    if any(r.verdict is Verdict.SUCCESS for r in results):
-        return Decision(DeliveryStatus.DELIVERED, None, failed_hooks, None)
+    for r in results:  # a loop, not any() over a generator: this runs once a round
+        if r.verdict is Verdict.SUCCESS:
+            return Decision(DeliveryStatus.DELIVERED, None, failed_hooks, None)
 
     def label(url: str) -> str:
         return hooks.get(url) or redact_url(url)
