@@ -40,7 +40,7 @@ def safe_url(url: str) -> str:
     return normalise_url(url).render_as_string(hide_password=True)
 
 
-def bind_none_directly() -> None:
+def _bind_none_directly() -> None:
     """Have the sqlite3 module bind None as NULL without its adaptation lookup.
 
     The module adapts every parameter that is not exactly an int, float, str or bytearray.
@@ -73,7 +73,7 @@ def make_engine(
         engine = create_engine(parsed, pool_size=pool_size, max_overflow=pool_size)
         _ping_when_idle(engine)
         return engine
-    bind_none_directly()
+    _bind_none_directly()
     path = sqlite_path(parsed)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
