@@ -9,14 +9,17 @@ A raw HTTP/1.1 receiver runs in its own process; 64 concurrent rounds of one sig
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from efd.delivery.sender import SenderOptions, SenderPool
 from efd.rules.webhooks import Route
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from efdbench.procstats import own_cpu_seconds
 
 RECEIVER = r"""
 import asyncio, sys, uvloop
@@ -78,11 +81,11 @@ async def measure(processes: int, port: int) -> None:
             await pool.start_round(route, [url], BODY, (sent, "web", "bench", 0.0))
 
     pids = pool.pids if isinstance(pool, SenderPool) else []
-    children = _cpu_seconds(pids)
+    children = sum(own_cpu_seconds(pid) for pid in pids)
     cpu, wall = time.process_time(), time.perf_counter()
     await asyncio.gather(*(client() for _ in range(CONCURRENCY)))
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    children = _cpu_seconds(pids) - children
+    children = sum(own_cpu_seconds(pid) for pid in pids) - children
     print(
         f"sender_processes={processes}: {ROUNDS / wall:8,.0f} rounds/s, "
         f"this process {cpu / ROUNDS * 1e6:6.1f} µs CPU a round, "
@@ -92,16 +95,6 @@ async def measure(processes: int, port: int) -> None:
         await pool.close(5)
     else:
         await pool.close()
-
-
-def _cpu_seconds(pids: list[int]) -> float:
-    """User and system CPU of `pids` so far, from /proc/<pid>/stat (Linux)."""
-    total = 0
-    for pid in pids:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
