@@ -29,7 +29,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from efd import tls
 from efd.personas.keys import snake_case
-from efd.rules import netguard
+from efd.rules import netguard, ratelimit
 from efd.rules.audiences import ParseError, parse_condition, parse_expression
 from efd.rules.filters import Condition, Filter, FilterSet, FqlError, parse_field_path
 from efd.rules.lanes import Ordering
@@ -426,6 +426,10 @@ class DestinationConfig(_Strict):
     def filter_set(self) -> FilterSet:
         """The destination's filters, ready to apply (their expressions are already parsed)."""
         return FilterSet([f.rule() for f in self.filters])
+
+    def buckets(self) -> tuple[ratelimit.Bucket, ...]:
+        """The token buckets of the destination's rate-limited hooks (none: unlimited)."""
+        return ratelimit.buckets(self.name, [(hook.url, hook.limit()) for hook in self.hooks])
 
     def route(self, user_agent: str) -> Route:
         secret = self.shared_secret.get_secret_value() if self.shared_secret else None

@@ -597,8 +597,4 @@ class Dispatcher:
 
 def _buckets(settings: Settings) -> dict[str, tuple[ratelimit.Bucket, ...]]:
     """The token buckets of each destination that has rate-limited hooks."""
-    found = {
-        d.name: ratelimit.buckets(d.name, [(hook.url, hook.limit()) for hook in d.hooks])
-        for d in settings.destinations
-    }
-    return {name: buckets for name, buckets in found.items() if buckets}
+    return {d.name: found for d in settings.destinations if (found := d.buckets())}
