@@ -49,9 +49,10 @@ def test_a_match_needing_more_than_the_budget_is_false() -> None:
     matched, steps = glob.run(near)
     assert matched
     assert steps <= MAX_STEPS
-    # Each member of a class counts: the budget stops a long class sooner.
+    # A class costs one step, and four more per member beyond U+FFFF.
     wide = compile_glob("*[" + "".join(chr(0x10000 + 2 * i) for i in range(900)) + "]b*")
-    assert wide.run("a" * 32_000) == (False, MAX_STEPS // 901 * 901)
+    assert wide.run("a" * 32_000) == (False, MAX_STEPS // 3602 * 3602)
+    assert compile_glob("*[a-z0-9_]b*").run("a" * 32_000) == (False, 2 * (32_000 - 1))
 
 
 def test_literal_segments_cost_the_characters_passed_over() -> None:

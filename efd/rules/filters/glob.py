@@ -10,8 +10,9 @@ position once and tests each of its items at most once there.
 
 The work is counted in steps, the same on every machine: a literal segment costs the
 characters it passes over; any other segment, for each start position it tries, one step per
-character or `?` and one per member (character or range) of each class. A match that would
-need more than MAX_STEPS is false.
+item, and a class four more per member (character or range) reaching beyond U+FFFF, which the
+regular-expression engine tests one by one (the others it looks up at once). A match that
+would need more than MAX_STEPS is false.
 """
 
 from __future__ import annotations
@@ -115,8 +116,8 @@ def compile_glob(pattern: str) -> Glob:
             items.append(".")
             literal = None
         elif c == "[":
-            i, members = _class(pattern, i, items)
-            cost += members
+            i, class_cost = _class(pattern, i, items)
+            cost += class_cost
             literal = None
             continue
         else:
@@ -146,13 +147,14 @@ def _segment(items: list[str], literal: list[str] | None, cost: int) -> _Segment
 
 def _class(pattern: str, start: int, items: list[str]) -> tuple[int, int]:
     """Append the class opening at pattern[start] as one item; return the index after its
-    ']' and the number of its members. A '-' stands only between the two ends of a range
+    ']' and the steps of testing it. A '-' stands only between the two ends of a range
     (`\\-` for the character), as in Segment's matcher, where `[x-]` matches nothing."""
     i, n = start + 1, len(pattern)
     negate = i < n and pattern[i] in "^!"
     if negate:
         i += 1
     chars: list[str] = []
+    wide = 0  # members reaching beyond U+FFFF
 
     def end_at(j: int) -> tuple[str, int]:
         """The possibly escaped character at pattern[j], and the index after it."""
@@ -184,11 +186,13 @@ def _class(pattern: str, start: int, items: list[str]) -> tuple[int, int]:
             if ord(high) < ord(low):
                 raise ValueError(f"the range '{low}-{high}' in the pattern runs backwards")
             chars.append(f"{re.escape(low)}-{re.escape(high)}")
+            wide += ord(high) > 0xFFFF
         elif low:
             chars.append(re.escape(low))
+            wide += ord(low) > 0xFFFF
     if i >= n:
         raise ValueError(f"the '[' at offset {start} of the pattern is never closed by ']'")
     if not chars:
         raise ValueError(f"the class at offset {start} of the pattern is empty")
     items.append(("[^" if negate else "[") + "".join(chars) + "]")
-    return i + 1, len(chars)
+    return i + 1, 1 + 4 * wide
