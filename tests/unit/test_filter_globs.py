@@ -60,6 +60,9 @@ def test_literal_segments_cost_the_characters_passed_over() -> None:
     assert compile_glob("*needle*end").run(text) == (True, 3 + 30_000 + 6)
     assert compile_glob("*needle*nope").run(text) == (False, 4)
     assert compile_glob("*nope*").run(text) == (False, len(text))
+    # Without a star, the lengths must agree before anything is compared.
+    assert compile_glob("a?c").run("abcd") == (False, 0)
+    assert compile_glob("a?c").run("abc") == (True, 3)
 
 
 def test_a_pattern_is_at_most_max_pattern_characters() -> None:

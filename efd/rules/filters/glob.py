@@ -1,5 +1,5 @@
 """The glob patterns of match() (pure): *, ?, [abc], [a-z], [^abc] and \\x, matched without
-backtracking and within a fixed amount of work (docs/filters.md#globs).
+backtracking and within a fixed amount of work (docs/filters.md, "The work of a message").
 
 A pattern is cut at its stars into segments of single-character items. Each segment has a
 fixed width, so the leftmost place where a segment fits is always the best one for what
@@ -62,7 +62,9 @@ class Glob:
         stops there, false."""
         head, tail, n = self.head, self.tail, len(text)
         if tail is None:
-            return n == head.width and head.at(text, 0), head.cost
+            if n != head.width:
+                return False, 0
+            return head.at(text, 0), head.cost
         start, end = head.width, n - tail.width
         if end < start:
             return False, 0
