@@ -263,3 +263,31 @@ async def test_a_deletion_request_purges_a_delivery_body_and_retention_filtered_
         store.dispose()
     assert sql(db_url, f"SELECT count(*) FROM messages WHERE id = {pks[0]}") == [(0,)]
     assert sql(db_url, "SELECT count(*) FROM deliveries WHERE status = 'filtered'") == [(0,)]
+
+
+async def test_a_pattern_from_the_message_gets_its_documented_answer(
+    db_url, receiver_factory, daemon_factory
+):
+    # docs/filters.md, "The work of a message": no backtracking, false beyond the step budget,
+    # the same in the daemon and in a parser process (the body over 8 KiB).
+    receiver = await receiver_factory()
+    drop = {"if": "match(properties.s, properties.p)", "action": "drop"}
+    daemon = await daemon_factory(with_filters(db_url, [receiver.url], [drop], parse_processes=1))
+    hostile = "*a*a*a*a*a*a*a*a*b"
+    cases = {
+        "backtracking": ({"s": "a" * 70, "p": hostile}, "delivered"),
+        "matched": ({"s": "a" * 70 + "b", "p": hostile}, "filtered"),
+        "dash": ({"s": "x", "p": "[x-]"}, "delivered"),
+        "budget": ({"s": "a" * 30_000, "p": "*" + "?a" * 498 + "b*"}, "delivered"),
+        "within": ({"s": "a" * 30_000 + "b", "p": "*a?a?b"}, "filtered"),
+    }
+    for message_id, (properties, _) in cases.items():
+        body = {"userId": "u1", "event": "E", "messageId": message_id, "properties": properties}
+        assert (await post(daemon.port, "/v1/track", body))[0] == 200
+    expected = {message_id: status for message_id, (_, status) in cases.items()}
+    await eventually(lambda: {m: d[0] for m, d in deliveries(db_url).items()} == expected)
+    assert sorted(r.json()["messageId"] for r in receiver.received) == [
+        "backtracking",
+        "budget",
+        "dash",
+    ]

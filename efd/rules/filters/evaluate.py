@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeAlias
 
 from efd.rules import jsonjs
+from efd.rules.filters.glob import Glob, compile_glob
 from efd.rules.filters.tree import (
     And,
     Call,
@@ -25,7 +26,6 @@ from efd.rules.filters.tree import (
     Not,
     Or,
     Path,
-    glob_regex,
 )
 
 __all__ = ["Compiled", "compile_condition", "compile_node", "equal", "evaluate", "kind"]
@@ -96,9 +96,9 @@ def _contains(s: Any, sub: Any) -> bool:
 
 
 @functools.lru_cache(maxsize=256)
-def _pattern(pattern: str) -> re.Pattern[str] | None:
+def _pattern(pattern: str) -> Glob | None:
     try:
-        return glob_regex(pattern)
+        return compile_glob(pattern)
     except ValueError:
         return None
 
@@ -106,8 +106,8 @@ def _pattern(pattern: str) -> re.Pattern[str] | None:
 def _match(s: Any, pattern: Any) -> bool:
     if not (isinstance(s, str) and isinstance(pattern, str)):
         return False
-    regex = _pattern(pattern)
-    return regex is not None and regex.fullmatch(s) is not None
+    glob = _pattern(pattern)
+    return glob is not None and glob.match(s)
 
 
 def _length(value: Any) -> int | None:
@@ -290,12 +290,12 @@ def _compile_call(node: Call) -> Compiled:
     if node.name == "match":
         pattern = node.args[1]
         if isinstance(pattern, Literal) and isinstance(pattern.value, str):
-            fullmatch = glob_regex(pattern.value).fullmatch  # checked by the parser
+            matches = compile_glob(pattern.value).match  # checked by the parser
             subject = compile_node(node.args[0])
 
             def match(m: Message) -> bool:
                 value = subject(m)
-                return isinstance(value, str) and fullmatch(value) is not None
+                return isinstance(value, str) and matches(value)
 
             return match
     args = [compile_node(arg) for arg in node.args]

@@ -31,8 +31,8 @@ from efd.rules.filters.tree import (
     Or,
     Path,
     Scalar,
+    compile_glob,
     describe_kinds,
-    glob_regex,
     kinds_of,
 )
 
@@ -49,7 +49,7 @@ __all__ = [
     "Not",
     "Or",
     "Path",
-    "glob_regex",
+    "compile_glob",
     "parse",
     "to_fql",
 ]
@@ -497,7 +497,7 @@ class _Parser:
             pattern = call.args[1]
             if isinstance(pattern, Literal) and isinstance(pattern.value, str):
                 try:
-                    glob_regex(pattern.value)
+                    compile_glob(pattern.value)
                 except ValueError as error:
                     self.fail_at(f"match(): {error}", pattern)
 

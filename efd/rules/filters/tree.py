@@ -1,14 +1,14 @@
-"""FQL's tree (pure): the nodes a condition is parsed into, what the parser knows of their
-types without a message, and the glob patterns of match(). The lexer, parser and printer are
-efd/rules/filters/fql.py's."""
+"""FQL's tree (pure): the nodes a condition is parsed into and what the parser knows of
+their types without a message. The lexer, parser and printer are efd/rules/filters/fql.py's, the
+glob patterns of match() efd/rules/filters/glob.py's."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 from typing import Literal as Lit
 
+from efd.rules.filters.glob import compile_glob as compile_glob
 from efd.rules.syntax import Literal as Literal
 from efd.rules.syntax import Node as _Node
 from efd.rules.syntax import Scalar as Scalar
@@ -149,66 +149,3 @@ def kinds_of(node: Node) -> frozenset[str]:
 
 def describe_kinds(kinds: frozenset[str]) -> str:
     return " or ".join(_KIND_WORDS[k] for k in sorted(kinds))
-
-
-# ---------------------------------------------------------------------------------------------
-# Glob patterns of match(): *, ?, [abc], [a-z], [^abc] and \x.
-
-
-def glob_regex(pattern: str) -> re.Pattern[str]:
-    """The regular expression a glob pattern stands for (matched whole); ValueError naming
-    the problem when the pattern is malformed."""
-    out: list[str] = []
-    i, n = 0, len(pattern)
-    while i < n:
-        c = pattern[i]
-        if c == "*":
-            out.append(".*")
-        elif c == "?":
-            out.append(".")
-        elif c == "\\":
-            if i + 1 >= n:
-                raise ValueError("the pattern ends with a lone '\\'; write '\\\\' for a backslash")
-            i += 1
-            out.append(re.escape(pattern[i]))
-        elif c == "[":
-            i = _glob_class(pattern, i, out)
-            continue
-        else:
-            out.append(re.escape(c))
-        i += 1
-    return re.compile("".join(out), re.DOTALL)
-
-
-def _glob_class(pattern: str, start: int, out: list[str]) -> int:
-    """Translate the class opening at pattern[start]; return the index after its ']'."""
-    i, n = start + 1, len(pattern)
-    negate = i < n and pattern[i] in "^!"
-    if negate:
-        i += 1
-    chars: list[str] = []
-    while i < n and pattern[i] != "]":
-        c = pattern[i]
-        if c == "\\":
-            if i + 1 >= n:
-                break
-            i += 1
-            c = pattern[i]
-        if i + 2 < n and pattern[i + 1] == "-" and pattern[i + 2] != "]":
-            high = pattern[i + 2]
-            if high == "\\" and i + 3 < n:
-                high = pattern[i + 3]
-                i += 1
-            if ord(high) < ord(c):
-                raise ValueError(f"the range '{c}-{high}' in the pattern runs backwards")
-            chars.append(f"{re.escape(c)}-{re.escape(high)}")
-            i += 3
-            continue
-        chars.append(re.escape(c))
-        i += 1
-    if i >= n:
-        raise ValueError(f"the '[' at offset {start} of the pattern is never closed by ']'")
-    if not chars:
-        raise ValueError(f"the class at offset {start} of the pattern is empty")
-    out.append(("[^" if negate else "[") + "".join(chars) + "]")
-    return i + 1
