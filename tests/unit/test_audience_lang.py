@@ -382,6 +382,13 @@ def test_requirements_union() -> None:
         ("trait('a') = '\\u12'", 1, 15, "\\u must be followed by 4 hex digits"),
         ("trait('a') = '\\ud800'", 1, 15, "surrogates are not allowed"),
         ("trait('a') = 1e999", 1, 14, "number 1e999 is out of range"),
+        (
+            "trait('a') = " + "1" * 10_000,
+            1,
+            14,
+            "the number 111111111111… (10000 digits) is out of range: numbers are limited to "
+            "a double's range, about ±1.8e308",
+        ),
         ("trait('a') = @", 1, 14, "unexpected character '@'"),
         ("trait('a') = 1 && trait('b') = 1", 1, 16, "write 'and'"),
         ("trait('a') = 1 || trait('b') = 1", 1, 16, "write 'or'"),
