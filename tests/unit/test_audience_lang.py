@@ -437,6 +437,12 @@ def test_requirements_union() -> None:
         ("event('A').within(-1 days)", 1, 19, "within() duration must be a whole number"),
         ("event('A').within(1.5 days)", 1, 19, "within() duration must be a whole number"),
         ("event('A').within(days)", 1, 19, "within() duration must be a whole number"),
+        (
+            "event('A').within(" + "9" * 308 + " days)",
+            1,
+            19,
+            "within() duration is out of range: at most about 1.8e308 seconds",
+        ),
         ("event('A').within(parent: 5 days)", 1, 19, "within(parent: ...) (funnel audiences)"),
         ("event('A').within(1 day 2)", 1, 25, "expected ')' after the within() duration"),
         ("event('A').within(1 day).within(2 days)", 1, 26, "within() is given twice"),
