@@ -14,7 +14,7 @@ def load_settings(path: str) -> config.Settings:
         print(f"efd: {error}", file=sys.stderr)  # one line: the file and why, none of it
         raise SystemExit(2) from None
     except config.ConfigError as error:
-        print(f"efd: invalid configuration ({len(error.problems)} problems):", file=sys.stderr)
+        print(f"efd: invalid configuration ({error.count}):", file=sys.stderr)
         for problem in error.problems:
             print(f"  {problem}", file=sys.stderr)
         raise SystemExit(2) from None

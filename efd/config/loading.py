@@ -24,6 +24,12 @@ class ConfigError(Exception):
         super().__init__("\n".join(problems))
         self.problems = problems
 
+    @property
+    def count(self) -> str:
+        """How many problems, in words: "1 problem", "3 problems"."""
+        n = len(self.problems)
+        return f"{n} problem" if n == 1 else f"{n} problems"
+
 
 def _key(loc: tuple[int | str, ...]) -> str:
     key = ""

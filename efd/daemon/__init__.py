@@ -302,9 +302,9 @@ async def _apply(daemon: Daemon, config_path: str) -> None:
         return
     except config.ConfigError as error:
         log.error(
-            refused + " has %d problems: %s",
+            refused + " has %s: %s",
             config_path,
-            len(error.problems),
+            error.count,
             "; ".join(error.problems),
         )
         return

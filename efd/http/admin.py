@@ -122,6 +122,9 @@ class AdminApi:
             return jsonjs.loads(raw)
         except jsonjs.TooDeep:
             raise ClientError("too_deep", "the body is nested too deeply", field="body") from None
+        except jsonjs.OutOfRange as error:
+            field = jsonjs.field_name(error.path) or "body"
+            raise ClientError("invalid_field", str(error), field=field) from None
         except (ValueError, UnicodeDecodeError) as error:
             raise ClientError(
                 "invalid_json", f"the body is not valid JSON: {error}", field="body"

@@ -151,6 +151,9 @@ class RegulationsApi:
             payload = jsonjs.loads(await server.read_body(request, MAX_BODY_BYTES))
         except jsonjs.TooDeep as error:
             raise ClientError("too_deep", f"the body is nested too deeply: {error}") from None
+        except jsonjs.OutOfRange as error:
+            field = jsonjs.field_name(error.path) or None
+            raise ClientError("invalid_field", str(error), field=field) from None
         except (ValueError, UnicodeDecodeError) as error:
             raise ClientError("invalid_json", f"the body is not valid JSON: {error}") from None
         type_, ids = parse_request(payload)

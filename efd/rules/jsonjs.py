@@ -16,7 +16,9 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 import threading
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -253,35 +255,147 @@ def _text(data: bytes) -> str:
     return text
 
 
+# ---------------------------------------------------------------------------------------------
+# Numbers past a double's range: JavaScript reads them as Infinity, which JSON.stringify
+# writes as null, and Python will not even convert an integer of thousands of digits. efd
+# refuses them wherever a number is written: in a message and in a condition.
+
+OUT_OF_RANGE = "numbers are limited to a double's range, about ±1.8e308"
+_DOUBLE_DIGITS = len(str(int(sys.float_info.max)))  # the most digits a finite double has
+
+
+def whole_number(text: str) -> int | None:
+    """The integer `text` (digits, perhaps a leading '-') spells, or None past a double's
+    range."""
+    digits = len(text) - text.startswith("-")
+    if digits > _DOUBLE_DIGITS:
+        return None
+    value = int(text)
+    if digits == _DOUBLE_DIGITS:
+        try:
+            float(value)
+        except OverflowError:
+            return None
+    return value
+
+
+def number_spelling(text: str) -> str:
+    """A number's source text for a message: whole when short, else its start and length."""
+    if len(text) <= 24:
+        return text
+    return f"{text[:12]}… ({sum(c.isdigit() for c in text)} digits)"
+
+
+class OutOfRange(ValueError):
+    """A JSON document holds a number past a double's range. `path` leads to it from the
+    top: keys and list indices; `number` is its spelling (number_spelling)."""
+
+    def __init__(self, path: tuple[str | int, ...], text: str) -> None:
+        self.path = path
+        self.number = number_spelling(text)
+        super().__init__(
+            f"{field_name(path) or 'the body'} holds the number {self.number}, out of range: "
+            f"{OUT_OF_RANGE}"
+        )
+
+
+def field_name(path: Sequence[str | int]) -> str:
+    """A path as the errors name a field: properties.items[2].price."""
+    out = ""
+    for step in path:
+        out += f"[{step}]" if isinstance(step, int) else (f".{step}" if out else step)
+    return out
+
+
+class _Huge:
+    """Stands, in a parsed document, for a number past a double's range, until the
+    document's walk finds where it is."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _find_huge(value: Any, path: tuple[str | int, ...]) -> OutOfRange | None:
+    if isinstance(value, _Huge):
+        return OutOfRange(path, value.text)
+    if isinstance(value, dict):
+        items: Any = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        found = _find_huge(item, (*path, key))
+        if found is not None:
+            return found
+    return None
+
+
+def _refuse_huge(value: Any) -> Any:
+    found = _find_huge(value, ())
+    if found is not None:
+        raise found
+    return value  # a duplicate key replaced it: JSON.parse keeps the last value too
+
+
+def _int_or_huge(text: str) -> int | _Huge:
+    value = whole_number(text)
+    return _Huge(text) if value is None else value
+
+
+def _float_or_huge(text: str) -> float | _Huge:
+    value = float(text)
+    return _Huge(text) if value in _INFINITIES else value
+
+
+_INFINITIES = (math.inf, -math.inf)
+_decoder = json.JSONDecoder(
+    parse_constant=_reject_constant, parse_float=_float_or_huge, parse_int=_int_or_huge
+)
+
+
 def loads(data: bytes | str) -> Any:
     """Parse strict JSON: NaN and Infinity are rejected, as JavaScript's JSON.parse does;
-    so is nesting deeper than MAX_DEPTH (TooDeep) and, in bytes, invalid Unicode."""
+    so is nesting deeper than MAX_DEPTH (TooDeep), a number past a double's range
+    (OutOfRange) and, in bytes, invalid Unicode."""
     if isinstance(data, str):
         check_depth(data.encode("utf-8", "surrogatepass"))
-        return json.loads(data, parse_constant=_reject_constant)
-    return json.loads(_text(data), parse_constant=_reject_constant)
+        return _refuse_huge(_decoder.decode(data))
+    return _refuse_huge(_decoder.decode(_text(data)))
 
 
 class _PlainCheck(threading.local):
     """One decoder per thread, built once: json.loads with hooks builds a new one per call,
-    a measurable share of a one-message request. `plain` is reset before each parse."""
+    a measurable share of a one-message request. `plain` and `huge` are reset before each
+    parse."""
 
     def __init__(self) -> None:
         self.plain = True
+        self.huge = False
         self.decoder = json.JSONDecoder(
             parse_constant=_reject_constant, parse_float=self._float, parse_int=self._int
         )
 
-    def _float(self, text: str) -> float:
+    def _float(self, text: str) -> float | _Huge:
         value = float(text)
-        if self.plain and (value.is_integer() or not 1e-4 <= abs(value) < 1e16):
+        if value.is_integer() or not 1e-4 <= abs(value) < 1e16:
             self.plain = False
+            if value in _INFINITIES:
+                self.huge = True
+                return _Huge(text)
         return value
 
-    def _int(self, text: str) -> int:
-        if len(text) > 15:
-            self.plain = False
-        return int(text)
+    def _int(self, text: str) -> int | _Huge:
+        if len(text) <= 15:
+            return int(text)
+        self.plain = False
+        value = whole_number(text)
+        if value is None:
+            self.huge = True
+            return _Huge(text)
+        return value
 
 
 _plain_check = _PlainCheck()
@@ -294,10 +408,14 @@ def loads_checked(data: bytes) -> tuple[Any, bool]:
     Checking while parsing costs a Python call per number literal, far less than walking
     every parsed value again: Python and JavaScript only disagree on integral floats
     ("10.0"), floats Python writes with an exponent (below 1e-4, from 1e16), integers
-    past 2**53, and array-index keys.
+    past 2**53, and array-index keys. Only a document holding a number past a double's
+    range is walked, to name where it is (OutOfRange).
     """
     text = _text(data)
     check = _plain_check
     check.plain = _INDEX_KEY.search(data) is None
+    check.huge = False
     value = check.decoder.decode(text)
+    if check.huge:
+        value = _refuse_huge(value)
     return value, check.plain

@@ -157,6 +157,8 @@ def parse_request(
         payload, plain = jsonjs.loads_checked(data)
     except jsonjs.TooDeep as error:
         raise ClientError("too_deep", f"the body is nested too deeply: {error}") from None
+    except jsonjs.OutOfRange as error:
+        raise out_of_range(error, batch=type_ is None) from None
     except (ValueError, UnicodeDecodeError) as error:
         raise ClientError("invalid_json", f"the body is not valid JSON: {error}") from None
     if source is None:
@@ -183,6 +185,20 @@ def parse_request(
                 rejection.message = f"batch[{index}]: {rejection.message}"
             raise
     return source, rows
+
+
+def out_of_range(error: jsonjs.OutOfRange, *, batch: bool) -> ClientError:
+    """The 400 for a number past a double's range, naming its field as the other checks of
+    a message do: in a batch, the field within its message, and the message's index."""
+    path, index = error.path, None
+    if batch and len(path) > 1 and path[0] == "batch" and isinstance(path[1], int):
+        path, index = path[2:], int(path[1])
+    field = jsonjs.field_name(path) or None
+    what = field or ("the message" if index is not None else "the body")
+    message = f"{what} holds the number {error.number}, out of range: {jsonjs.OUT_OF_RANGE}"
+    if index is not None:
+        message = f"batch[{index}]: {message}"
+    return ClientError("invalid_field", message, field=field, index=index)
 
 
 class ChildParser:

@@ -225,3 +225,71 @@ def test_message_key_and_received_at_find_a_message_through_an_index(db_url):
     if db_url.startswith("sqlite"):  # message_key is indexed on PostgreSQL only
         plan = sql(db_url, f"EXPLAIN QUERY PLAN SELECT message_id {bounded}", t=0)
         assert "ix_messages_received_at" in str(plan)
+
+
+def test_the_quickstart_console_opens_with_the_token_scripts_serve_prints(tmp_path: Path):
+    """What the README says: run scripts/serve, open /console, sign in with the printed token
+    (the console's page calls the admin API with it, as here)."""
+    import os
+    import re
+    import signal
+
+    import pytest
+
+    stamps = list((ROOT / ".venv").glob(".installed-*"))
+    pyproject = (ROOT / "pyproject.toml").stat().st_mtime
+    if not any(stamp.stat().st_mtime >= pyproject for stamp in stamps):
+        pytest.skip("no up-to-date .venv at the root: scripts/serve would install one first")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EFD_")}
+    env.update(EFD_SERVER__PORT=str(port), EFD_STORAGE__URL=f"sqlite:///{tmp_path / 'efd.db'}")
+    log = tmp_path / "serve.err"
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            ["bash", str(ROOT / "scripts" / "serve")],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=env,
+            start_new_session=True,  # its own group: efd serve and efd listen stop with it
+        )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        page = None
+        for _ in range(300):
+            try:
+                with urllib.request.urlopen(f"{base}/console", timeout=5) as response:
+                    page = response.read()
+                break
+            except urllib.error.HTTPError:
+                raise  # it answers: the console is off, or broken
+            except urllib.error.URLError:
+                time.sleep(0.1)
+        assert page is not None, log.read_text()
+        assert b"<html" in page.lower()
+        printed = re.search(
+            rf"console is at {re.escape(base)}/console;\nsign in with the admin token\n\n  (\S+)\n",
+            log.read_text(),
+        )
+        assert printed is not None, log.read_text()
+        token = printed.group(1)
+        assert len(token) >= 16
+
+        def admin(token: str) -> int:
+            request = urllib.request.Request(
+                f"{base}/admin/destinations", headers={"Authorization": f"Bearer {token}"}
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=5) as response:
+                    return int(response.status)
+            except urllib.error.HTTPError as error:
+                return int(error.code)
+
+        assert admin(token) == 200
+        assert admin(token + "x") == 401
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)

@@ -103,6 +103,59 @@ async def test_deep_regulation_bodies_are_refused(db_url, daemon):
     assert sql(db_url, "SELECT count(*) FROM regulations") == [(0,)]
 
 
+# -- numbers past a double's range ----------------------------------------------------------
+
+_RANGE = "out of range: numbers are limited to a double's range, about ±1.8e308"
+
+
+@pytest.mark.parametrize("padding", [0, 20_000], ids=["small", "parser process"])
+@pytest.mark.parametrize(
+    ("number", "spelling"),
+    [(b"1e999", "1e999"), (b"1" * 10_000, "111111111111… (10000 digits)")],
+    ids=["1e999", "10000 digits"],
+)
+async def test_numbers_past_a_double_are_refused_naming_the_field(
+    db_url, daemon, padding, number, spelling
+):
+    pids = daemon.parsers.pids
+    message = json.dumps({**TRACK, "properties": {"p": "x" * padding, "n": 0}}).encode()
+    message = message.replace(b'"n": 0', b'"n": ' + number)
+    status, answer = await raw_post(daemon.port, "/v1/track", message, basic())
+    assert (status, answer) == (
+        400,
+        {
+            "success": False,
+            "code": "invalid_field",
+            "message": f"properties.n holds the number {spelling}, {_RANGE}",
+            "field": "properties.n",
+        },
+    )
+    batch = b'{"batch": [' + json.dumps(TRACK).encode() + b", " + message + b"]}"
+    status, answer = await raw_post(daemon.port, "/v1/batch", batch, basic())
+    assert (status, answer) == (
+        400,
+        {
+            "success": False,
+            "code": "invalid_field",
+            "message": f"batch[1]: properties.n holds the number {spelling}, {_RANGE}",
+            "field": "properties.n",
+            "index": 1,
+        },
+    )
+    assert stored_count(db_url) == 0
+    assert daemon.parsers.pids == pids
+
+
+async def test_regulations_refuse_numbers_past_a_double(db_url, daemon):
+    body = b'{"regulationType": "DELETE_ONLY", "subjectType": "USER_ID", "subjectIds": [1e999]}'
+    status, answer = await raw_post(
+        daemon.port, "/regulations", body, {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    )
+    assert (status, answer["code"], answer["field"]) == (400, "invalid_field", "subjectIds[0]")
+    assert answer["message"] == f"subjectIds[0] holds the number 1e999, {_RANGE}"
+    assert sql(db_url, "SELECT count(*) FROM regulations") == [(0,)]
+
+
 # -- text that is not valid Unicode -----------------------------------------------------------
 
 

@@ -261,7 +261,7 @@ def _spoil(path: Path, case: str) -> str:
         path.write_bytes(path.read_bytes() + b"\n[logging\n")
         return f"{path}: not valid TOML: "
     path.write_bytes(path.read_bytes() + b'\n[logging]\nlevel = "LOUD"\n')
-    return f"{path} has 1 problems: logging.level: "
+    return f"{path} has 1 problem: logging.level: "
 
 
 @pytest.mark.parametrize(

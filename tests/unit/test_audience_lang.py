@@ -382,6 +382,13 @@ def test_requirements_union() -> None:
         ("trait('a') = '\\u12'", 1, 15, "\\u must be followed by 4 hex digits"),
         ("trait('a') = '\\ud800'", 1, 15, "surrogates are not allowed"),
         ("trait('a') = 1e999", 1, 14, "number 1e999 is out of range"),
+        (
+            "trait('a') = " + "1" * 10_000,
+            1,
+            14,
+            "the number 111111111111… (10000 digits) is out of range: numbers are limited to "
+            "a double's range, about ±1.8e308",
+        ),
         ("trait('a') = @", 1, 14, "unexpected character '@'"),
         ("trait('a') = 1 && trait('b') = 1", 1, 16, "write 'and'"),
         ("trait('a') = 1 || trait('b') = 1", 1, 16, "write 'or'"),
@@ -430,6 +437,12 @@ def test_requirements_union() -> None:
         ("event('A').within(-1 days)", 1, 19, "within() duration must be a whole number"),
         ("event('A').within(1.5 days)", 1, 19, "within() duration must be a whole number"),
         ("event('A').within(days)", 1, 19, "within() duration must be a whole number"),
+        (
+            "event('A').within(" + "9" * 308 + " days)",
+            1,
+            19,
+            "within() duration is out of range: at most about 1.8e308 seconds",
+        ),
         ("event('A').within(parent: 5 days)", 1, 19, "within(parent: ...) (funnel audiences)"),
         ("event('A').within(1 day 2)", 1, 25, "expected ')' after the within() duration"),
         ("event('A').within(1 day).within(2 days)", 1, 26, "within() is given twice"),

@@ -796,6 +796,12 @@ def test_cli_check_config_reports_every_bad_key(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
+def test_cli_check_config_counts_one_problem_in_the_singular(tmp_path: Path) -> None:
+    done = run_check_config(write(tmp_path, GOOD + '[logging]\nlevel = "LOUD"\n'))
+    assert done.returncode == 2
+    assert done.stderr.startswith("efd: invalid configuration (1 problem):\n  logging.level: ")
+
+
 def test_cli_check_config_accepts_a_good_file(tmp_path: Path) -> None:
     path = write(tmp_path, GOOD)
     done = run_check_config(path)

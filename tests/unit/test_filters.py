@@ -76,12 +76,20 @@ SEGMENT_OBJECT: dict[str, Any] = {
         ("'blink' in properties.features", False),
         # Its subexpression examples, on the same object.
         ("!( type in ['track', 'identify'] )", False),
-        # As printed there, with match's arguments swapped: 'Button *' is the text.
-        ("type = 'track' and ( event = 'Click' or match( 'Button *', event ) )", False),
     ],
 )
 def test_segment_reference_examples(text: str, expected: bool) -> None:
     assert holds(text, SEGMENT_OBJECT) is expected
+
+
+def test_segment_example_with_match_swapped_is_refused_saying_so() -> None:
+    # As printed there, 'Button *' is the text and event the pattern: false for any event.
+    with pytest.raises(FqlError) as caught:
+        parse("type = 'track' and ( event = 'Click' or match( 'Button *', event ) )")
+    assert str(caught.value) == (
+        "line 1, column 48: match() takes the text first and the pattern second; this looks "
+        'like the pattern: write match(event, "Button *")'
+    )
 
 
 SUBEXPRESSION = (
@@ -485,6 +493,69 @@ def test_parse_errors_name_the_position(text: str, line: int, column: int, words
     assert str(caught.value).startswith(f"line {line}, column {column}: ")
 
 
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        (
+            "properties.n = " + "1" * 10_000,
+            "line 1, column 16: the number 111111111111… (10000 digits) is out of range: "
+            "numbers are limited to a double's range, about ±1.8e308",
+        ),
+        (
+            "a = -" + "9" * 400 + ".5",
+            "line 1, column 5: the number -99999999999… (401 digits) is out of range: "
+            "numbers are limited to a double's range, about ±1.8e308",
+        ),
+        (
+            "a = 1e999",
+            "line 1, column 5: the number 1e999 is out of range: "
+            "numbers are limited to a double's range, about ±1.8e308",
+        ),
+        (
+            'match(event, "\\\\")',
+            "line 1, column 14: match(): the pattern ends with a lone '\\': in an FQL string "
+            "'\\\\' is one backslash, so a pattern that matches a backslash is written '\\\\\\\\'",
+        ),
+        (
+            "properties.é = 1",
+            "line 1, column 12: unexpected character 'é'; in a field name, escape it with a "
+            "backslash (\\é)",
+        ),
+        (
+            "1st = 'x'",
+            "line 1, column 1: '1st' is not a number; to name a field that starts with a digit, "
+            "escape its first character: \\1st",
+        ),
+        (
+            "a = 1 or -2nd = 'x'",
+            "line 1, column 10: '-2nd' is not a number; to name a field that starts with '-', "
+            "escape its first character: \\-2nd",
+        ),
+        (
+            "match('Button *', event)",
+            "line 1, column 7: match() takes the text first and the pattern second; this looks "
+            'like the pattern: write match(event, "Button *")',
+        ),
+    ],
+)
+def test_errors_say_what_to_write_in_fql(text: str, error: str) -> None:
+    with pytest.raises(FqlError) as caught:
+        parse(text)
+    assert str(caught.value) == error
+
+
+def test_what_the_hints_say_to_write_works() -> None:
+    assert holds("match(event, '\\\\\\\\')", {"event": "\\"})
+    assert holds("properties.\\é = 1", {"properties": {"é": 1}})
+    assert holds("\\1st = 'x' and \\-2nd = 'y'", {"1st": "x", "-2nd": "y"})
+    assert holds('match(event, "Button *")', {"event": "Button Clicked"})
+    # A text without a glob's characters first is taken as written: the pattern may be the
+    # message's own.
+    assert holds("match('abc', properties.pattern)", {"properties": {"pattern": "a?c"}})
+    big = str(int(1.7976931348623157e308))
+    assert holds(f"a = {big}", {"a": int(big)})
+
+
 def test_nesting_is_bounded() -> None:
     assert holds("(" * 60 + "a = 1" + ")" * 60, {"a": 1})
     with pytest.raises(FqlError, match="nested more than 64 levels"):
@@ -525,6 +596,17 @@ def paths(names: st.SearchStrategy[str]) -> st.SearchStrategy[Path]:
 
 NUMBERS = st.one_of(st.integers(), st.floats(allow_nan=False, allow_infinity=False))
 SCALARS = st.one_of(st.none(), st.booleans(), NUMBERS, st.text(max_size=8))
+
+
+def _not_swapped(call: Call) -> bool:
+    """What the parser refuses as match()'s arguments swapped: a glob as the text."""
+    text, pattern = call.args
+    return not (
+        isinstance(text, Literal)
+        and isinstance(text.value, str)
+        and any(c in text.value for c in "*?[")
+        and not isinstance(pattern, Literal)
+    )
 
 
 def trees(names: st.SearchStrategy[str]) -> st.SearchStrategy[Node]:
@@ -568,7 +650,7 @@ def trees(names: st.SearchStrategy[str]) -> st.SearchStrategy[Node]:
             st.lists(children, min_size=2, max_size=3).map(lambda xs: And(tuple(xs))),
             st.lists(children, min_size=2, max_size=3).map(lambda xs: Or(tuple(xs))),
             st.builds(lambda a, b: Call("contains", (a, b)), text, text),
-            st.builds(lambda a, b: Call("match", (a, b)), text, pattern),
+            st.builds(lambda a, b: Call("match", (a, b)), text, pattern).filter(_not_swapped),
             st.builds(lambda a: Call("bool", (a,)), value),
         )
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from efd.errors import ClientError
-from efd.rules.payload import WriteKeys, decode_basic, gunzip, parse_request
+from efd.rules.payload import ChildParser, WriteKeys, decode_basic, gunzip, parse_request
 
 WRITE_KEY = "wk_test"
 TRACK = {"type": "track", "userId": "u-1", "event": "Signed Up"}
@@ -146,3 +146,60 @@ def test_a_valid_request_is_read() -> None:
     )
     assert source == Source()
     assert [(r.type, r.user_id, r.event) for r in rows] == [("track", "u-1", "Signed Up")]
+
+
+_RANGE = "out of range: numbers are limited to a double's range, about ±1.8e308"
+# (body, type_ or None for a batch, the answer: message, field, index). The same request
+# goes to a real daemon, small and through a parser process: tests/integration/test_hardening.py.
+OUT_OF_RANGE: list[tuple[bytes, str | None, tuple[str, str | None, int | None]]] = [
+    (
+        b'{"type":"track","userId":"u","event":"E","properties":{"n":1e999}}',
+        "track",
+        (f"properties.n holds the number 1e999, {_RANGE}", "properties.n", None),
+    ),
+    (
+        b'{"type":"track","userId":"u","event":"E","properties":{"n":' + b"1" * 10_000 + b"}}",
+        "track",
+        (
+            f"properties.n holds the number 111111111111… (10000 digits), {_RANGE}",
+            "properties.n",
+            None,
+        ),
+    ),
+    (
+        b'{"batch":[{"type":"track","userId":"u","event":"E"},'
+        b'{"type":"track","userId":"u","event":"E","properties":{"l":[0,-1e400]}}]}',
+        None,
+        (f"batch[1]: properties.l[1] holds the number -1e400, {_RANGE}", "properties.l[1]", 1),
+    ),
+    (
+        b'{"batch":[{"type":"track","userId":"u","event":"E"}],"context":{"n":'
+        + b"9" * 5000
+        + b"}}",
+        None,
+        (f"context.n holds the number 999999999999… (5000 digits), {_RANGE}", "context.n", None),
+    ),
+    (
+        b'{"batch":[1e999]}',
+        None,
+        (f"batch[0]: the message holds the number 1e999, {_RANGE}", None, 0),
+    ),
+]
+
+
+@pytest.mark.parametrize(("body", "type_", "answer"), OUT_OF_RANGE)
+def test_numbers_past_a_double_are_refused_naming_the_field(
+    body: bytes, type_: str | None, answer: tuple[str, str | None, int | None]
+) -> None:
+    """JavaScript reads such a number as Infinity and a receiver would get null: the client's
+    data would be lost without a word. The parser processes answer the same."""
+    error = _refused(body, type_)
+    assert (error.status, error.code) == (400, "invalid_field")
+    assert (error.message, error.field, error.index) == answer
+    child = ChildParser([(WRITE_KEY, "web", ("hooks",))])
+    assert child(body, "web", type_, RECEIVED.timestamp()) == (
+        "rejected",
+        "invalid_field",
+        *answer,
+        400,
+    )

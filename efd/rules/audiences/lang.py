@@ -499,9 +499,14 @@ class _Parser:
         unit = _UNITS.get(str(unit_tok.value))
         if unit is None:
             self.fail(f"unknown time unit '{unit_tok.text}'; expected days, hours or minutes")
+        window = Window(amount, unit, pos=(start.line, start.column))
+        try:
+            window.seconds  # noqa: B018  # its seconds are what evaluation needs
+        except OverflowError:
+            self.fail("within() duration is out of range: at most about 1.8e308 seconds", start)
         self.advance()
         self.expect_op(")", "expected ')' after the within() duration")
-        return Window(amount, unit, pos=(start.line, start.column))
+        return window
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Final
 from typing import Literal as Lit
 
+from efd.rules import jsonjs
 from efd.rules.audiences.tree import ParseError
 
 # ---------------------------------------------------------------------------------------------
@@ -64,9 +65,19 @@ def _scan(text: str, tokens: list[Token]) -> None:
         m = _NUMBER.match(text, i)
         if m:
             raw = m.group()
-            num: int | float = int(raw) if m.group(1) is None and m.group(2) is None else float(raw)
-            if isinstance(num, float) and not math.isfinite(num):
-                raise ParseError(f"number {raw} is out of range", line, col)
+            num: int | float | None
+            if m.group(1) is None and m.group(2) is None:
+                num = jsonjs.whole_number(raw)
+            else:
+                num = float(raw)
+                num = num if math.isfinite(num) else None
+            if num is None:
+                raise ParseError(
+                    f"the number {jsonjs.number_spelling(raw)} is out of range: "
+                    f"{jsonjs.OUT_OF_RANGE}",
+                    line,
+                    col,
+                )
             tokens.append(Token("num", num, raw, line, col))
             i = m.end()
             continue

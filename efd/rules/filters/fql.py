@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Final, NoReturn
 from typing import Literal as Lit
 
+from efd.rules import jsonjs
 from efd.rules.filters.tree import (
     FUNCTIONS,
     And,
@@ -88,6 +89,27 @@ _WRONG_OPERATORS: Final = {
 }
 
 
+_NAME_RUN: Final = re.compile(r"[A-Za-z0-9_-]*")
+# What may follow a '.' and is no name: the operators, quotes and the dot itself.
+_NOT_NAMES: Final = frozenset("=!<>()[],'\"&|.")
+
+
+def _escapable(c: str) -> bool:
+    return c.isprintable() and not c.isspace() and c not in _NOT_NAMES
+
+
+def _escape_hint(c: str) -> str:
+    return f"unexpected character {c!r}; in a field name, escape it with a backslash (\\{c})"
+
+
+def _number_value(raw: str, *, whole: bool) -> int | float | None:
+    """A number literal's value; None past a double's range."""
+    if whole:
+        return jsonjs.whole_number(raw)
+    value = float(raw)
+    return value if math.isfinite(value) else None
+
+
 class _Lexer:
     def __init__(self, text: str) -> None:
         self.text = text
@@ -127,9 +149,21 @@ class _Lexer:
             assert m is not None
             raw = m.group()
             whole = m.group(1) is None and m.group(2) is None
-            num: int | float = int(raw) if whole else float(raw)
-            if isinstance(num, float) and not math.isfinite(num):
-                self.fail(f"the number {raw} is out of range", i)
+            if whole and text[m.end() : m.end() + 1] in _NAME_START:
+                word = raw + _NAME_RUN.match(text, m.end()).group()  # type: ignore[union-attr]
+                first = "a digit" if c != "-" else "'-'"
+                self.fail(
+                    f"'{word}' is not a number; to name a field that starts with {first}, "
+                    f"escape its first character: \\{word}",
+                    i,
+                )
+            num = _number_value(raw, whole=whole)
+            if num is None:
+                self.fail(
+                    f"the number {jsonjs.number_spelling(raw)} is out of range: "
+                    f"{jsonjs.OUT_OF_RANGE}",
+                    i,
+                )
             self.i = m.end()
             return _Token("num", num, raw, line, col)
         if c in _NAME_START or c == "\\":
@@ -149,10 +183,7 @@ class _Lexer:
         if c == ".":
             self.fail("unexpected '.'; a field path starts with a name, e.g. context.page.url", i)
         if c.isprintable() and not c.isspace():
-            self.fail(
-                f"unexpected character {c!r}; in a field name, escape it with a backslash (\\{c})",
-                i,
-            )
+            self.fail(_escape_hint(c), i)
         self.fail(f"unexpected character {c!r}", i)
 
     def string(self) -> str:
@@ -212,6 +243,8 @@ class _Lexer:
             if self.i < n and text[self.i] == ".":
                 nxt = text[self.i + 1 : self.i + 2]
                 if not nxt or (nxt not in _NAME_CHARS and nxt != "\\"):
+                    if _escapable(nxt):
+                        self.fail(_escape_hint(nxt), self.i + 1)
                     self.fail("expected a field name after '.'", self.i + 1)
                 self.i += 1
                 continue
@@ -494,12 +527,40 @@ class _Parser:
                 arg,
             )
         if call.name == "match":
-            pattern = call.args[1]
-            if isinstance(pattern, Literal) and isinstance(pattern.value, str):
-                try:
-                    compile_glob(pattern.value)
-                except ValueError as error:
-                    self.fail_at(f"match(): {error}", pattern)
+            self.check_match(call)
+
+    def check_match(self, call: Call) -> None:
+        text, pattern = call.args
+        if (
+            isinstance(text, Literal)
+            and isinstance(text.value, str)
+            and not isinstance(pattern, Literal)
+            and _GLOB_CHARS.search(text.value)
+        ):
+            # The order Segment's examples swap at times: the text is matched against the
+            # message's field as a pattern, false whatever the field holds.
+            swapped = Call("match", (pattern, text))
+            self.fail_at(
+                "match() takes the text first and the pattern second; this looks like the "
+                f"pattern: write {to_fql(swapped)}",
+                text,
+            )
+        if isinstance(pattern, Literal) and isinstance(pattern.value, str):
+            try:
+                compile_glob(pattern.value)
+            except ValueError as error:
+                trailing = len(pattern.value) - len(pattern.value.rstrip("\\"))
+                if trailing % 2:
+                    # The string's own escapes took one backslash level already.
+                    self.fail_at(_LONE_BACKSLASH, pattern)
+                self.fail_at(f"match(): {error}", pattern)
+
+
+_GLOB_CHARS: Final = re.compile(r"[*?\[]")
+_LONE_BACKSLASH: Final = (
+    "match(): the pattern ends with a lone '\\': in an FQL string '\\\\' is one backslash, "
+    "so a pattern that matches a backslash is written '\\\\\\\\'"
+)
 
 
 def parse(text: str, *, condition: bool = True) -> Node:
