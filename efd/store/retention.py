@@ -189,12 +189,16 @@ class RetentionStore:
 
     @staticmethod
     def _delete(conn: Connection, done: Sequence[int]) -> None:
+        """Delete the messages `done` with their deliveries and attempts, each by its index."""
         if not done:
             return
         ids = list(done)
-        delivery_ids = select(deliveries.c.id).where(deliveries.c.message_pk.in_(ids))
-        conn.execute(delete(attempts).where(attempts.c.delivery_id.in_(delivery_ids)))
-        conn.execute(delete(deliveries).where(deliveries.c.message_pk.in_(ids)))
+        delivery_ids = list(
+            conn.execute(select(deliveries.c.id).where(deliveries.c.message_pk.in_(ids))).scalars()
+        )
+        if delivery_ids:
+            conn.execute(delete(attempts).where(attempts.c.delivery_id.in_(delivery_ids)))
+            conn.execute(delete(deliveries).where(deliveries.c.id.in_(delivery_ids)))
         conn.execute(delete(messages).where(messages.c.id.in_(ids)))
 
     def _keep(self, conn: Connection, ids: Sequence[int]) -> None:
