@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 LANES_EVERY = 30.0
 _RETENTION_BATCH = 1000  # messages a transaction
 _RETENTION_PAUSE = 0.05  # seconds between its transactions, so ingestion never waits long
-_FIRST_RETENTION_DELAY = 5.0  # seconds after start-up, at most
+_FIRST_RETENTION_DELAY = 30.0  # seconds after start-up, at most
 _FIRST_SYNC_DELAY = 1.0  # seconds after start-up
 _EVENT_MARGIN = 3600.0  # events are kept this much longer than the longest lookback
 
@@ -93,12 +93,13 @@ class Periodic:
         self._sync_tasks: set[asyncio.Task[Any]] = set()
         self._scheduler: AsyncIOScheduler | None = None
         self._retention_every = settings.value.storage.retention_interval_seconds
+        self._retention_run: asyncio.Task[None] | None = None
 
     async def start(self, stack: AsyncExitStack) -> None:
         scheduler = self._scheduler = AsyncIOScheduler()
         interval = self._retention_every = self._settings.value.storage.retention_interval_seconds
         scheduler.add_job(
-            self.retention,
+            self._retention_job,
             "interval",
             seconds=interval,
             id="retention",
@@ -162,6 +163,21 @@ class Periodic:
             await asyncio.wait(list(self._sync_tasks))
 
     # -- retention ------------------------------------------------------------------------
+
+    async def _retention_job(self) -> None:
+        """The periodic retention, in a task of its own: a run longer than the interval
+        goes on, and the turns that come meanwhile are let pass."""
+        if self._retention_run is not None and not self._retention_run.done():
+            return
+        task = self._retention_run = asyncio.create_task(self._retention_logged())
+        self._sync_tasks.add(task)
+        task.add_done_callback(self._sync_tasks.discard)
+
+    async def _retention_logged(self) -> None:
+        try:
+            await self.retention()
+        except StoreError as error:
+            log.warning("retention: cannot run now: %s", str(error).splitlines()[0][:200])
 
     async def retention(self) -> None:
         """Purge the messages whose deliveries all finished `retention_days` ago, with their

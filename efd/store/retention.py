@@ -106,8 +106,13 @@ class RetentionStore:
             if purged:
                 self._delete_range(conn, before, cursor, high, kept)
             self._keep(conn, kept)
-            conn.execute(update(jobs).where(jobs.c.name == ROW).values(cursor_pk=high))
-            return Step(purged, len(found), high)
+            # SQLite gives a new row the highest id stored plus one: once the newest messages
+            # are purged, their ids come again, and a cursor left above them would pass the
+            # new messages by. The cursor stops at the highest id left; new ids are above it.
+            top = conn.execute(select(func.max(messages.c.id))).scalar()
+            cursor = high if top is not None and top >= high else int(top or 0)
+            conn.execute(update(jobs).where(jobs.c.name == ROW).values(cursor_pk=cursor))
+            return Step(purged, len(found), cursor)
 
     def revisit(self, before: float, after: int, limit: int) -> Step:
         """One step over the kept messages: the next `limit` ids above `after`. Purges those
