@@ -7,6 +7,11 @@ received after the horizon, probes their deliveries through ix_deliveries_messag
 those whose deliveries all finished before the horizon, and notes the others in
 retention_kept, which every run looks at again. A step's cost depends on its size, not on how
 many rows are stored or were purged before (docs/decisions.md#retention-walks-from-a-cursor).
+
+Steps commit as bookkeeping does (efd/store/database.py): one lost in a crash of the server
+loses its deletes and its cursor together, and the next run does them again. PostgreSQL
+plans them with sequential scans off, so a plan cached while the tables were small never
+scans them once they are large.
 """
 
 from __future__ import annotations
@@ -78,7 +83,7 @@ class RetentionStore:
         """One step of the walk: the next `limit` messages after the cursor, up to the first
         received at or after `before`. Purges the finished ones, keeps the ids of the others,
         and moves the cursor past them all."""
-        with self._db.write() as conn:
+        with self._db.bookkeeping() as conn:
             cursor = self._cursor(conn)
             rows = conn.execute(
                 select(messages.c.id, messages.c.received_at)
@@ -117,7 +122,7 @@ class RetentionStore:
     def revisit(self, before: float, after: int, limit: int) -> Step:
         """One step over the kept messages: the next `limit` ids above `after`. Purges those
         whose work has finished before `before`, forgets those gone, keeps the rest."""
-        with self._db.write() as conn:
+        with self._db.bookkeeping() as conn:
             kept = [
                 int(pk)
                 for pk in conn.execute(

@@ -285,12 +285,12 @@ async def test_a_daemon_runs_retention_soon_after_start_and_every_interval(
     daemon = await daemon_factory(settings)
     track = {"type": "track", "userId": "u", "event": "E"}
     assert (await post(daemon.port, "/v1/track", {**track, "messageId": "a"}))[0] == 200
-    await eventually(lambda: receiver.received, timeout=10)
-    await eventually(lambda: stored(db_url) == [], timeout=10)
+    await eventually(lambda: receiver.received, timeout=30)
+    await eventually(lambda: stored(db_url) == [], timeout=30)
     assert sql(db_url, "SELECT count(*) FROM deliveries") == [(0,)]
     # A second message, long after the first run: the next runs purge it too.
     assert (await post(daemon.port, "/v1/track", {**track, "messageId": "b"}))[0] == 200
-    await eventually(lambda: stored(db_url) == [], timeout=10)
+    await eventually(lambda: stored(db_url) == [], timeout=30)
     assert any(
         record.getMessage().startswith("retention: purged 1 messages") for record in caplog.records
     )
