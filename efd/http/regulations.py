@@ -83,11 +83,14 @@ def parse_request(payload: Any) -> tuple[str, list[str]]:
             or not value
             or len(value) > MAX_SUBJECT_CHARS
             or jsonjs.has_lone_surrogate(value)
+            # Subjects become columns, and PostgreSQL's text cannot hold U+0000; nor can a
+            # userId that ingestion accepts (efd/rules/messages.py).
+            or "\x00" in value
         ):
             raise ClientError(
                 "invalid_field",
                 f"subjectIds[{index}] must be a userId: a non-empty string of at most "
-                f"{MAX_SUBJECT_CHARS} characters of valid Unicode",
+                f"{MAX_SUBJECT_CHARS} characters of valid Unicode, without U+0000",
                 field=f"subjectIds[{index}]",
             )
     return type_, list(dict.fromkeys(ids))

@@ -148,6 +148,7 @@ async def test_a_missing_or_wrong_token_is_401(db_url, daemon_factory, token):
         (request("DELETE_ONLY"), "subjectIds"),
         (request("DELETE_ONLY", "u1", 7), "subjectIds[1]"),  # type: ignore[arg-type]
         (request("DELETE_ONLY", "u1", ""), "subjectIds[1]"),
+        (request("DELETE_ONLY", "u1", "u\x00x"), "subjectIds[1]"),
         ({**request("DELETE_ONLY", "u1"), "subjectID": ["x"]}, "subjectID"),
     ],
 )
