@@ -11,7 +11,7 @@ from aiohttp import web
 
 from efd.batching import GroupCommit
 from efd.config import Settings, SourceConfig
-from efd.errors import ClientError, StoreError
+from efd.errors import ClientError, StoreDataError, StoreError
 from efd.http import server
 from efd.http.responses import json_response
 from efd.observe.metrics import Metrics
@@ -190,6 +190,21 @@ class Ingest:
 
         try:
             status = await self._writer.submit(rows)
+        except StoreDataError as error:
+            # A value validation let through and the database refused: this request's
+            # fault, alone (the group commit retried the others without it). The error is
+            # the driver's first line, never the values (efd/store/database.py).
+            self._metrics.rejected["unstorable_value"] += 1
+            log.warning("refused %s from %s: %s", request.path, request.remote, error)
+            return json_response(
+                {
+                    "success": False,
+                    "code": "unstorable_value",
+                    "message": "the store cannot hold a value of this request; nothing was "
+                    "stored, and the same request will be refused again",
+                },
+                status=400,
+            )
         except StoreError as error:
             log.error("cannot store %d messages: %s", len(rows), error)
             return json_response(
