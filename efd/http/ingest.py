@@ -13,7 +13,7 @@ from efd.batching import GroupCommit
 from efd.config import Settings, SourceConfig
 from efd.errors import ClientError, StoreDataError, StoreError
 from efd.http import server
-from efd.http.responses import json_response
+from efd.http.responses import json_response, unstorable
 from efd.observe.metrics import Metrics
 from efd.rows import InsertStatus, NewMessage
 from efd.rules.messages import MAX_REQUEST_BYTES
@@ -194,17 +194,10 @@ class Ingest:
             # A value validation let through and the database refused: this request's
             # fault, alone (the group commit retried the others without it). The error is
             # the driver's first line, never the values (efd/store/database.py).
-            self._metrics.rejected["unstorable_value"] += 1
+            rejection = unstorable()
+            self._metrics.rejected[rejection.code] += 1
             log.warning("refused %s from %s: %s", request.path, request.remote, error)
-            return json_response(
-                {
-                    "success": False,
-                    "code": "unstorable_value",
-                    "message": "the store cannot hold a value of this request; nothing was "
-                    "stored, and the same request will be refused again",
-                },
-                status=400,
-            )
+            raise rejection from None
         except StoreError as error:
             log.error("cannot store %d messages: %s", len(rows), error)
             return json_response(

@@ -20,9 +20,9 @@ from typing import Any
 from aiohttp import web
 
 from efd.config import Settings
-from efd.errors import ClientError, StoreError
+from efd.errors import ClientError, StoreDataError, StoreError
 from efd.http import server
-from efd.http.responses import error_response, json_response
+from efd.http.responses import error_response, json_response, unstorable
 from efd.rows import RegulationStatus
 from efd.rules import jsonjs
 from efd.rules.messages import format_timestamp
@@ -162,6 +162,9 @@ class RegulationsApi:
             await self._db.write(
                 self._regulations.create_regulation, reg_id, type_, scope, ids, time.time()
             )
+        except StoreDataError as error:
+            log.warning("cannot record a regulation: %s", error)
+            raise unstorable() from None
         except StoreError as error:
             log.error("cannot record a regulation: %s", error)
             return error_response(
@@ -180,6 +183,8 @@ class RegulationsApi:
     async def _get(self, request: web.Request) -> web.Response:
         server.require_admin(self._settings, request)
         reg_id = request.match_info["id"]
+        if "\x00" in reg_id:  # no id holds one; PostgreSQL's text could not even compare it
+            raise ClientError("not_found", f"no regulation {reg_id!r}", field="id", status=404)
         try:
             row = await self._db.read(self._regulations.regulation, reg_id)
         except StoreError as error:

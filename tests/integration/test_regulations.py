@@ -173,6 +173,8 @@ async def test_invalid_json_and_unknown_source_and_unknown_id(db_url, daemon_fac
     assert (status, answer["field"]) == (404, "source")
     status, answer = await api(daemon.port, "GET", "/regulations/nope")
     assert (status, answer["code"]) == (404, "not_found")
+    status, answer = await api(daemon.port, "GET", "/regulations/a%00b")  # not a 503
+    assert (status, answer["code"]) == (404, "not_found")
 
 
 async def test_at_most_5000_subject_ids(db_url, daemon_factory):
