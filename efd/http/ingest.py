@@ -194,10 +194,10 @@ class Ingest:
             # A value validation let through and the database refused: this request's
             # fault, alone (the group commit retried the others without it). The error is
             # the driver's first line, never the values (efd/store/database.py).
-            rejection = unstorable()
-            self._metrics.rejected[rejection.code] += 1
+            refusal = unstorable()
+            self._metrics.rejected[refusal.code] += 1
             log.warning("refused %s from %s: %s", request.path, request.remote, error)
-            raise rejection from None
+            raise refusal from None
         except StoreError as error:
             log.error("cannot store %d messages: %s", len(rows), error)
             return json_response(
