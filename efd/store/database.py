@@ -7,8 +7,7 @@ where the backend gives one, so /healthz and /metrics never queue behind a large
 Every transaction the parts open goes through `write`, `bookkeeping` or `read`, which turn
 the driver's exceptions into efd's (efd/errors.py): StoreUnavailable when the database
 cannot be reached or written now, StoreDataError when it refused a value it was given,
-StoreError otherwise. Nothing above the store sees
-SQLAlchemy's or psycopg's types.
+StoreError otherwise. Nothing above the store sees SQLAlchemy's or psycopg's types.
 """
 
 from __future__ import annotations
