@@ -5,7 +5,9 @@
   (efd/http/responses.py); the CLI prints it and exits 2.
 - `StoreError` and its kinds: the database could not do what was asked. The store wraps its
   driver's exceptions into these at its edge, so nothing outside efd/store imports
-  SQLAlchemy's or psycopg's exceptions.
+  SQLAlchemy's or psycopg's exceptions. Their messages hold the driver's first line only:
+  its details (the statement's parameters, PostgreSQL's DETAIL and CONTEXT) can quote the
+  data, which is the clients', and stay on the chained driver exception.
 """
 
 from __future__ import annotations
@@ -57,6 +59,12 @@ class StoreError(EfdError):
 class StoreUnavailable(StoreError):
     """The database cannot be reached or written now (connection lost, disk full, locked):
     worth retrying later."""
+
+
+class StoreDataError(StoreError):
+    """The database refused a value it was given (text it cannot hold, a number out of its
+    range): the data's fault, not the store's. The same data fails the same way again;
+    other writes are unaffected, so it says nothing about whether the store is available."""
 
 
 class LeaseLost(StoreError):

@@ -11,9 +11,9 @@ from aiohttp import web
 
 from efd.batching import GroupCommit
 from efd.config import Settings, SourceConfig
-from efd.errors import ClientError, StoreError
+from efd.errors import ClientError, StoreDataError, StoreError
 from efd.http import server
-from efd.http.responses import json_response
+from efd.http.responses import json_response, unstorable
 from efd.observe.metrics import Metrics
 from efd.rows import InsertStatus, NewMessage
 from efd.rules.messages import MAX_REQUEST_BYTES
@@ -190,6 +190,14 @@ class Ingest:
 
         try:
             status = await self._writer.submit(rows)
+        except StoreDataError as error:
+            # A value validation let through and the database refused: this request's
+            # fault, alone (the group commit retried the others without it). The error is
+            # the driver's first line, never the values (efd/store/database.py).
+            refusal = unstorable()
+            self._metrics.rejected[refusal.code] += 1
+            log.warning("refused %s from %s: %s", request.path, request.remote, error)
+            raise refusal from None
         except StoreError as error:
             log.error("cannot store %d messages: %s", len(rows), error)
             return json_response(

@@ -20,9 +20,9 @@ from typing import Any
 from aiohttp import web
 
 from efd.config import Settings
-from efd.errors import ClientError, StoreError
+from efd.errors import ClientError, StoreDataError, StoreError
 from efd.http import server
-from efd.http.responses import error_response, json_response
+from efd.http.responses import error_response, json_response, unstorable
 from efd.rows import RegulationStatus
 from efd.rules import jsonjs
 from efd.rules.messages import format_timestamp
@@ -83,11 +83,14 @@ def parse_request(payload: Any) -> tuple[str, list[str]]:
             or not value
             or len(value) > MAX_SUBJECT_CHARS
             or jsonjs.has_lone_surrogate(value)
+            # Subjects become columns, and PostgreSQL's text cannot hold U+0000; nor can a
+            # userId that ingestion accepts (efd/rules/messages.py).
+            or "\x00" in value
         ):
             raise ClientError(
                 "invalid_field",
                 f"subjectIds[{index}] must be a userId: a non-empty string of at most "
-                f"{MAX_SUBJECT_CHARS} characters of valid Unicode",
+                f"{MAX_SUBJECT_CHARS} characters of valid Unicode, without U+0000",
                 field=f"subjectIds[{index}]",
             )
     return type_, list(dict.fromkeys(ids))
@@ -162,6 +165,9 @@ class RegulationsApi:
             await self._db.write(
                 self._regulations.create_regulation, reg_id, type_, scope, ids, time.time()
             )
+        except StoreDataError as error:
+            log.warning("cannot record a regulation: %s", error)
+            raise unstorable() from None
         except StoreError as error:
             log.error("cannot record a regulation: %s", error)
             return error_response(
@@ -180,6 +186,8 @@ class RegulationsApi:
     async def _get(self, request: web.Request) -> web.Response:
         server.require_admin(self._settings, request)
         reg_id = request.match_info["id"]
+        if "\x00" in reg_id:  # no id holds one; PostgreSQL's text could not even compare it
+            raise ClientError("not_found", f"no regulation {reg_id!r}", field="id", status=404)
         try:
             row = await self._db.read(self._regulations.regulation, reg_id)
         except StoreError as error:

@@ -26,6 +26,16 @@ def error_response(code: str, message: str, status: int) -> web.Response:
     return json_response({"success": False, "code": code, "message": message}, status)
 
 
+def unstorable() -> ClientError:
+    """The refusal of a request holding a value the database cannot hold (StoreDataError),
+    which validation let through: the request's fault, and the same one fails again."""
+    return ClientError(
+        "unstorable_value",
+        "the store cannot hold a value of this request; nothing was stored, and the same "
+        "request will be refused again",
+    )
+
+
 def client_error(error: ClientError) -> web.Response:
     """`error` as the client sees it: its status, its JSON, and the scheme to authenticate
     with when it says who may ask."""

@@ -110,9 +110,22 @@ def _no_controls(value: str, key: str) -> str:
     return value
 
 
+def _nul(value: str, key: str) -> ClientError:
+    return ClientError(
+        "invalid_field",
+        f"{key} holds a NUL character (U+0000 at position {value.index(chr(0))}), which "
+        "identifiers and event names may not contain",
+        field=key,
+    )
+
+
 def _identity(raw: Mapping[str, Any], key: str) -> str | None:
     value = raw.get(key)
     if type(value) is str:  # the common case first: this runs twice per message
+        # Identifiers become columns, and PostgreSQL's text cannot hold U+0000: refused on
+        # every backend alike, rather than stored on one and failing on the other.
+        if "\x00" in value:
+            raise _nul(value, key)
         if value.isascii():
             return value or None
         return _no_surrogates(value, key)
@@ -251,6 +264,8 @@ def _type_fields(msg_type: str, raw: Mapping[str, Any], user_id: str | None) -> 
             raise ClientError("missing_field", "track needs event", field="event")
         if not isinstance(event, str):
             raise ClientError("invalid_field", "event must be a string", field="event")
+        if "\x00" in event:  # a column too, as the identifiers are
+            raise _nul(event, "event")
         return {
             "event": event if event.isascii() else _no_surrogates(event, "event"),
             "properties": _object(raw, "properties") or {},

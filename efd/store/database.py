@@ -6,8 +6,8 @@ where the backend gives one, so /healthz and /metrics never queue behind a large
 
 Every transaction the parts open goes through `write`, `bookkeeping` or `read`, which turn
 the driver's exceptions into efd's (efd/errors.py): StoreUnavailable when the database
-cannot be reached or written now, StoreError otherwise. Nothing above the store sees
-SQLAlchemy's or psycopg's types.
+cannot be reached or written now, StoreDataError when it refused a value it was given,
+StoreError otherwise. Nothing above the store sees SQLAlchemy's or psycopg's types.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from sqlalchemy import Connection
 from sqlalchemy import exc as sa
 
-from efd.errors import StoreError, StoreUnavailable
+from efd.errors import StoreDataError, StoreError, StoreUnavailable
 from efd.store.backends import Backend, backend_for
 
 # An open transaction, as the parts hand it to steps that run inside theirs (profile
@@ -26,14 +26,33 @@ from efd.store.backends import Backend, backend_for
 Transaction = Connection
 
 _UNAVAILABLE = (sa.OperationalError, sa.InterfaceError, sa.TimeoutError, sa.DisconnectionError)
+_SHOWN_CHARS = 300
 
 
 def wrap(error: sa.SQLAlchemyError) -> StoreError:
     """efd's exception for a driver's: StoreUnavailable for a lost connection, a locked or
-    full database, a pool timeout; StoreError for anything else."""
+    full database, a pool timeout; StoreDataError for a value the database cannot hold
+    (psycopg's and sqlite3's DataError family: text with U+0000 on PostgreSQL, a number out
+    of range); StoreError for anything else."""
     unavailable = isinstance(error, _UNAVAILABLE) or getattr(error, "connection_invalidated", False)
-    kind = StoreUnavailable if unavailable else StoreError
-    return kind(str(error))
+    if unavailable:
+        kind: type[StoreError] = StoreUnavailable
+    elif isinstance(error, sa.DataError):
+        kind = StoreDataError
+    else:
+        kind = StoreError
+    return kind(described(error))
+
+
+def described(error: BaseException) -> str:
+    """The driver's exception class and its message's first line, bounded: what the logs
+    and /readyz show. The rest (the parameters, PostgreSQL's DETAIL and CONTEXT) can quote
+    the rows' values, which are clients' data."""
+    cause = error.orig if isinstance(error, sa.DBAPIError) and error.orig is not None else error
+    lines = str(cause).strip().splitlines()
+    kind = type(cause)
+    first = f"({kind.__module__}.{kind.__qualname__}) {lines[0] if lines else ''}".rstrip()
+    return first if len(first) <= _SHOWN_CHARS else first[: _SHOWN_CHARS - 1] + "…"
 
 
 @contextmanager

@@ -67,17 +67,24 @@ def make_engine(
     A deferred SQLite transaction that reads and then writes fails with "database is
     locked" when another connection wrote in between, whatever busy_timeout says; taking the
     write lock up front makes writers queue instead.
+
+    Parameters are kept out of the driver's errors (hide_parameters): they are the rows'
+    values, clients' data, and an error's text reaches logs and tracebacks.
     """
     parsed = normalise_url(url)
     if not is_sqlite(parsed):
-        engine = create_engine(parsed, pool_size=pool_size, max_overflow=pool_size)
+        engine = create_engine(
+            parsed, pool_size=pool_size, max_overflow=pool_size, hide_parameters=True
+        )
         _ping_when_idle(engine)
         return engine
     _bind_none_directly()
     path = sqlite_path(parsed)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(parsed, pool_size=1 if writer else pool_size, max_overflow=0)
+    engine = create_engine(
+        parsed, pool_size=1 if writer else pool_size, max_overflow=0, hide_parameters=True
+    )
 
     @event.listens_for(engine, "connect")
     def _pragmas(dbapi_connection: Any, _record: Any) -> None:

@@ -3,7 +3,8 @@
 One writer thread is the single writer SQLite wants (no lock contention, no busy
 retries), and it keeps each PostgreSQL process to one writing connection. It notes when a
 write last failed (a store error): readiness (GET /readyz) learns of ingestion's failures
-without adding work to any write that succeeds.
+without adding work to any write that succeeds. A value the database refused
+(StoreDataError) is the data's fault, not the store's, and is not noted.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar
 
-from efd.errors import StoreError
+from efd.errors import StoreDataError, StoreError
 from efd.rows import AttemptRow, Claimed, Outcome
 from efd.store import Store
 from efd.store.database import edge
@@ -64,7 +65,7 @@ class _WriterThread:
                         result = fn()
                     future.set_result(result)
                 except BaseException as error:
-                    if isinstance(error, StoreError):
+                    if isinstance(error, StoreError) and not isinstance(error, StoreDataError):
                         self.failed = (time.monotonic(), str(error).splitlines()[0][:200])
                     future.set_exception(error)
 
@@ -95,8 +96,8 @@ class AsyncStore:
 
     @property
     def write_failed(self) -> tuple[float, str] | None:
-        """When (time.monotonic) a write last failed with a store error, and the error's
-        first line; None if none has."""
+        """When (time.monotonic) a write last failed with a store error (not a refused
+        value: StoreDataError), and the error's first line; None if none has."""
         return self._writer.failed
 
     async def read(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:

@@ -14,7 +14,7 @@ import aiohttp
 import psycopg
 
 from efd.http.status import FAILURE_MEMORY, PROBE_EVERY
-from tests.conftest import PG_ADMIN_URL, basic, settings_dict, sql
+from tests.conftest import PG_ADMIN_URL, basic, post, settings_dict, sql
 from tests.integration.test_doors import serve
 
 TRACK = {"type": "track", "userId": "u-1", "event": "Signed Up"}
@@ -128,3 +128,45 @@ async def test_readiness_is_answered_by_a_write_of_its_own(db_url, tmp_path: Pat
         assert at > 0
     finally:
         daemon.ensure_stopped()
+
+
+# -- a NUL from a client ------------------------------------------------------------------------
+
+# The same answer on both backends, though only SQLite's text could hold U+0000.
+NUL_REQUESTS = [
+    ({"userId": "u", "event": "e\x00secret-event"}, "event"),
+    ({"userId": "u\x00secret-user", "event": "E"}, "userId"),
+    ({"anonymousId": "a\x00secret-anonymous", "event": "E"}, "anonymousId"),
+]
+
+
+async def test_a_nul_in_a_column_field_is_a_400_that_leaves_the_rest_stored_and_ready(
+    db_url, tmp_path: Path, receiver_factory
+):
+    receiver = await receiver_factory()
+    daemon = serve(tmp_path, settings_dict(db_url, [receiver.url]))
+    good = [
+        {**TRACK, "messageId": f"good-{i}", "properties": {"note": "n\x00ul"}} for i in range(6)
+    ]
+    try:
+        # Side by side, so they share the group commits a stored NUL used to fail.
+        answers = await asyncio.gather(
+            *(post(daemon.port, "/v1/track", body) for body in good),
+            *(post(daemon.port, "/v1/track", body) for body, _ in NUL_REQUESTS),
+        )
+        assert [status for status, _ in answers[: len(good)]] == [200] * len(good), answers
+        for (status, answer), (_, field) in zip(answers[len(good) :], NUL_REQUESTS, strict=True):
+            assert (status, answer["code"], answer["field"]) == (400, "invalid_field", field)
+        assert await get(daemon.port, "/readyz") == (200, {"status": "ready"})
+        received = await receiver.wait_for(len(good))
+        ids = sorted(m for (m,) in sql(db_url, "SELECT message_id FROM messages"))
+        assert ids == sorted(body["messageId"] for body in good)
+    finally:
+        daemon.ensure_stopped()
+    # A NUL outside the columns is kept, escaped alike in the body on both backends.
+    for delivered in received:
+        assert b'"properties":{"note":"n\\u0000ul"}' in delivered.body, delivered.body
+        assert delivered.json()["properties"] == {"note": "n\x00ul"}
+    log = daemon.log()
+    assert " ERROR " not in log, log
+    assert "secret-" not in log, log  # the refusals name the field, not the value

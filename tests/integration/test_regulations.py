@@ -148,6 +148,7 @@ async def test_a_missing_or_wrong_token_is_401(db_url, daemon_factory, token):
         (request("DELETE_ONLY"), "subjectIds"),
         (request("DELETE_ONLY", "u1", 7), "subjectIds[1]"),  # type: ignore[arg-type]
         (request("DELETE_ONLY", "u1", ""), "subjectIds[1]"),
+        (request("DELETE_ONLY", "u1", "u\x00x"), "subjectIds[1]"),
         ({**request("DELETE_ONLY", "u1"), "subjectID": ["x"]}, "subjectID"),
     ],
 )
@@ -171,6 +172,8 @@ async def test_invalid_json_and_unknown_source_and_unknown_id(db_url, daemon_fac
     )
     assert (status, answer["field"]) == (404, "source")
     status, answer = await api(daemon.port, "GET", "/regulations/nope")
+    assert (status, answer["code"]) == (404, "not_found")
+    status, answer = await api(daemon.port, "GET", "/regulations/a%00b")  # not a 503
     assert (status, answer["code"]) == (404, "not_found")
 
 

@@ -3,13 +3,19 @@ databases (a refused connection, a constraint, a statement the database rejects)
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
+from collections.abc import Callable
+from typing import Any
 
 import psycopg
 import pytest
 from sqlalchemy import make_url, text
 
-from efd.errors import StoreError, StoreUnavailable
+from efd.batching import GroupCommit
+from efd.errors import StoreDataError, StoreError, StoreUnavailable
+from efd.rows import InsertStatus, NewMessage
 from efd.store import Store, engine, migrate
 from efd.store.health import HealthStore
 from efd.store.regulations import RegulationsStore
@@ -146,3 +152,67 @@ def test_a_session_ended_under_a_hot_statement_fails_one_call_then_reconnects(  
     }
     with psycopg.connect(db_url) as conn:
         assert conn.execute(done[step]).fetchall() == [(1 if step != "claim" else 2,)]
+
+
+# -- a value the database cannot hold --------------------------------------------------------
+
+# Past validation (which refuses it: efd/rules/messages.py), as a bug there would let it by.
+SECRET_VALUE = "u\x00client-secret-value"
+
+
+def test_a_value_the_database_refuses_is_a_data_error_that_quotes_no_value(store) -> None:  # type: ignore[no-untyped-def]
+    rows = [new_message("m1", user=SECRET_VALUE)]
+    if store.backend.name == "sqlite":
+        # SQLite's text holds U+0000: stored as given.
+        store.ingestion.insert_messages(rows, time.time())
+        return
+    with pytest.raises(StoreDataError) as raised:
+        store.ingestion.insert_messages(rows, time.time())
+    assert not isinstance(raised.value, StoreUnavailable)
+    shown = str(raised.value)
+    assert shown.startswith("(psycopg.errors.UntranslatableCharacter) "), shown
+    # The driver's first line alone: PostgreSQL's CONTEXT quotes the rows' JSON.
+    assert "\n" not in shown
+    assert "CONTEXT" not in shown
+    assert "\\u0000" not in shown
+    assert "client-secret-value" not in shown
+
+
+async def test_a_refused_value_fails_its_own_submission_only(store, caplog) -> None:  # type: ignore[no-untyped-def]
+    """In one group commit beside good submissions, as the daemon's ingestion writes them:
+    the good ones are stored, only the bad one fails, and readiness hears of no failure."""
+    db = AsyncStore(store)
+
+    async def flush(take: Callable[[], list[NewMessage]]) -> list[InsertStatus]:
+        def write() -> list[InsertStatus]:
+            rows = take()
+            return store.ingestion.insert_messages(rows, time.time()) if rows else []
+
+        return await db.write_later(write)
+
+    writer: GroupCommit[NewMessage, InsertStatus] = GroupCommit(
+        flush, max_items=100, name="writer", depth=2
+    )
+    writer.start()
+    try:
+        with caplog.at_level(logging.DEBUG):
+            results = await asyncio.gather(
+                *(writer.submit([new_message(f"good-{i}")]) for i in range(3)),
+                writer.submit([new_message("bad", user=SECRET_VALUE)]),
+                *(writer.submit([new_message(f"good-{i}")]) for i in range(3, 6)),
+                return_exceptions=True,
+            )
+        pg = store.backend.name == "postgresql"
+        expected_bad: Any = StoreDataError if pg else list
+        assert [type(r) for r in results] == [list] * 3 + [expected_bad] + [list] * 3, results
+        assert all(r == [InsertStatus.STORED] for i, r in enumerate(results) if i != 3)
+        assert db.write_failed is None
+        if pg:  # they were one group, whose transaction the bad one failed at first
+            assert any("retrying one by one" in r.getMessage() for r in caplog.records)
+        with store.database.read() as conn:
+            stored = conn.execute(text("SELECT message_id FROM messages")).scalars().all()
+        assert sorted(stored) == sorted([f"good-{i}" for i in range(6)] + ([] if pg else ["bad"]))
+        assert not any("client-secret-value" in r.getMessage() for r in caplog.records)
+    finally:
+        await writer.close()
+        db.close()

@@ -464,6 +464,44 @@ def test_message_id_with_a_control_character_is_refused(message_id: str) -> None
     assert "control character" in rejection.message
 
 
+@pytest.mark.parametrize(
+    ("type_", "field"),
+    [
+        ("track", "userId"),
+        ("track", "anonymousId"),
+        ("track", "event"),
+        ("group", "groupId"),
+        ("alias", "previousId"),
+    ],
+)
+@pytest.mark.parametrize("value", ["u\x00x", "\x00", "é\x00"])
+def test_a_nul_in_a_field_that_becomes_a_column_is_refused(
+    type_: str, field: str, value: str
+) -> None:
+    rejection = rejected(MINIMAL[type_] | {"anonymousId": "a1", field: value})
+    assert (rejection.code, rejection.field) == ("invalid_field", field)
+    assert "U+0000" in rejection.message
+    assert value not in rejection.message  # the client's value is not echoed
+
+
+def test_a_nul_in_a_batch_names_the_index() -> None:
+    rejection = rejected_request(batch_of(MINIMAL["track"], MINIMAL["track"] | {"event": "e\x00x"}))
+    assert (rejection.code, rejection.field, rejection.index) == ("invalid_field", "event", 1)
+
+
+def test_a_nul_elsewhere_in_the_message_is_kept() -> None:
+    # Properties, traits and context travel in the body, stored as JSON text with the
+    # character escaped: delivered as sent.
+    message = norm(
+        MINIMAL["track"]
+        | {"properties": {"k\x00": "v\x00"}, "context": {"page": {"title": "t\x00"}}}
+    )
+    assert message.fields["properties"] == {"k\x00": "v\x00"}
+    assert message.context == {"page": {"title": "t\x00"}}
+    traits = norm(MINIMAL["identify"] | {"traits": {"name": "n\x00"}}).fields["traits"]
+    assert traits == {"name": "n\x00"}
+
+
 def test_message_id_control_character_in_a_batch_names_the_index() -> None:
     rejection = rejected_request(
         batch_of(MINIMAL["track"], MINIMAL["track"] | {"messageId": "a\nb"})

@@ -30,11 +30,15 @@ _TIMESTAMP = {
     "description": "ISO 8601, as 2026-11-24T10:00:00.000Z; also read: a space for T, an offset "
     "without its colon, or none (UTC)",
 }
+# Identifiers and event names become columns: no U+0000 (PostgreSQL's text cannot hold it).
+_NO_NUL = "^[^\\u0000]*$"
 _ID = {
     "type": ["string", "number", "null"],
-    "description": "a string; a number is read as its JavaScript spelling; empty means absent",
+    "pattern": _NO_NUL,  # applies to a string only
+    "description": "a string (no U+0000); a number is read as its JavaScript spelling; empty "
+    "means absent",
 }
-_GIVEN_ID = {"anyOf": [{"type": "string", "minLength": 1}, {"type": "number"}]}
+_GIVEN_ID = {"anyOf": [{"type": "string", "minLength": 1, "pattern": _NO_NUL}, {"type": "number"}]}
 _OBJECT = {"type": ["object", "null"]}
 _COMMON = {
     "messageId": {
@@ -62,7 +66,7 @@ _IDENTIFIED = {
 TYPES: dict[str, tuple[dict[str, Any], list[str], str]] = {
     "identify": ({"traits": _OBJECT}, [], "needs userId or anonymousId"),
     "track": (
-        {"event": {"type": "string", "minLength": 1}, "properties": _OBJECT},
+        {"event": {"type": "string", "minLength": 1, "pattern": _NO_NUL}, "properties": _OBJECT},
         ["event"],
         "needs userId or anonymousId, and event",
     ),
@@ -437,7 +441,7 @@ REGULATION_REQUEST = {
             "type": "array",
             "minItems": 1,
             "maxItems": 5000,
-            "items": {"type": "string", "minLength": 1, "maxLength": 1000},
+            "items": {"type": "string", "minLength": 1, "maxLength": 1000, "pattern": _NO_NUL},
             "description": "userIds; repeats count once",
         },
     },
