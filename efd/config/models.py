@@ -128,8 +128,9 @@ class DeliveryConfig(_Strict):
     # How long a claimed delivery is reserved; must outlast a round of attempts.
     lease_seconds: Seconds = 60
     response_head_bytes: int = Field(default=512, ge=0, le=65536)
-    # A hook whose last `circuit_failures` attempts all failed (worth a retry) is left out of
-    # rounds, but for one probe every `circuit_probe_seconds`.
+    # A hook to which attempts of `circuit_failures` messages failed (worth a retry), with no
+    # other answer between, is left out of rounds, but for one probe every
+    # `circuit_probe_seconds`.
     circuit_failures: int = Field(default=10, ge=1, le=100000)
     circuit_probe_seconds: Seconds = 30
 

@@ -492,11 +492,13 @@ class Dispatcher:
     def _background(self, work: Coroutine[Any, Any, None]) -> None:
         self._worker.spawn(work)
 
-    def _circuit_changes(self, results: list[AttemptResult], urls: list[str], now: float) -> None:
-        """Count the round's results against the hooks' circuits; log, expose and act on a
-        circuit that opened or closed."""
+    def _circuit_changes(
+        self, results: list[AttemptResult], urls: list[str], delivery_id: int, now: float
+    ) -> None:
+        """Count the round's results, of one delivery, against the hooks' circuits; log,
+        expose and act on a circuit that opened or closed."""
         for result in results:
-            change = self._circuits.record(result, now)
+            change = self._circuits.record(result, now, delivery_id)
             if change is None:
                 continue
             url = result.hook_url
@@ -553,7 +555,7 @@ class Dispatcher:
         error = None if cancelled else round_.exception()
         results = [] if cancelled or error is not None else round_.result()
         # Counted before the slot is freed, so the next round sees a circuit that opened.
-        self._circuit_changes(results, urls, self._clock.now())
+        self._circuit_changes(results, urls, item.delivery_id, self._clock.now())
         # The slots are free once the receivers answered; the outcome may wait a moment for
         # others to share its transaction, and the lease keeps the delivery ours meanwhile.
         self._release(route, urls)

@@ -38,6 +38,7 @@ KEEPALIVE = 15.0  # seconds an idle connection is kept for the next POST (aiohtt
 DNS_TTL = 30.0  # seconds a name's addresses are reused before it is resolved again
 _MAX_HEAD = 64 * 1024  # an answer's head larger than this is not a webhook receiver's
 _MAX_LINE = 4096  # a chunk-size or trailer line
+_EARLY = "the receiver sent bytes before the request was written"
 
 
 class RequestFailed(Exception):
@@ -122,6 +123,7 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self.reusable = True
         self.idle_since = 0.0
+        self.early = False  # bytes came while no request was waiting: the framing is lost
         self._waiter: asyncio.Future[Answer] | None = None
         self._buffer = bytearray()
         self._received = False
@@ -140,7 +142,8 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         waiter = self._waiter
-        if waiter is None:  # bytes nobody asked for: the framing is lost
+        if waiter is None:  # before the request, or while idle in the pool
+            self.early = True
             self.close()
             return
         self._received = True
@@ -468,11 +471,23 @@ class Client:
     async def _connect_by(
         self, deadline: float, target: _Target, tls: ssl.SSLContext | None
     ) -> _Connection:
+        """A new connection, on which the receiver has not spoken first."""
         try:
             async with asyncio.timeout_at(deadline):
-                return await self._connect(target, tls)
+                connection = await self._connect(target, tls)
         except TimeoutError:
             raise RequestFailed("timeout", self._timed_out) from None
+        try:
+            # One turn of the loop before the request is written: bytes the receiver sent
+            # as the connection opened are read now and refused, rather than taken for
+            # the answer to a request they cannot be answering.
+            await asyncio.sleep(0)
+        except BaseException:
+            connection.close()
+            raise
+        if connection.early:
+            raise RequestFailed("protocol", _EARLY)
+        return connection
 
     def _idle_connection(self, key: PoolKey, now: float) -> _Connection | None:
         if now >= self._sweep_at:

@@ -27,7 +27,7 @@ def circuit_changed(
         metrics.circuit_open[(r.name, r.labels[url])] = int(change is Change.OPENED)
     if change is Change.OPENED:
         log.warning(
-            "circuit of %s (%s) opened after %d failed attempts in a row; probing every %g s",
+            "circuit of %s (%s) opened: %d messages failed in a row; probing every %g s",
             hook,
             names,
             circuits.threshold,

@@ -1,13 +1,16 @@
 """Circuit breakers, one per hook URL (pure: no I/O; the caller passes the clock).
 
-A hook whose last `threshold` attempts all failed in a way worth retrying is open: rounds
-leave it out, except one probe every `probe_seconds`. The first answer that is not worth
-retrying (a 2xx, or a final 4xx: the receiver is up and answering) closes it again.
+A hook is open once attempts of `threshold` different messages have failed, in a way worth
+retrying, with no answer between them that is not: rounds leave it out, except one probe
+every `probe_seconds`. The first answer that is not worth retrying (a 2xx, or a final 4xx:
+the receiver is up and answering) closes it again. Messages, not attempts, are counted: one
+message retried again and again (an ordered lane's head the receiver keeps refusing) shows
+only that the receiver refuses that message, and must not hold up every other.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from efd.rules.retry import AttemptResult, Verdict
@@ -24,7 +27,8 @@ class Change(StrEnum):
 
 @dataclass(slots=True)
 class _Hook:
-    failures: int = 0  # consecutive retryable failures
+    # The deliveries with a retryable failure since the last answer that was not one.
+    failing: set[int] = field(default_factory=set)
     open: bool = False
     next_probe_at: float = 0.0
     probing: bool = False  # a probe is in flight
@@ -75,8 +79,9 @@ class Circuits:
             self.is_open(url) and not self.may_probe(url, now) for url in urls
         )
 
-    def record(self, result: AttemptResult, now: float) -> Change | None:
-        """Count one attempt's result; return the change it made to the hook's circuit."""
+    def record(self, result: AttemptResult, now: float, delivery: int) -> Change | None:
+        """Count one attempt's result, an attempt of the delivery (the message to one
+        destination) `delivery`; return the change it made to the hook's circuit."""
         if result.error_class in _NOT_THE_RECEIVER:
             hook = self._hooks.get(result.hook_url)
             if hook is not None and hook.probing:
@@ -87,16 +92,19 @@ class Circuits:
             hook = self._hooks[result.hook_url] = _Hook()
         hook.probing = False
         if result.verdict is not Verdict.RETRY:
-            hook.failures = 0
+            if hook.failing:
+                hook.failing.clear()
             if hook.open:
                 hook.open = False
                 return Change.CLOSED
             return None
-        hook.failures += 1
         if hook.open:
             hook.next_probe_at = now + self.probe_seconds
             return None
-        if hook.failures >= self.threshold:
+        failing = hook.failing
+        failing.add(delivery)
+        if len(failing) >= self.threshold:
+            failing.clear()  # an open hook counts nothing until it closes
             hook.open = True
             hook.next_probe_at = now + self.probe_seconds
             return Change.OPENED

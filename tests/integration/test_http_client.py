@@ -9,7 +9,7 @@ import pathlib
 import ssl
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import trustme
@@ -178,6 +178,82 @@ def test_a_new_connection_closed_without_an_answer_is_a_reset_not_retried(run: R
     server, results = run(posting(close, 1))
     assert statuses(results) == ["reset"]
     assert len(server.requests) == 1
+
+
+class SpeaksFirst(asyncio.Protocol):
+    """A receiver that writes a 200 the moment a connection opens, before any request,
+    and answers each request it reads with a 500."""
+
+    requests = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self.transport.write(OK)
+        self.buffer = b""
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while b"\r\n\r\n" in self.buffer:  # efd's test bodies: shorter than a read
+            _, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
+            SpeaksFirst.requests += 1
+            self.transport.write(b"HTTP/1.1 500 No\r\nContent-Length: 2\r\n\r\nno")
+
+
+@RUNNERS
+def test_bytes_the_receiver_sends_before_the_request_are_a_protocol_error(run: Runner) -> None:
+    async def scenario() -> list[Answer | RequestFailed]:
+        SpeaksFirst.requests = 0
+        server = await asyncio.get_running_loop().create_server(SpeaksFirst, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        http = client()
+        results: list[Answer | RequestFailed] = []
+        try:
+            for _ in range(3):
+                try:
+                    results.append(await http.post(f"http://127.0.0.1:{port}/", b"x", {}))
+                except RequestFailed as failure:
+                    results.append(failure)
+        finally:
+            await http.close()
+            server.close()
+        return results
+
+    results = run(scenario())
+    # Neither the early 200 taken for the answer, nor a reset retried on a new connection.
+    assert statuses(results) == ["protocol"] * 3
+    assert {r.message for r in results if isinstance(r, RequestFailed)} == {
+        "the receiver sent bytes before the request was written"
+    }
+    assert SpeaksFirst.requests == 0  # the request was never written
+
+
+@RUNNERS
+def test_bytes_a_pooled_connection_gets_while_idle_end_it(run: Runner) -> None:
+    async def then_unasked(_request: Request, n: int, writer: asyncio.StreamWriter) -> bool:
+        if n == 1:
+            writer.write(OK)
+            await writer.drain()
+            await asyncio.sleep(0.02)
+            writer.write(OK)  # while the connection is idle in efd's pool
+        else:
+            writer.write(b"HTTP/1.1 503 No\r\nContent-Length: 2\r\n\r\nno")
+        await writer.drain()
+        return True
+
+    async def scenario() -> tuple[Server, list[Answer | RequestFailed]]:
+        server = await Server(then_unasked).start()
+        http = client()
+        try:
+            first = await http.post(server.url, b"x", {})
+            await asyncio.sleep(0.1)
+            return server, [first, await http.post(server.url, b"y", {})]
+        finally:
+            await http.close()
+            await server.stop()
+
+    server, results = run(scenario())
+    assert statuses(results) == [200, 503]  # the unasked 200 is not the second's answer
+    assert server.connections == 2
 
 
 @RUNNERS

@@ -130,6 +130,29 @@ async def test_a_failing_user_holds_only_their_own_lane(
     assert sql(db_url, "SELECT count(*) FROM lanes") == [(0,)]
 
 
+async def test_one_users_failing_head_does_not_open_the_hooks_circuit(
+    db_url, daemon_factory, receiver_factory
+):
+    receiver_state = ByMessage()
+    receiver_state.failing_users = {"bad"}
+    receiver = await receiver_factory(receiver_state)
+    # A probe far off: a message that had to wait for it would not arrive within the test.
+    settings = ordered_settings(
+        db_url, [receiver.url], circuit_failures=3, circuit_probe_seconds=3600
+    )
+    daemon = await daemon_factory(settings)
+    await batch(daemon.port, [("bad", "bad-0")])
+    # The head, retried past the threshold with no other traffic.
+    await eventually(lambda: len(receiver_state.seen["bad"]) >= 5)
+    status, answer = await api(daemon.port, "GET", "/admin/destinations")
+    assert status == 200, answer
+    assert [h["circuit"] for h in answer["destinations"][0]["hooks"]] == ["closed"]
+    await batch(daemon.port, [("good", "good-0")])
+    await eventually(lambda: statuses(db_url).get("good-0") == "delivered")
+    assert receiver_state.seen["good"] == ["good-0"]
+    assert statuses(db_url)["bad-0"] == "pending"  # still retried
+
+
 async def _metrics(port: int) -> tuple[int, str]:
     import aiohttp
 

@@ -3,6 +3,8 @@ closes it, and which failures do not count."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from efd.rules.circuit import Change, Circuits
@@ -19,8 +21,19 @@ def result(
     return AttemptResult(URL, 0.0, 0.01, verdict, status_code=status, error_class=error)
 
 
-def fail(circuits: Circuits, times: int, now: float = 100.0) -> list[Change | None]:
-    return [circuits.record(result(Verdict.RETRY), now) for _ in range(times)]
+_deliveries = itertools.count(1)
+
+
+def fail(
+    circuits: Circuits, times: int, now: float = 100.0, delivery: int | None = None
+) -> list[Change | None]:
+    """`times` retryable failures: of `delivery` if given, else each of a new delivery."""
+    return [
+        circuits.record(
+            result(Verdict.RETRY), now, next(_deliveries) if delivery is None else delivery
+        )
+        for _ in range(times)
+    ]
 
 
 def test_opens_after_threshold_consecutive_retryable_failures() -> None:
@@ -35,18 +48,36 @@ def test_opens_after_threshold_consecutive_retryable_failures() -> None:
 def test_a_success_or_a_final_answer_resets_the_count() -> None:
     circuits = Circuits(threshold=3, probe_seconds=30)
     fail(circuits, 2)
-    assert circuits.record(result(Verdict.SUCCESS), 100) is None
+    assert circuits.record(result(Verdict.SUCCESS), 100, 1) is None
     assert fail(circuits, 2) == [None, None]
-    assert circuits.record(result(Verdict.FAIL), 100) is None  # a 404: the receiver is up
+    assert circuits.record(result(Verdict.FAIL), 100, 1) is None  # a 404: the receiver is up
     assert fail(circuits, 2) == [None, None]
     assert not circuits.is_open(URL)
+
+
+def test_one_deliverys_retries_alone_never_open_it() -> None:
+    # An ordered lane's head the receiver keeps refusing, with no other traffic.
+    circuits = Circuits(threshold=3, probe_seconds=30)
+    assert fail(circuits, 50, delivery=7) == [None] * 50
+    assert not circuits.is_open(URL)
+    # Two deliveries retried in turn count as two, however often each failed.
+    assert fail(circuits, 10, delivery=8) == [None] * 10
+    assert fail(circuits, 1, delivery=9) == [Change.OPENED]
+
+
+def test_an_answer_between_starts_the_count_of_deliveries_over() -> None:
+    circuits = Circuits(threshold=2, probe_seconds=30)
+    fail(circuits, 3, delivery=1)
+    assert circuits.record(result(Verdict.SUCCESS), 100, 2) is None  # another user, delivered
+    assert fail(circuits, 3, delivery=1) == [None] * 3  # the stuck one again: one delivery
+    assert fail(circuits, 1, delivery=3) == [Change.OPENED]
 
 
 @pytest.mark.parametrize("error", ["interrupted", "internal"])
 def test_efds_own_failures_do_not_count(error: str) -> None:
     circuits = Circuits(threshold=2, probe_seconds=30)
     fail(circuits, 1)
-    assert circuits.record(result(Verdict.RETRY, error=error), 100) is None
+    assert circuits.record(result(Verdict.RETRY, error=error), 100, 1) is None
     assert fail(circuits, 1) == [Change.OPENED]  # the two receiver failures, not three
 
 
@@ -62,7 +93,7 @@ def test_one_probe_per_interval_and_none_while_one_is_in_flight() -> None:
     assert circuits.next_probe_at(URL) is None
     assert circuits.blocked([URL], 131)
     # The probe failed: still open, next probe one interval after its answer.
-    assert circuits.record(result(Verdict.RETRY), 132) is None
+    assert circuits.record(result(Verdict.RETRY), 132, 1) is None
     assert circuits.is_open(URL)
     assert circuits.next_probe_at(URL) == 162
     assert circuits.take_probe(URL, 162)
@@ -73,7 +104,7 @@ def test_a_probe_answered_closes_the_circuit(verdict: Verdict, status: int) -> N
     circuits = Circuits(threshold=1, probe_seconds=5)
     fail(circuits, 1, now=0)
     assert circuits.take_probe(URL, 5)
-    assert circuits.record(result(verdict, status=status), 6) is Change.CLOSED
+    assert circuits.record(result(verdict, status=status), 6, 1) is Change.CLOSED
     assert not circuits.is_open(URL)
     assert not circuits.blocked([URL], 6)
     assert fail(circuits, 1) == [Change.OPENED]  # counting starts over

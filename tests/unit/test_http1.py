@@ -81,6 +81,8 @@ def test_headers_that_would_change_the_request_are_refused(
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip", (200, None, CLOSE, 0, False)),
         (b"HTTP/1.1 100 Continue", (100, None, LENGTH, 0, True)),
         (b"HTTP/1.1 304 Not Modified\r\nContent-Length: 99", (304, None, LENGTH, 0, True)),
+        # Outside 100-599: read as sent, and retried as a 5xx (docs/delivery.md).
+        (b"HTTP/1.1 999 Odd\r\nContent-Length: 0", (999, None, LENGTH, 0, True)),
     ],
 )
 def test_what_an_answer_head_says(head: bytes, parsed: tuple[object, ...]) -> None:

@@ -40,6 +40,12 @@ def test_retryable_statuses(status: int) -> None:
     assert classify_status(status) is Verdict.RETRY
 
 
+@pytest.mark.parametrize("status", [600, 799, 999])
+def test_a_status_http_does_not_define_is_retried_as_a_5xx(status: int) -> None:
+    # RFC 9110: a client should process a status outside 100-599 as a 5xx.
+    assert classify_status(status) is Verdict.RETRY
+
+
 @pytest.mark.parametrize(
     "status",
     [300, 301, 302, 303, 304, 307, 308, 400, 401, 403, 404, 405, 409, 410, 413, 415, 422, 451, 499],
