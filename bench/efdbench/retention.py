@@ -371,11 +371,18 @@ class Retention:
         start = max(t for t in starts if t is not None)
         small_done = next((t for t, done in series["small"] if done >= small_n), None)
         end = small_done if small_done is not None else series["small"][-1][0]
-        out["window_seconds"] = round(end - start, 1)
-        for side, values in series.items():
-            a = _value_at(values, start)
-            b = _value_at(values, end)
-            out[f"{side}_per_s"] = round((b - a) / max(end - start, 1e-3), 1)
+        if end - start < 2:  # the small one was gone before the full one began
+            out["note"] = "the two purges did not overlap: each over its own span"
+            for side, values in series.items():
+                first = _started(values) or 0.0
+                last = next((t for t, done in values if done >= sizes[side]), values[-1][0])
+                done = _value_at(values, last) - _value_at(values, first)
+                out[f"{side}_per_s"] = round(done / max(last - first, 1e-3), 1)
+        else:
+            out["window_seconds"] = round(end - start, 1)
+            for side, values in series.items():
+                done = _value_at(values, end) - _value_at(values, start)
+                out[f"{side}_per_s"] = round(done / (end - start), 1)
         out["small_finished"] = small_done is not None
         return out
 
