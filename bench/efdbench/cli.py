@@ -78,11 +78,12 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
         default=10_000_000,
         help="finished messages in the long history (0: skip that part)",
     )
-    retention.add_argument(
-        "--shared-pg",
-        action="store_true",
-        help="with --store postgresql: the shared server instead of a cluster of the "
-        "bench's own with the distribution's defaults",
+    parser.add_argument(
+        "--pg-server",
+        choices=("own", "shared"),
+        help="with --store postgresql: own = a cluster the bench makes with initdb (the "
+        "distribution's defaults, autovacuum on), shared = $EFD_BENCH_PG or the machine's "
+        "server (default: own for the retention phase, shared for the others)",
     )
     retention.add_argument(
         "--retention-out",
@@ -182,13 +183,18 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
     failure = None
     pg_section: dict[str, Any] | None = None
     server: PgServer | None = None
+    own: OwnCluster | None = None
     try:
         if "retention" in only:
             run_retention(args, bench, plan)
         if only == {"retention"}:
             pass
         elif args.store == "postgresql":
-            server = PgServer(admin_url(str(ROOT)))
+            if args.pg_server == "own":
+                own = OwnCluster(free_port())
+                server = PgServer(own.url)
+            else:
+                server = PgServer(admin_url(str(ROOT)))
             pg_section = run_postgresql(bench, server, counts)
         elif "limits" in only:
             bench.limits()
@@ -209,6 +215,8 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
         if server is not None:
             with contextlib.suppress(Exception):
                 server.drop_all()
+        if own is not None:
+            own.stop()
         receiver.stop(("stop",))
         generator.stop(None)
         kept = args.keep or failure is not None or bench.keep
@@ -292,7 +300,7 @@ def run_retention(args: argparse.Namespace, bench: Bench, plan: Plan) -> None:
     server: PgServer | None = None
     try:
         if args.store == "postgresql":
-            if args.shared_pg:
+            if args.pg_server == "shared":
                 server = PgServer(admin_url(str(ROOT)))
             else:
                 own = OwnCluster(free_port())
