@@ -254,6 +254,12 @@ def _replay(args: argparse.Namespace, settings: config.Settings, operations: Any
         return 1
     targets = replay_targets(originals, args.destination, {d.name for d in settings.destinations})
     created = operations.replay(pk, targets, time.time())
+    if created is None:
+        print(
+            f"efd replay: no message {args.message_id!r} from source {args.source!r} is stored",
+            file=sys.stderr,
+        )
+        return 1
     ordered = settings.ordered()
     if args.json:
         _print_json(replay_json(created, ordered))

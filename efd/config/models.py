@@ -95,6 +95,8 @@ class ServerConfig(_Strict):
 class StorageConfig(_Strict):
     url: str = "sqlite:///var/lib/efd/efd.db"
     retention_days: float = Field(default=7, gt=0)
+    # How often retention runs (once per cluster); its first run is soon after start.
+    retention_interval_seconds: Seconds = 600
     # FULL: an acknowledged message survives power loss, not just a process crash.
     sqlite_synchronous: Literal["FULL", "NORMAL"] = "FULL"
     pool_size: int = Field(default=5, ge=1)

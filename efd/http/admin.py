@@ -225,6 +225,12 @@ class AdminApi:
             )
         targets = selection.replay_targets(originals, destination, self._configured)
         created = await self._db.write(self._ops.replay, pk, targets, time.time())
+        if created is None:
+            raise ClientError(
+                "not_found",
+                f"no message {message_id!r} from source {source!r} is stored",
+                status=404,
+            )
         log.info(
             "replay of message %s from %s to %s",
             message_id,

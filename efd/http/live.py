@@ -139,6 +139,8 @@ class LiveApi:
             errors = await self._db.read(self._health.last_errors, list(hooks), now - 86400)
             ordered = bool(self._settings.ordered())
             blocked = await self._db.read(self._db.store.lanes.blocked) if ordered else {}
+            horizon = now - self._settings.storage.retention_days * 86400
+            lag = await self._db.read(self._db.store.retention.lag, horizon)
         except StoreError as error:
             log.error("admin API: the store is unavailable: %s", str(error).splitlines()[0][:200])
             return error_response("storage_unavailable", "the store is unavailable; retry", 503)
@@ -197,7 +199,18 @@ class LiveApi:
                         "hooks": [],
                     }
                 )
-        return json_response({"destinations": result})
+        return json_response(
+            {
+                "destinations": result,
+                # How far behind retention's purge is (efd/store/retention.py).
+                "retention": {
+                    "horizon": iso(horizon),
+                    "oldestUnpurgedAt": iso(lag.oldest_at),
+                    "behindSeconds": round(lag.behind_seconds, 3),
+                    "kept": lag.kept,
+                },
+            }
+        )
 
     # -- stream --------------------------------------------------------------------------
 

@@ -129,6 +129,11 @@ class Status:
                         for name, count in unconfigured(backlog, configured).items()
                     },
                 }
+            async with asyncio.timeout(5):
+                horizon = time.time() - self._settings.storage.retention_days * 86400
+                lag = await self._db.read(self._db.store.retention.lag, horizon)
+            self._metrics.retention_behind = lag.behind_seconds
+            self._metrics.retention_kept = lag.kept
             ordered = self._settings.ordered()
             if ordered:
                 async with asyncio.timeout(5):

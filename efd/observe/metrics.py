@@ -74,6 +74,11 @@ class Metrics:
         self.circuit_open: dict[tuple[str, str], int] = {}
         # ordered destination -> lanes whose head failed and has no outcome yet
         self.lanes_blocked: dict[str, int] = {}
+        self.retention_purged = 0  # messages this process's retention runs purged
+        # At the last look (a retention run, a scrape): how far behind retention is, in
+        # seconds past the horizon, and the messages it keeps for work still pending.
+        self.retention_behind = 0.0
+        self.retention_kept = 0
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))
 
@@ -213,6 +218,23 @@ class _Collector(Collector):
         for destination, value in sorted(m.lanes_blocked.items()):
             blocked.add_metric([destination], value)
         yield blocked
+        yield CounterMetricFamily(
+            "efd_retention_purged",
+            "Messages retention purged (with their deliveries and attempts) in this process.",
+            value=m.retention_purged,
+        )
+        yield GaugeMetricFamily(
+            "efd_retention_behind_seconds",
+            "How long before the retention horizon the oldest message retention has not "
+            "reached yet was received; 0 when it has caught up.",
+            value=m.retention_behind,
+        )
+        yield GaugeMetricFamily(
+            "efd_retention_kept_messages",
+            "Messages older than the horizon that retention keeps because a delivery of "
+            "theirs is pending, queued or finished after the horizon; looked at every run.",
+            value=m.retention_kept,
+        )
         durations = HistogramMetricFamily(
             "efd_attempt_duration_seconds",
             "Time from request start to complete answer.",

@@ -39,10 +39,11 @@ from efd.store.runner import AsyncStore
 
 log = logging.getLogger(__name__)
 
-RETENTION_EVERY = 600.0  # seconds
 # Waiting messages of lanes whose retry window closed expire within this (seconds).
 LANES_EVERY = 30.0
-_RETENTION_BATCH = 1000
+_RETENTION_BATCH = 1000  # messages a transaction
+_RETENTION_PAUSE = 0.05  # seconds between its transactions, so ingestion never waits long
+_FIRST_RETENTION_DELAY = 30.0  # seconds after start-up, at most
 _FIRST_SYNC_DELAY = 1.0  # seconds after start-up
 _EVENT_MARGIN = 3600.0  # events are kept this much longer than the longest lookback
 
@@ -91,15 +92,21 @@ class Periodic:
         self._sync_locks: dict[str, asyncio.Lock] = {}
         self._sync_tasks: set[asyncio.Task[Any]] = set()
         self._scheduler: AsyncIOScheduler | None = None
+        self._retention_every = settings.value.storage.retention_interval_seconds
+        self._retention_run: asyncio.Task[None] | None = None
 
     async def start(self, stack: AsyncExitStack) -> None:
         scheduler = self._scheduler = AsyncIOScheduler()
+        interval = self._retention_every = self._settings.value.storage.retention_interval_seconds
         scheduler.add_job(
-            self.retention,
+            self._retention_job,
             "interval",
-            seconds=RETENTION_EVERY,
+            seconds=interval,
             id="retention",
-            misfire_grace_time=60,
+            next_run_time=datetime.now(UTC)
+            + timedelta(seconds=min(interval, _FIRST_RETENTION_DELAY)),
+            misfire_grace_time=max(60, math.ceil(interval)),
+            coalesce=True,
         )
         scheduler.add_job(
             self.tend_lanes,
@@ -130,10 +137,15 @@ class Periodic:
             )
 
     def _configure(self, settings: Settings) -> None:
-        """Take the configuration's audiences and computed traits: each is synced on its
-        own interval from now on (first about a second from now; the jobs table still
-        keeps it to once per cluster per interval). A sync running now finishes."""
+        """Take the configuration's retention interval, and its audiences and computed
+        traits: each is synced on its own interval from now on (first about a second from
+        now; the jobs table still keeps it to once per cluster per interval). A sync running
+        now finishes."""
         found = computations(settings)
+        interval = settings.storage.retention_interval_seconds
+        if self._scheduler is not None and interval != self._retention_every:
+            self._scheduler.reschedule_job("retention", trigger="interval", seconds=interval)
+        self._retention_every = interval
         if self._scheduler is not None:
             for computation in self.computations:
                 with contextlib.suppress(JobLookupError):
@@ -152,18 +164,65 @@ class Periodic:
 
     # -- retention ------------------------------------------------------------------------
 
+    async def _retention_job(self) -> None:
+        """The periodic retention, in a task of its own: a run longer than the interval
+        goes on, and the turns that come meanwhile are let pass."""
+        if self._retention_run is not None and not self._retention_run.done():
+            return
+        task = self._retention_run = asyncio.create_task(self._retention_logged())
+        self._sync_tasks.add(task)
+        task.add_done_callback(self._sync_tasks.discard)
+
+    async def _retention_logged(self) -> None:
+        try:
+            await self.retention()
+        except StoreError as error:
+            log.warning("retention: cannot run now: %s", str(error).splitlines()[0][:200])
+
     async def retention(self) -> None:
+        """Purge the messages whose deliveries all finished `retention_days` ago, with their
+        deliveries and attempts, in small transactions with pauses between them; then the
+        events no lookback needs. Once per cluster per interval; one log line per run."""
         store = self._db.store
         now = time.time()
         if not await self._db.write(
-            store.jobs.claim_job, "retention", interval=RETENTION_EVERY, owner=self._owner, now=now
+            store.jobs.claim_job,
+            "retention",
+            interval=self._retention_every,
+            owner=self._owner,
+            now=now,
         ):
             return  # another process of the cluster has this turn
         days = self._settings.value.storage.retention_days
-        # Small batches, each its own transaction, so ingestion never waits long.
-        total = await self._in_batches(store.jobs.purge_finished, now - days * 86400)
-        if total:
-            log.info("retention: purged %d messages older than %s days", total, days)
+        before = now - days * 86400
+        started = time.monotonic()
+        purged, after = 0, 0
+        # First the messages left at earlier runs because some work of theirs was pending,
+        # then the walk on from where the last run stopped.
+        while (
+            step := await self._db.write(store.retention.revisit, before, after, _RETENTION_BATCH)
+        ).looked_at:
+            purged, after = purged + step.purged, step.last
+            self._metrics.retention_purged += step.purged
+            await asyncio.sleep(_RETENTION_PAUSE)
+        while (
+            step := await self._db.write(store.retention.advance, before, _RETENTION_BATCH)
+        ).looked_at:
+            purged += step.purged
+            self._metrics.retention_purged += step.purged
+            await asyncio.sleep(_RETENTION_PAUSE)
+        lag = await self._db.read(store.retention.lag, before)
+        self._metrics.retention_behind = lag.behind_seconds
+        self._metrics.retention_kept = lag.kept
+        log.info(
+            "retention: purged %d messages finished more than %g days ago in %.1f s; "
+            "%d kept for work still pending or recent; %.0f s behind",
+            purged,
+            days,
+            time.monotonic() - started,
+            lag.kept,
+            lag.behind_seconds,
+        )
         # Events: kept as long as the longest lookback needs; forever when one has none.
         lookback = longest_lookback(self.computations)
         if lookback is None:
@@ -210,7 +269,7 @@ class Periodic:
         total = 0
         while purged := await self._db.write(purge, before, _RETENTION_BATCH):
             total += purged
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(_RETENTION_PAUSE)
         return total
 
     # -- audiences and computed traits ------------------------------------------------------

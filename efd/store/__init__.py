@@ -15,6 +15,7 @@ from efd.store.jobs import Jobs, JobsStore
 from efd.store.lanes import LanesStore
 from efd.store.listener import Listener, Listens
 from efd.store.queue import DeliveryQueue, Queue
+from efd.store.retention import Retention, RetentionStore
 from efd.store.steps import Steps, StepsSource, no_steps
 
 
@@ -38,6 +39,7 @@ class Store:
         self.ingestion = Ingestion(self.database, steps)
         self.queue: Queue = DeliveryQueue(self.database, steps)
         self.jobs: Jobs = JobsStore(self.database)
+        self.retention: Retention = RetentionStore(self.database)
         self.listener: Listens = Listener(self.database)
         self.lanes = LanesStore(self.database)
 

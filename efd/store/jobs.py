@@ -1,16 +1,16 @@
-"""Jobs and retention: which process runs a periodic job this turn, the readiness probe's
-write, and the purge of finished messages. Synchronous; run in threads.
+"""Jobs: which process runs a periodic job this turn, and the readiness probe's write.
+Synchronous; run in threads. Retention's purge is efd/store/retention.py.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from sqlalchemy import delete, or_, select, update
+from sqlalchemy import update
 
-from efd.rows import DeliveryStatus
 from efd.store.database import Database
-from efd.store.schema import attempts, deliveries, jobs, messages
+from efd.store.retention import RetentionStore
+from efd.store.schema import jobs
 
 READINESS_ROW = "readiness"  # the jobs row readiness probes write
 
@@ -26,9 +26,7 @@ class Jobs(Protocol):
 
 
 class JobsStore:
-    """Owns the jobs table (turns of periodic jobs, the readiness row) and retention's
-    deletes of finished messages with their deliveries and attempts. Never changes a
-    pending delivery."""
+    """Owns the jobs table's turns of periodic jobs and its readiness row."""
 
     def __init__(self, database: Database) -> None:
         self._db = database
@@ -59,37 +57,7 @@ class JobsStore:
             )
 
     def purge_finished(self, before: float, limit: int) -> int:
-        """Delete up to `limit` messages all of whose deliveries finished before `before`,
-        and those that never had a delivery, with their deliveries and attempts."""
-        unfinished = (
-            select(deliveries.c.id)
-            .where(
-                deliveries.c.message_pk == messages.c.id,
-                or_(
-                    # waiting for a round, or behind its lane's head
-                    deliveries.c.status.in_(
-                        [DeliveryStatus.PENDING.value, DeliveryStatus.QUEUED.value]
-                    ),
-                    deliveries.c.finished_at >= before,
-                ),
-            )
-            .exists()
-        )
-        with self._db.write() as conn:
-            ids = (
-                conn.execute(
-                    select(messages.c.id)
-                    .where(messages.c.received_at < before, ~unfinished)
-                    .order_by(messages.c.id)
-                    .limit(limit)
-                )
-                .scalars()
-                .all()
-            )
-            if not ids:
-                return 0
-            delivery_ids = select(deliveries.c.id).where(deliveries.c.message_pk.in_(ids))
-            conn.execute(delete(attempts).where(attempts.c.delivery_id.in_(delivery_ids)))
-            conn.execute(delete(deliveries).where(deliveries.c.message_pk.in_(ids)))
-            conn.execute(delete(messages).where(messages.c.id.in_(ids)))
-            return len(ids)
+        """A whole retention run without pauses, `limit` messages a transaction: delete the
+        messages all of whose deliveries finished before `before`, and those that never had
+        one, with their deliveries and attempts (efd/store/retention.py)."""
+        return RetentionStore(self._db).purge(before, limit)

@@ -151,7 +151,7 @@ class Operations(Protocol):
 
     def replay(
         self, message_pk: int, targets: Sequence[tuple[int, str]], now: float
-    ) -> list[tuple[int, str]]: ...
+    ) -> list[tuple[int, str]] | None: ...
 
 
 class OperationsStore:
@@ -380,13 +380,21 @@ class OperationsStore:
 
     def replay(
         self, message_pk: int, targets: Sequence[tuple[int, str]], now: float
-    ) -> list[tuple[int, str]]:
+    ) -> list[tuple[int, str]] | None:
         """New deliveries of the message, one per (original delivery id, destination);
         returns their (id, destination). Each repeats what routing made of its original:
         pending and due now with the same body, or, where the destination's filters stopped
-        the message, `filtered` again (docs/filters.md)."""
+        the message, `filtered` again (docs/filters.md). None when the message is no longer
+        stored (retention purged it since it was looked up)."""
         created: list[tuple[int, str]] = []
         with self._db.write() as conn:
+            # Shared lock: retention, which locks a message before it looks at its
+            # deliveries, either purged it already or waits and then sees the replay.
+            present = conn.execute(
+                select(messages.c.id).where(messages.c.id == message_pk).with_for_update(read=True)
+            ).first()
+            if present is None:
+                return None
             for original, destination in targets:
                 kept = conn.execute(
                     select(deliveries.c.status, deliveries.c.last_error, deliveries.c.body).where(

@@ -4,6 +4,7 @@ messages    one row per accepted message; `body` is the exact webhook body (JSON
 deliveries  one row per (message, destination), and one per replay: the state machine.
 attempts    one row per POST to one hook URL: the audit log.
 jobs        once-per-cluster periodic jobs; and the row readiness probes write.
+retention_kept  messages retention walked past that still had work; it looks at them again.
 lanes       per ordered destination and lane (user): the delivery at its head.
 
 profiles, identities, events, computations, computed_values: audiences and computed traits.
@@ -148,6 +149,17 @@ jobs = Table(
     Column("name", String(100), primary_key=True),
     Column("last_run_at", Float, nullable=False),
     Column("owner", String(80)),
+    # The retention row's: the highest message id its walk has passed (efd/store/retention.py).
+    # Every message at or below it is purged or in retention_kept; NULL: nothing passed yet.
+    Column("cursor_pk", Id),
+)
+
+# Messages retention's walk passed while one of their deliveries was still pending, queued,
+# or finished after the horizon: each run looks at them again, and purges those done since.
+retention_kept = Table(
+    "retention_kept",
+    metadata,
+    Column("message_pk", Id, primary_key=True, autoincrement=False),
 )
 
 # One token bucket per rate-limited hook (efd/store/ratelimit.py), shared by every daemon on

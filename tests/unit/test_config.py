@@ -524,6 +524,9 @@ def test_lease_must_outlast_the_timeout(tmp_path: Path) -> None:
         ('[server]\nport = "http"\n', "server.port"),
         ('[storage]\nurl = "mysql://x/y"\n', "storage.url"),
         ('[storage]\nsqlite_synchronous = "OFF"\n', "storage.sqlite_synchronous"),
+        ("[storage]\nretention_interval_seconds = 0\n", "storage.retention_interval_seconds"),
+        ("[storage]\nretention_interval_seconds = -5\n", "storage.retention_interval_seconds"),
+        ('[storage]\nretention_interval_seconds = "often"\n', "storage.retention_interval_seconds"),
         ('[delivery]\nallowed_networks = ["10.0.0.0/8", "nope"]\n', "delivery.allowed_networks"),
         ('[delivery]\nallowed_networks = "10.0.0.0/8"\n', "delivery.allowed_networks"),
         ('[delivery]\nuser_agent = ""\n', "delivery.user_agent"),
@@ -542,6 +545,12 @@ def test_lease_must_outlast_the_timeout(tmp_path: Path) -> None:
 )
 def test_field_rules(tmp_path: Path, text: str, key: str) -> None:
     assert keys_of(problems_of(tmp_path, text)) == {key}
+
+
+def test_retention_interval_defaults_to_ten_minutes_and_takes_fractions(tmp_path: Path) -> None:
+    assert config.load(write(tmp_path, "")).storage.retention_interval_seconds == 600
+    text = "[storage]\nretention_interval_seconds = 0.25\n"
+    assert config.load(write(tmp_path, text)).storage.retention_interval_seconds == 0.25
 
 
 ORIGINS = '[[sources]]\nname = "s"\nwrite_key = "k"\nallowed_origins = {}\n'

@@ -28,6 +28,7 @@ from efd.http.openapi.schemas import (
     REDRIVE,
     REGULATION_REQUEST,
     REPLAY,
+    RETENTION_LAG,
     STATUS,
     schema_name,
 )
@@ -392,12 +393,13 @@ def every_path() -> dict[str, Any]:
                     "200": answer(
                         {
                             "type": "object",
-                            "required": ["destinations"],
+                            "required": ["destinations", "retention"],
                             "properties": {
                                 "destinations": {
                                     "type": "array",
                                     "items": DESTINATION_HEALTH,
-                                }
+                                },
+                                "retention": RETENTION_LAG,
                             },
                         },
                         "every configured destination, then each one not configured that "

@@ -322,6 +322,25 @@ _WINDOW = {
         "p99Ms": {"type": ["number", "null"]},
     },
 }
+RETENTION_LAG = {
+    "type": "object",
+    "description": "How far behind retention's purge of finished messages is",
+    "required": ["horizon", "oldestUnpurgedAt", "behindSeconds", "kept"],
+    "properties": {
+        "horizon": {**ISO, "description": "now less [storage] retention_days"},
+        "oldestUnpurgedAt": {
+            **NULLABLE_ISO,
+            "description": "receipt of the oldest message before the horizon that retention "
+            "has not reached yet; null when it has caught up",
+        },
+        "behindSeconds": {"type": "number", "description": "horizon - oldestUnpurgedAt, or 0"},
+        "kept": {
+            **COUNT_VALUE,
+            "description": "messages before the horizon kept because a delivery of theirs is "
+            "pending, queued or finished after it; looked at again every run",
+        },
+    },
+}
 DESTINATION_HEALTH = {
     "type": "object",
     "required": [
