@@ -24,11 +24,12 @@ from typing import Any
 from efdbench import readme
 from efdbench.loadgen import generator_main
 from efdbench.pgscale import run_postgresql
-from efdbench.pgserver import PgServer, admin_url
-from efdbench.plan import FULL, PHASES, QUICK
-from efdbench.processes import SIGNING, Daemon, Profiler, Worker
+from efdbench.pgserver import OwnCluster, PgServer, admin_url
+from efdbench.plan import FULL, OPTIONAL_PHASES, PHASES, QUICK, Plan
+from efdbench.processes import SIGNING, Daemon, Profiler, Worker, free_port
 from efdbench.receiver import receiver_main
-from efdbench.report import KEYS, fmt, pg_table, table
+from efdbench.report import KEYS, fmt, pg_table, retention_table, table
+from efdbench.retention import Retention, RetentionPlan
 from efdbench.scenarios import Bench
 
 HERE = Path(__file__).resolve().parent.parent
@@ -52,7 +53,42 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
     parser.add_argument(
         "--only",
         default=",".join(PHASES),
-        help=f"comma-separated subset of {','.join(PHASES)} (default: all)",
+        help=f"comma-separated subset of {','.join(PHASES)} (default: all), or "
+        f"{','.join(OPTIONAL_PHASES)} (only when named)",
+    )
+    retention = parser.add_argument_group("the retention phase (--only retention)")
+    retention.add_argument(
+        "--minutes", type=float, default=5, help="the steady state's length (0: skip it)"
+    )
+    retention.add_argument(
+        "--rate", type=int, default=2000, help="events/s offered in the steady state"
+    )
+    retention.add_argument(
+        "--horizon-minutes", type=float, default=1, help="retention_days, in minutes"
+    )
+    retention.add_argument(
+        "--interval",
+        type=float,
+        default=10,
+        help="retention_interval_seconds (where the efd under test has the setting)",
+    )
+    retention.add_argument(
+        "--prefill",
+        type=int,
+        default=10_000_000,
+        help="finished messages in the long history (0: skip that part)",
+    )
+    parser.add_argument(
+        "--pg-server",
+        choices=("own", "shared"),
+        help="with --store postgresql: own = a cluster the bench makes with initdb (the "
+        "distribution's defaults, autovacuum on), shared = $EFD_BENCH_PG or the machine's "
+        "server (default: own for the retention phase, shared for the others)",
+    )
+    retention.add_argument(
+        "--retention-out",
+        default=str(HERE / "retention.json"),
+        help="where the retention phase's figures go",
     )
     parser.add_argument(
         "--rev",
@@ -103,7 +139,7 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
         print(f"README.md: rewrote {', '.join(done) or 'nothing (no bench markers)'}")
         return 0
     only = {p.strip() for p in args.only.split(",") if p.strip()}
-    unknown = only - set(PHASES)
+    unknown = only - set(PHASES) - set(OPTIONAL_PHASES)
     if unknown:
         parser.error(f"unknown phases: {', '.join(sorted(unknown))}")
     if "backlog" in only:
@@ -147,9 +183,18 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
     failure = None
     pg_section: dict[str, Any] | None = None
     server: PgServer | None = None
+    own: OwnCluster | None = None
     try:
-        if args.store == "postgresql":
-            server = PgServer(admin_url(str(ROOT)))
+        if "retention" in only:
+            run_retention(args, bench, plan)
+        if only == {"retention"}:
+            pass
+        elif args.store == "postgresql":
+            if args.pg_server == "own":
+                own = OwnCluster(free_port())
+                server = PgServer(own.url)
+            else:
+                server = PgServer(admin_url(str(ROOT)))
             pg_section = run_postgresql(bench, server, counts)
         elif "limits" in only:
             bench.limits()
@@ -170,12 +215,19 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
         if server is not None:
             with contextlib.suppress(Exception):
                 server.drop_all()
+        if own is not None:
+            own.stop()
         receiver.stop(("stop",))
         generator.stop(None)
         kept = args.keep or failure is not None or bench.keep
         if not kept:
             shutil.rmtree(root, ignore_errors=True)
 
+    if only == {"retention"}:  # its own file (--retention-out); results.json as it was
+        for note in bench.notes:
+            print(f"note: {note}")
+        print(f"in {time.monotonic() - started:.1f} s")
+        return 1 if failure else 0
     results = bench.results
     if (
         results.get("deliver_ratio") is None
@@ -239,6 +291,54 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
         print("context: " + ", ".join(f"{k}={fmt(v)}" for k, v in extra.items()))
     print(f"wrote {args.out} in {context['total_seconds']} s")
     return 1 if failure else 0
+
+
+def run_retention(args: argparse.Namespace, bench: Bench, plan: Plan) -> None:
+    """The retention phase, on SQLite or on PostgreSQL (by default a cluster of the bench's
+    own, with the distribution's defaults); its figures go to --retention-out."""
+    own: OwnCluster | None = None
+    server: PgServer | None = None
+    try:
+        if args.store == "postgresql":
+            if args.pg_server == "shared":
+                server = PgServer(admin_url(str(ROOT)))
+            else:
+                own = OwnCluster(free_port())
+                server = PgServer(own.url)
+        figures = Retention(
+            bench,
+            RetentionPlan(
+                minutes=args.minutes,
+                rate=args.rate,
+                horizon_minutes=args.horizon_minutes,
+                interval=args.interval,
+                prefill=args.prefill,
+                small_share=0.05,
+                purge_cap_seconds=60,
+                pairs=3 if args.quick else 4,
+                slice_seconds=plan.ingest_seconds / 2,
+                drain_cap_seconds=60,
+            ),
+            server,
+        ).run()
+        figures["store"] = args.store
+        figures["server"] = server.settings() if server is not None else None
+        figures["context"] = {
+            "date": time.strftime("%Y-%m-%d", time.gmtime()),
+            "efd_commit": _git_commit(),
+            "loadavg_at_end": os.getloadavg(),
+            "notes": bench.notes,
+        }
+        Path(args.retention_out).write_text(json.dumps(figures, indent=2) + "\n")
+        print()
+        print(retention_table(figures))
+        print(f"wrote {args.retention_out}")
+    finally:
+        if server is not None:
+            with contextlib.suppress(Exception):
+                server.drop_all()
+        if own is not None:
+            own.stop()
 
 
 def snapshot(rev: str, dest: Path) -> str:

@@ -120,6 +120,7 @@ async def job_ingest(
     sample_every: float = 0.5,
     ports: list[int] | None = None,
     rate: float | None = None,
+    timed: bool = False,
 ) -> dict[str, Any]:
     """Closed-loop ingestion: `clients` connections, each POSTing as soon as answered.
 
@@ -128,6 +129,8 @@ async def job_ingest(
     `window`, a client waits while acked - received >= window (sustained end-to-end mode).
     With `rate` (events/s), request k starts no earlier than k requests' worth of events
     at that rate after the start: a steady offered load, as long as the clients keep up.
+    With `timed`, each acknowledged request's (start, latency) in seconds from the job's
+    start is returned too (`timed`), for percentiles over parts of a long run.
     """
     # With `ports` (several daemons on one database), client i goes to ports[i % len].
     pools = [_Pool(p) for p in ports or [port]]
@@ -136,6 +139,7 @@ async def job_ingest(
     state = {"acked": 0, "claimed": 0, "requests": 0, "seq": 0, "slots": 0}
     errors: Counter[str] = Counter()
     latencies: list[float] = []
+    timings: list[tuple[float, float]] = []
     ids_kept: list[str] = []
     samples: list[tuple[float, int, int]] = []
     t0 = time.monotonic()
@@ -178,6 +182,8 @@ async def job_ingest(
             if status == 200:
                 state["acked"] += n
                 latencies.append(time.monotonic() - started)
+                if timed:
+                    timings.append((started - t0, latencies[-1]))
                 if keep_ids:
                     ids_kept.extend(ids)
             else:
@@ -208,6 +214,7 @@ async def job_ingest(
         "samples": samples,
         "received_before": received_before,
         "ids": ids_kept,
+        "timed": timings,
     }
 
 

@@ -3,8 +3,12 @@ CPU of the server's processes that work for it (read from /proc)."""
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import os
+import shutil
 import subprocess
+import tempfile
 from typing import Any
 
 import psycopg
@@ -158,3 +162,43 @@ class PgCpu:
             "backend_count": float(len(now)),
             "checkpoints": float(self.server.checkpoints() - self.checkpoints),
         }
+
+
+class OwnCluster:
+    """A PostgreSQL cluster of the bench's own, made by initdb with the distribution's
+    defaults (autovacuum on, as in production): the shared server of these machines runs
+    with autovacuum off, which leaves a table that retention deletes from without planner
+    statistics and with its dead rows. Started on a free port, removed at stop()."""
+
+    def __init__(self, port: int) -> None:
+        bins = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=_version)
+        if not bins:
+            raise RuntimeError("no PostgreSQL binaries in /usr/lib/postgresql/*/bin")
+        self.bin = bins[-1]
+        self.port = port
+        self.dir = tempfile.mkdtemp(prefix="efd-bench-pg-")
+        self.data = os.path.join(self.dir, "data")
+        if os.getuid() == 0:  # the server refuses to run as root
+            shutil.chown(self.dir, "postgres")
+        self._run("initdb", "-D", self.data, "-A", "trust", "-U", "postgres")
+        self._run(
+            "pg_ctl", "-D", self.data, "-l", os.path.join(self.dir, "log"), "-w", "-o",
+            f"-p {port} -k {self.dir} -c listen_addresses=127.0.0.1", "start",
+        )  # fmt: skip
+        self.url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+
+    def _run(self, tool: str, *args: str) -> None:
+        cmd = [os.path.join(self.bin, tool), *args]
+        if os.getuid() == 0:
+            cmd = ["runuser", "-u", "postgres", "--", *cmd]
+        subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+
+    def stop(self) -> None:
+        with contextlib.suppress(subprocess.SubprocessError, OSError):
+            self._run("pg_ctl", "-D", self.data, "-m", "fast", "-w", "stop")
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _version(path: str) -> tuple[int, ...]:
+    part = path.split("/")[-2]
+    return tuple(int(p) for p in part.split(".") if p.isdigit())

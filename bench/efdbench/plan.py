@@ -18,6 +18,8 @@ TARGETS = {
 }
 
 PHASES = ("limits", "ingest", "backlog", "deliver", "latency", "recovery")
+# Run only when named in --only: too long for the full run's ten minutes (bench/README.md).
+OPTIONAL_PHASES = ("retention",)
 
 
 @dataclass

@@ -95,12 +95,14 @@ class Daemon:
         storage_url: str | None = None,
         signing: str | None = None,
         server: dict[str, Any] | None = None,
+        storage: dict[str, Any] | None = None,
+        db: Path | None = None,
     ) -> None:
         signing = signing or Daemon.signing
         self.name = name
         self.dir = root / name
         self.dir.mkdir(parents=True)
-        self.db = self.dir / "efd.db"
+        self.db = db or self.dir / "efd.db"
         self.storage_url = storage_url
         self.port = free_port()
         self.log_path = self.dir / "efd.log"
@@ -111,6 +113,7 @@ class Daemon:
             *(f"{k} = {json.dumps(v)}" for k, v in (server or {}).items()),
             "[storage]",
             f'url = "{storage_url or f"sqlite:///{self.db}"}"',
+            *(f"{k} = {json.dumps(v)}" for k, v in (storage or {}).items()),
             "[delivery]",
             'allowed_networks = ["127.0.0.0/8"]',
             'user_agent = "efd-bench/1.0"',

@@ -235,3 +235,43 @@ def pg_table(section: dict[str, Any], counts: list[int]) -> str:
         # A checkpoint inside a window makes its backends write whole pages into the WAL.
         lines.append("checkpoints during a measured window: " + ", ".join(during))
     return "\n".join(lines)
+
+
+# The retention phase's figures: (label, section, key, goal).
+_RETENTION_ROWS = (
+    ("steady: delivered/s, last tenth ÷ first", "steady", "rate_last_over_first", ">= 0.9"),
+    ("steady: acknowledged/s, last ÷ first", "steady", "acked_last_over_first", ""),
+    ("steady: request p99 ms, first tenth", "steady", "request_p99_ms_first", ""),
+    ("steady: request p99 ms, last tenth", "steady", "request_p99_ms_last", ""),
+    ("steady: undelivered, first tenth (mean)", "steady", "backlog_mean_first", ""),
+    ("steady: undelivered, last tenth (mean)", "steady", "backlog_mean_last", ""),
+    ("steady: database MB at equilibrium", "steady", "db_mb_equilibrium", ""),
+    ("steady: database MB at the end", "steady", "db_mb_end", ""),
+    ("steady: end ÷ equilibrium", "steady", "db_end_over_equilibrium", "<= 1.2"),
+    ("steady: retention lag, max s", "steady", "retention_lag_max_s", ""),
+    ("steady: retention lag at the end, s", "steady", "retention_lag_end_s", ""),
+    ("history: ingest/s, full ÷ small", "history", "ingest_per_s_full_over_small", ">= 0.9"),
+    ("history: claim/s, full ÷ small", "history", "claim_per_s_full_over_small", ">= 0.9"),
+    ("history: purge/s, full ÷ small", "history", "purge_full_over_small", ">= 0.9"),
+    ("history: highest ingest/s measured", "history", "ingest_per_s_highest", ""),
+    ("history: purge/s ÷ that", "history", "purge_over_highest_ingest", ">= 2"),
+    ("history: full's purge/s during ingestion", "history", "full_purge_per_s_during_turns", ""),
+)
+
+
+def retention_table(figures: dict[str, Any]) -> str:
+    """The retention phase's figures, each a ratio of the same run, beside its goal."""
+    lines = []
+    purge = figures.get("history", {}).get("purge_alone", {})
+    for label, section, key, goal in _RETENTION_ROWS:
+        value = figures.get(section, {}).get(key)
+        if section in figures:
+            lines.append(f"  {label:44} {fmt(value):>12}  {goal}")
+    if purge:
+        lines.append(
+            f"  purge alone: small {fmt(purge.get('small_per_s'))}/s, full "
+            f"{fmt(purge.get('full_per_s'))}/s over {fmt(purge.get('window_seconds'))} s"
+        )
+    code = figures.get("code", {})
+    lines.append(f"  efd's retention: {code}; asked {figures.get('storage')}")
+    return "\n".join(lines)
