@@ -101,14 +101,18 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
     parser.add_argument(
         "--readme",
         action="store_true",
-        help="run nothing: rewrite the README's performance tables from the results file",
+        help="run nothing: rewrite the performance tables of README.md and bench/README.md "
+        "from the results file",
     )
     args = parser.parse_args(argv)
     write = args.out is not None or not args.smoke
     args.out = args.out or str(HERE / "results.json")
     if args.readme:
-        done = readme.update(ROOT / "README.md", json.loads(Path(args.out).read_text()))
-        print(f"README.md: rewrote {', '.join(done) or 'nothing (no bench markers)'}")
+        blocks = readme.tables(json.loads(Path(args.out).read_text()))
+        for path in (ROOT / "README.md", HERE / "README.md"):
+            done = readme.update(path, blocks)
+            shown = path.relative_to(ROOT)
+            print(f"{shown}: rewrote {', '.join(done) or 'nothing (no bench markers)'}")
         return 0
     only = {p.strip() for p in args.only.split(",") if p.strip()}
     unknown = only - set(PHASES)

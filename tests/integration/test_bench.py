@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -95,3 +96,46 @@ def test_the_bench_runs(tmp_path: Path) -> None:
     assert extra["deliver_lost"] == 0, done.stdout
     # Read from the daemon's /metrics: None where the counters' names changed.
     assert extra["deliver_handed_over_share"] is not None, done.stdout
+
+
+def readme_module() -> Any:
+    sys.path.insert(0, str(BENCH))
+    try:
+        return importlib.import_module("efdbench.readme")
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_readme_writes_the_short_table_and_the_whole_one() -> None:
+    readme = readme_module()
+    blocks = readme.tables(json.loads((BENCH / "results.json").read_text()))
+    assert set(blocks) == {"sqlite", "postgresql", "postgresql-summary"}
+    header = [line for line in blocks["postgresql"].splitlines() if line.startswith("| daemons")]
+    assert header[0].count("|") - 1 == 11
+    summary = blocks["postgresql-summary"].splitlines()
+    assert summary[2].count("|") - 1 == 4
+    assert [row.split(" | ")[0] for row in summary[4:]] == ["| 1", "| 2", "| 3"]
+
+
+def test_readme_rewrites_only_the_blocks_it_has(tmp_path: Path) -> None:
+    readme = readme_module()
+    page = tmp_path / "README.md"
+    page.write_text(
+        "intro\n<!-- bench:sqlite -->\nold\n<!-- /bench:sqlite -->\nmiddle\n"
+        "<!-- bench:other -->\nkept\n<!-- /bench:other -->\nend\n"
+    )
+    assert readme.update(page, {"sqlite": "new\n", "postgresql": "x\n"}) == ["sqlite"]
+    assert page.read_text() == (
+        "intro\n<!-- bench:sqlite -->\nnew\n<!-- /bench:sqlite -->\nmiddle\n"
+        "<!-- bench:other -->\nkept\n<!-- /bench:other -->\nend\n"
+    )
+
+
+def test_the_readme_is_a_newcomers_page() -> None:
+    # The whole PostgreSQL table lives in bench/README.md; the README keeps a short one.
+    front = (BENCH.parent / "README.md").read_text()
+    assert "<!-- bench:sqlite -->" in front
+    assert "<!-- bench:postgresql-summary -->" in front
+    assert "<!-- bench:postgresql -->" not in front
+    assert "<!-- bench:postgresql -->" in (BENCH / "README.md").read_text()
+    assert len(front.splitlines()) < 300
