@@ -25,7 +25,7 @@ from efdbench import readme
 from efdbench.loadgen import generator_main
 from efdbench.pgscale import run_postgresql
 from efdbench.pgserver import OwnCluster, PgServer, admin_url
-from efdbench.plan import FULL, OPTIONAL_PHASES, PHASES, QUICK, Plan
+from efdbench.plan import FULL, OPTIONAL_PHASES, PHASES, QUICK, SMOKE, Plan
 from efdbench.processes import SIGNING, Daemon, Profiler, Worker, free_port
 from efdbench.receiver import receiver_main
 from efdbench.report import KEYS, fmt, pg_table, retention_table, table
@@ -39,6 +39,12 @@ ROOT = HERE.parent
 def main(argv: list[str] | None = None, doc: str | None = None) -> int:
     parser = argparse.ArgumentParser(description=(doc or __doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller phases, under 2 minutes")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="every phase once at its smallest, to check that the bench still runs (the test "
+        "suite's); its figures mean nothing and are written only with --out",
+    )
     parser.add_argument(
         "--profile",
         action="store_true",
@@ -119,7 +125,7 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
         f"{QUICK.deliver_pairs} with --quick, else {FULL.deliver_pairs}): more narrows the "
         "median where the machine's speed swings",
     )
-    parser.add_argument("--out", default=str(HERE / "results.json"), help="results file")
+    parser.add_argument("--out", help="results file (default bench/results.json)")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, dbs)")
     parser.add_argument(
         "--signing",
@@ -131,12 +137,18 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
     parser.add_argument(
         "--readme",
         action="store_true",
-        help="run nothing: rewrite the README's performance tables from the results file",
+        help="run nothing: rewrite the performance tables of README.md and bench/README.md "
+        "from the results file",
     )
     args = parser.parse_args(argv)
+    write = args.out is not None or not args.smoke
+    args.out = args.out or str(HERE / "results.json")
     if args.readme:
-        done = readme.update(ROOT / "README.md", json.loads(Path(args.out).read_text()))
-        print(f"README.md: rewrote {', '.join(done) or 'nothing (no bench markers)'}")
+        blocks = readme.tables(json.loads(Path(args.out).read_text()))
+        for path in (ROOT / "README.md", HERE / "README.md"):
+            done = readme.update(path, blocks)
+            shown = path.relative_to(ROOT)
+            print(f"{shown}: rewrote {', '.join(done) or 'nothing (no bench markers)'}")
         return 0
     only = {p.strip() for p in args.only.split(",") if p.strip()}
     unknown = only - set(PHASES) - set(OPTIONAL_PHASES)
@@ -150,7 +162,7 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
     if args.store == "postgresql" and min(counts) < 1:
         parser.error("--daemons must be at least 1")
 
-    plan = QUICK if args.quick else FULL
+    plan = SMOKE if args.smoke else QUICK if args.quick else FULL
     if args.pairs is not None:
         if not 1 <= args.pairs <= 50:
             parser.error("--pairs must be between 1 and 50")
@@ -171,7 +183,7 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
     generator = Worker(ctx, generator_main, received)
     bench = Bench(
         plan=plan,
-        quick=args.quick,
+        quick=args.quick or args.smoke,
         only=only,
         root=root,
         profiler=Profiler(args.profile, HERE / "profiles", gil=args.gil),
@@ -179,7 +191,8 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
         generator=generator,
         received=received,
     )
-    print(f"efd bench ({'quick' if args.quick else 'full'}) in {root}")
+    kind = "smoke" if args.smoke else "quick" if args.quick else "full"
+    print(f"efd bench ({kind}) in {root}")
     failure = None
     pg_section: dict[str, Any] | None = None
     server: PgServer | None = None
@@ -238,7 +251,8 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
             results["deliver_events_per_s"] / results["bare_post_per_s"], 3
         )
     context = {
-        "quick": args.quick,
+        "quick": args.quick or args.smoke,
+        "smoke": args.smoke,
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "phases_run": sorted(only),
         "store": args.store,
@@ -278,7 +292,8 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
         report["context"] = context
         if "postgresql" in previous:
             report["postgresql"] = previous["postgresql"]
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    if write:
+        out.write_text(json.dumps(report, indent=2) + "\n")
     print()
     if pg_section is not None:
         print(pg_table(pg_section, counts))
@@ -289,7 +304,7 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
     extra = context["extra"]
     if extra:
         print("context: " + ", ".join(f"{k}={fmt(v)}" for k, v in extra.items()))
-    print(f"wrote {args.out} in {context['total_seconds']} s")
+    print(f"{f'wrote {args.out}' if write else 'done'} in {context['total_seconds']} s")
     return 1 if failure else 0
 
 

@@ -54,6 +54,7 @@ class Plan:
     recovery_drain_cap_seconds: float
     recovery_attempt_cap_seconds: float
     settle_cap_seconds: float
+    late_receipt_seconds: float = 2.5  # after a drain: retries already in flight arrive
 
 
 # The ingestion daemons' delivery settings. Deliveries cannot go out: one is in flight to a
@@ -128,4 +129,38 @@ FULL = Plan(
     recovery_drain_cap_seconds=90,
     recovery_attempt_cap_seconds=45,
     settle_cap_seconds=30,
+)
+
+# `--smoke`: every phase once, as small as it can be while still doing its work: a check that
+# the bench still runs against the code (the test suite runs it), not a measurement.
+SMOKE = Plan(
+    sqlite_seconds=0.2,
+    sqlite_max_rows=2_000,
+    bare_seconds=0.3,
+    bare_concurrency=8,
+    ingest_seconds=0.3,
+    warmup_seconds=0.1,
+    batch_size=100,
+    batch_clients=2,
+    single_clients=4,
+    backlog_target=2_000,
+    backlog_fill_cap_seconds=3,
+    fill_clients=2,
+    pairs=1,
+    pair_seconds=0.2,
+    deliver_warmup_seconds=0.2,
+    deliver_seconds=0.5,
+    deliver_pair_warmup_seconds=0.2,
+    deliver_pairs=1,
+    deliver_pair_seconds=0.3,
+    deliver_window=500,
+    deliver_clients=2,
+    latency_rate=100,
+    latency_seconds=0.5,
+    recovery_messages=300,
+    recovery_accept_cap_seconds=5,
+    recovery_drain_cap_seconds=10,
+    recovery_attempt_cap_seconds=5,
+    settle_cap_seconds=5,
+    late_receipt_seconds=0.3,
 )

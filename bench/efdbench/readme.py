@@ -1,4 +1,5 @@
-"""The README's performance tables, written from results.json (`bench/run.py --readme`)."""
+"""The performance tables, written from results.json (`bench/run.py --readme`): the README's
+SQLite table and a short PostgreSQL one, and bench/README.md's whole PostgreSQL table."""
 
 # ruff: noqa: RUF001  (the tables are prose: en dashes and multiplication signs)
 
@@ -8,7 +9,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-_BLOCK = re.compile(r"(<!-- bench:(?P<name>[a-z]+) -->\n).*?(<!-- /bench:(?P=name) -->)", re.DOTALL)
+_BLOCK = re.compile(
+    r"(<!-- bench:(?P<name>[a-z-]+) -->\n).*?(<!-- /bench:(?P=name) -->)", re.DOTALL
+)
 
 
 def _n(value: Any, digits: int = 0) -> str:
@@ -159,20 +162,51 @@ def pg_table(section: dict[str, Any]) -> str:
     return head + "\n\n" + "\n".join(rows) + "\n"
 
 
-def update(readme: Path, results: dict[str, Any]) -> list[str]:
-    """Rewrite the README's marked blocks from `results`; return the names rewritten."""
-    tables = {"sqlite": sqlite_table(results)}
+def pg_summary(section: dict[str, Any]) -> str:
+    """A few columns of the PostgreSQL table, for the project's front page."""
+    context = section.get("context", {})
+    limit = section.get("limit_insert_events_per_s")
+    version = str(section.get("server", {}).get("server_version", "")).split()[0]
+    head = (
+        f"PostgreSQL {version}, N daemons on one database, {_run(context, '`--scale` ')}; "
+        f"limit: one client's multi-row INSERT of efd's rows, {_n(limit)} events/s:"
+    )
+    rows = [
+        "| daemons | ingest events/s (× limit) | deliver events/s (× limit) | lost, duplicates |",
+        "|---|---|---|---|",
+    ]
+    for n, entry in sorted(section.get("daemons", {}).items(), key=lambda kv: int(kv[0])):
+        rows.append(
+            f"| {n} | {_n(entry.get('ingest_events_per_s'))} "
+            f"({_n(entry.get('ingest_ratio_to_limit'), 2)}) | "
+            f"{_n(entry.get('deliver_events_per_s'))} "
+            f"({_n(entry.get('deliver_ratio_to_limit'), 2)}) | "
+            f"{_n(entry.get('deliver_lost'))}, {_n(entry.get('deliver_duplicates'))} |"
+        )
+    return head + "\n\n" + "\n".join(rows) + "\n"
+
+
+def tables(results: dict[str, Any]) -> dict[str, str]:
+    """Every marked block's text, by marker name: `sqlite` and `postgresql-summary` in the
+    README, `postgresql` in bench/README.md."""
+    out = {"sqlite": sqlite_table(results)}
     if "postgresql" in results:
-        tables["postgresql"] = pg_table(results["postgresql"])
+        out["postgresql"] = pg_table(results["postgresql"])
+        out["postgresql-summary"] = pg_summary(results["postgresql"])
+    return out
+
+
+def update(path: Path, blocks: dict[str, str]) -> list[str]:
+    """Rewrite the marked blocks of the file at `path` that `blocks` has; return their names."""
     done: list[str] = []
 
     def replace(match: re.Match[str]) -> str:
         name = match.group("name")
-        if name not in tables:
+        if name not in blocks:
             return match.group(0)
         done.append(name)
-        return match.group(1) + tables[name] + match.group(3)
+        return match.group(1) + blocks[name] + match.group(3)
 
-    text = _BLOCK.sub(replace, readme.read_text())
-    readme.write_text(text)
+    text = _BLOCK.sub(replace, path.read_text())
+    path.write_text(text)
     return done

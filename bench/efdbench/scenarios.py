@@ -622,7 +622,7 @@ class Bench:
                 drained, seconds = self.wait_received(
                     len(acked_ids), plan.recovery_drain_cap_seconds
                 )
-                time.sleep(2.5)  # let retries already in flight (duplicates) arrive
+                time.sleep(plan.late_receipt_seconds)  # retries in flight (duplicates) arrive
                 stats = self.receiver.call("stats")
                 missing = self.receiver.call("missing", acked_ids, timeout=120)
                 info.update(

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
-from efd import collector, config
+from efd import __version__, collector, config
 from efd.cli import operators
 from efd.cli.common import load_settings as _load
 from efd.errors import ClientError
@@ -232,6 +232,7 @@ def cmd_message_key(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="efd", description="Event-forwarding daemon")
+    parser.add_argument("--version", action="version", version=f"efd {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run ingestion, delivery and housekeeping")

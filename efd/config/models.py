@@ -34,7 +34,13 @@ from efd.rules.audiences import ParseError, parse_condition, parse_expression
 from efd.rules.filters import Condition, Filter, FilterSet, FqlError, parse_field_path
 from efd.rules.lanes import Ordering
 from efd.rules.origins import check_pattern
-from efd.rules.webhooks import RESERVED_HEADERS, ClientCert, Route, standard_secret
+from efd.rules.webhooks import (
+    DEFAULT_USER_AGENT,
+    RESERVED_HEADERS,
+    ClientCert,
+    Route,
+    standard_secret,
+)
 
 MAX_HOOKS = 5
 MIN_ADMIN_TOKEN_CHARS = 16
@@ -115,7 +121,7 @@ class DeliveryConfig(_Strict):
     retry_initial_seconds: Seconds = 5
     retry_max_seconds: Seconds = 1800
     retry_window_seconds: Seconds = 14400
-    user_agent: str = Field(default="efd/1.0", min_length=1)
+    user_agent: str = Field(default=DEFAULT_USER_AGENT, min_length=1)
     allowed_networks: list[str] = Field(default_factory=list)
     # Extra CA certificates (PEM) to trust, for receivers behind an internal CA.
     ca_file: str | None = None

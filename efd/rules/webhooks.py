@@ -63,6 +63,12 @@ class Route:
         return f"Route({self.name!r}, {len(self.hooks)} hooks)"
 
 
+# The webhook wire format's version, which the default User-Agent's product token carries
+# (efd/1.0): it names the format receivers parse, not efd's release, so it stays put as efd's
+# version moves (docs/decisions.md).
+FORMAT_VERSION = "1.0"
+DEFAULT_USER_AGENT = f"efd/{FORMAT_VERSION}"
+
 # Headers efd owns, or that would change the request's framing or routing; a hook's static
 # headers may not set them.
 RESERVED_HEADERS = frozenset(
