@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -32,20 +32,26 @@ from efd.personas.sync import (
     longest_lookback,
     run_sync,
 )
+from efd.rules.pacing import SMALL_STEP, next_step, pause_after
 from efd.settings import Current
 from efd.store.computations import Computations
 from efd.store.profiles import Profiles
 from efd.store.runner import AsyncStore
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 # Waiting messages of lanes whose retry window closed expire within this (seconds).
 LANES_EVERY = 30.0
-_RETENTION_BATCH = 1000  # messages a transaction
-_RETENTION_PAUSE = 0.05  # seconds between its transactions, so ingestion never waits long
 _FIRST_RETENTION_DELAY = 30.0  # seconds after start-up, at most
 _FIRST_SYNC_DELAY = 1.0  # seconds after start-up
 _EVENT_MARGIN = 3600.0  # events are kept this much longer than the longest lookback
+
+
+def _held(write: Callable[..., _T], *args: Any) -> tuple[_T, float]:
+    started = time.perf_counter()
+    result = write(*args)
+    return result, time.perf_counter() - started
 
 
 def computations(settings: Settings) -> list[Computation]:
@@ -181,8 +187,9 @@ class Periodic:
 
     async def retention(self) -> None:
         """Purge the messages whose deliveries all finished `retention_days` ago, with their
-        deliveries and attempts, in small transactions with pauses between them; then the
-        events no lookback needs. Once per cluster per interval; one log line per run."""
+        deliveries and attempts, in short transactions paced to a share of the writer
+        (efd/rules/pacing.py); then the events no lookback needs. Once per cluster per
+        interval; one log line per run."""
         store = self._db.store
         now = time.time()
         if not await self._db.write(
@@ -199,18 +206,22 @@ class Periodic:
         purged, after = 0, 0
         # First the messages left at earlier runs because some work of theirs was pending,
         # then the walk on from where the last run stopped.
-        while (
-            step := await self._db.write(store.retention.revisit, before, after, _RETENTION_BATCH)
-        ).looked_at:
+        while True:
+            step, seconds = await self._timed(store.retention.revisit, before, after, SMALL_STEP)
+            if not step.looked_at:
+                break
             purged, after = purged + step.purged, step.last
             self._metrics.retention_purged += step.purged
-            await asyncio.sleep(_RETENTION_PAUSE)
-        while (
-            step := await self._db.write(store.retention.advance, before, _RETENTION_BATCH)
-        ).looked_at:
+            await asyncio.sleep(pause_after(seconds))
+        limit = SMALL_STEP
+        while True:
+            step, seconds = await self._timed(store.retention.advance, before, limit)
+            if not step.looked_at:
+                break
             purged += step.purged
             self._metrics.retention_purged += step.purged
-            await asyncio.sleep(_RETENTION_PAUSE)
+            limit = next_step(step.looked_at, limit)
+            await asyncio.sleep(pause_after(seconds))
         lag = await self._db.read(store.retention.lag, before)
         self._metrics.retention_behind = lag.behind_seconds
         self._metrics.retention_kept = lag.kept
@@ -227,7 +238,7 @@ class Periodic:
         lookback = longest_lookback(self.computations)
         if lookback is None:
             return
-        total = await self._in_batches(self._profiles.purge_events, now - lookback - _EVENT_MARGIN)
+        total = await self._purge_events(now - lookback - _EVENT_MARGIN)
         if total:
             log.info("retention: purged %d events beyond the longest lookback", total)
 
@@ -265,12 +276,21 @@ class Periodic:
             self._on_sent()
         return expired, promoted
 
-    async def _in_batches(self, purge: Callable[[float, int], int], before: float) -> int:
-        total = 0
-        while purged := await self._db.write(purge, before, _RETENTION_BATCH):
+    async def _purge_events(self, before: float) -> int:
+        total, since = 0, None
+        while True:
+            (purged, since), seconds = await self._timed(
+                self._profiles.purge_events, before, SMALL_STEP, since
+            )
+            if not purged:
+                return total
             total += purged
-            await asyncio.sleep(_RETENTION_PAUSE)
-        return total
+            await asyncio.sleep(pause_after(seconds))
+
+    async def _timed(self, write: Callable[..., _T], *args: Any) -> tuple[_T, float]:
+        """A write and how long it held the writer (its wait for a turn left out, so
+        ingestion queued before it does not slow retention further)."""
+        return await self._db.write(_held, write, *args)
 
     # -- audiences and computed traits ------------------------------------------------------
 

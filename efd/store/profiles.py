@@ -40,7 +40,9 @@ class Profiles(Protocol):
 
     def profile(self, id_: str) -> tuple[str, str, dict[str, Any]] | None: ...
 
-    def purge_events(self, before: float, limit: int) -> int: ...
+    def purge_events(
+        self, before: float, limit: int, since: float | None = None
+    ) -> tuple[int, float | None]: ...
 
 
 class ProfilesStore:
@@ -152,14 +154,19 @@ class ProfilesStore:
             ).first()
         return None if row is None else (canonical, row.kind, json.loads(row.traits))
 
-    def purge_events(self, before: float, limit: int) -> int:
-        """Delete up to `limit` events older than `before`; the retention job's step."""
-        with self._db.write() as conn:
-            ids = (
-                conn.execute(select(events.c.id).where(events.c.timestamp < before).limit(limit))
-                .scalars()
-                .all()
-            )
-            if ids:
-                conn.execute(delete(events).where(events.c.id.in_(ids)))
-            return len(ids)
+    def purge_events(
+        self, before: float, limit: int, since: float | None = None
+    ) -> tuple[int, float | None]:
+        """Delete up to `limit` of the oldest events older than `before` and none older than
+        `since`; the retention job's step. Returns how many, and the latest timestamp
+        deleted: the next step's `since`, so each step reads ix_events_timestamp from where
+        the last one stopped, not over the entries the steps before it left for vacuum.
+        Commits as bookkeeping does: a step lost in a crash is done again by the next run."""
+        with self._db.bookkeeping() as conn:
+            query = select(events.c.id, events.c.timestamp).where(events.c.timestamp < before)
+            if since is not None:
+                query = query.where(events.c.timestamp >= since)
+            rows = conn.execute(query.order_by(events.c.timestamp).limit(limit)).all()
+            if rows:
+                conn.execute(delete(events).where(events.c.id.in_([row.id for row in rows])))
+            return len(rows), float(rows[-1].timestamp) if rows else since

@@ -254,5 +254,35 @@ def test_old_events_are_purged_beyond_the_lookback(store, stores, db_url):
         {"type": "track", "userId": "u1", "event": "Old", "timestamp": iso(now - 40 * 86400)},
         {"type": "track", "userId": "u1", "event": "New", "timestamp": iso(now - 10 * 86400)},
     )
-    assert stores.profiles.purge_events(now - 30 * 86400, 1000) == 1
+    assert stores.profiles.purge_events(now - 30 * 86400, 1000)[0] == 1
     assert event_rows(db_url) == [("u1", "New")]
+
+
+def add_events(store: Store, stores: Stores, *stamps: tuple[str, float]) -> None:
+    with store.database.write() as conn:
+        stores.profiles.add_events(conn, [("u1", name, t, "{}") for name, t in stamps])
+
+
+def test_events_purge_in_steps_each_from_where_the_last_stopped(store, stores, db_url):
+    # Three share a timestamp across a step's boundary: the next step, from that timestamp
+    # on, still finds the two left.
+    old = [(f"old{i}", 1000.0 + t) for i, t in enumerate([5, 1, 3, 3, 3, 2, 4, 0])]
+    add_events(store, stores, *old, ("new0", 2000.0), ("new1", 1500.0))
+    since, steps, total = None, [], 0
+    while True:
+        purged, since = stores.profiles.purge_events(1500.0, 3, since)
+        if not purged:
+            break
+        steps.append((purged, since))
+        total += purged
+    assert steps == [(3, 1002.0), (3, 1003.0), (2, 1005.0)]
+    assert total == len(old)
+    assert event_rows(db_url) == [("u1", "new0"), ("u1", "new1")]
+
+
+def test_an_events_step_leaves_what_is_older_than_its_start(store, stores, db_url):
+    add_events(store, stores, ("a", 10.0), ("b", 20.0), ("c", 30.0))
+    assert stores.profiles.purge_events(100.0, 10, 20.0) == (2, 30.0)
+    assert event_rows(db_url) == [("u1", "a")]
+    assert stores.profiles.purge_events(100.0, 10, 40.0) == (0, 40.0)
+    assert event_rows(db_url) == [("u1", "a")]
