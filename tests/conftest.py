@@ -599,6 +599,7 @@ _LONG = (
     "tests/integration/test_workers.py",
 )
 _LONG_FILES = ("tests/integration/test_openapi.py",)
+_FIRST = "tests/acceptance/test_systemd_install.py"  # the longest: it starts the run
 _LONG_SPAN = 0.7  # the share of the run over which they are spread
 
 
@@ -622,6 +623,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             short.append(rest)
     if not long or not short:
         return
+    long.sort(key=lambda unit: not unit[0].nodeid.startswith(_FIRST))
     step = _LONG_SPAN * len(items) / len(long)
     ordered: list[pytest.Item] = []
     for i, unit in enumerate(long):
