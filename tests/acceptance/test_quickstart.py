@@ -28,6 +28,8 @@ import pytest
 
 from tests.conftest import ROOT, eventually, free_port
 
+pytestmark = pytest.mark.slow  # a setup check and a daemon's start each
+
 # The README's example, as curl sends it.
 WRITE_KEY = "wk_example"
 BODY = b'{"userId":"user-1","event":"Order Completed","properties":{"revenue":39.95}}'
