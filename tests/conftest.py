@@ -591,19 +591,15 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 # Tests marked `slow` count too. Files are moved whole where a module-scoped fixture (one
 # daemon for the file) would otherwise be set up again for each piece.
 _LONG = (
-    "tests/acceptance/test_systemd_install.py",
+    "tests/acceptance/",  # every whole-process run
     "tests/integration/test_audiences_cli.py",
-    "tests/integration/test_chaos.py",
     "tests/integration/test_cli.py",
-    "tests/integration/test_durability.py",
     "tests/integration/test_go_client.py",
-    "tests/integration/test_ordering_crash.py",
     "tests/integration/test_regulations.py",
-    "tests/integration/test_scale.py",
-    "tests/integration/test_systemd.py",
     "tests/integration/test_workers.py",
 )
 _LONG_FILES = ("tests/integration/test_openapi.py",)
+_FIRST = "tests/acceptance/test_systemd_install.py"  # the longest: it starts the run
 _LONG_SPAN = 0.7  # the share of the run over which they are spread
 
 
@@ -619,7 +615,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             continue
         rest: list[pytest.Item] = []
         for test in tests:
-            if path in _LONG or test.get_closest_marker("slow") is not None:
+            if path.startswith(_LONG) or test.get_closest_marker("slow") is not None:
                 long.append([test])
             else:
                 rest.append(test)
@@ -627,6 +623,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             short.append(rest)
     if not long or not short:
         return
+    long.sort(key=lambda unit: not unit[0].nodeid.startswith(_FIRST))
     step = _LONG_SPAN * len(items) / len(long)
     ordered: list[pytest.Item] = []
     for i, unit in enumerate(long):
