@@ -24,7 +24,7 @@ from sqlalchemy import func, select
 
 from efd.personas.capture import Capture
 from efd.personas.sync import Computation, run_sync
-from efd.rows import NewMessage
+from efd.records import NewMessage
 from efd.store import Store, migrate
 from efd.store.computations import ComputationsStore
 from efd.store.profiles import ProfilesStore

@@ -24,10 +24,10 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from efd.errors import StoreError
-from efd.rules.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -217,3 +217,24 @@ class Worker:
                     await asyncio.sleep(self._coalesce)
             else:
                 await asyncio.sleep(0)
+
+
+@dataclass
+class Backoff:
+    """The delays of a loop that retries something failing (a database, a child process):
+    `initial`, doubling up to `maximum`; `reset()` after a success."""
+
+    initial: float = 0.5
+    maximum: float = 10.0
+    _next: float = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._next = self.initial
+
+    def next(self) -> float:
+        delay = self._next
+        self._next = min(self._next * 2, self.maximum)
+        return delay
+
+    def reset(self) -> None:
+        self._next = self.initial

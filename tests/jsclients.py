@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from efd.rules import webhooks
+from efd.segment import webhooks
 from tests.conftest import ROOT, SECRET, Receiver, eventually, sql
 
 JS = ROOT / "tests" / "js"

@@ -1,6 +1,6 @@
 """How long match() holds the event loop at its step budget: the worst patterns a message can
 choose against a 32 KiB string, each run at the budget, and the compilation of the longest
-pattern a message may hold (efd/rules/filters/glob.py, docs/filters.md#the-work-of-a-message).
+pattern a message may hold (efd/languages/filters/glob.py, docs/filters.md#the-work-of-a-message).
 
     .venv/bin/python bench/experiments/globs.py
 
@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 
-from efd.rules.filters.glob import MAX_PATTERN, compile_glob
+from efd.languages.filters.glob import MAX_PATTERN, compile_glob
 
 TEXT = "a" * 32_000
 BMP = "".join(chr(0x100 + 3 * i) for i in range(MAX_PATTERN - 10))

@@ -78,7 +78,7 @@ async def run_aiohttp(url: str, rounds: int, tuned: bool) -> None:
 
 async def run_efd_sender(url: str, rounds: int, signing: str = "x-signature") -> None:
     from efd.delivery.sender import SenderOptions
-    from efd.rules.webhooks import Route
+    from efd.segment.webhooks import Route
 
     keys = (bytes(range(24)), bytes(range(1, 33)))  # two Standard Webhooks secrets
     route = Route(
@@ -103,9 +103,8 @@ async def run_efd_sender(url: str, rounds: int, signing: str = "x-signature") ->
 
 
 async def run_http1(url: str, rounds: int) -> None:
-    from efd import tls
+    from efd.delivery import netguard, tls
     from efd.delivery.http1 import Client
-    from efd.rules import netguard
 
     client = Client(
         timeout=5,

@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from efd.rows import AttemptRow, DeliveryStatus, NewMessage, Outcome
+from efd.records import AttemptRow, DeliveryStatus, NewMessage, Outcome
 from efd.store import Store, migrate
 
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from efd.delivery.sender import SenderOptions, SenderPool
-from efd.rules.webhooks import Route
+from efd.segment.webhooks import Route
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from efdbench.procstats import own_cpu_seconds

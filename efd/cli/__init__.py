@@ -11,11 +11,12 @@ import sys
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
-from efd import __version__, collector, config
+from efd import __version__, config
 from efd.cli import operators
 from efd.cli.common import load_settings as _load
 from efd.errors import ClientError
 from efd.observe import logs
+from efd.processes import collector
 
 log = logging.getLogger("efd")
 
@@ -68,14 +69,14 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 def _when(value: float | None) -> str:
     from datetime import UTC, datetime
 
-    from efd.rules.messages import format_timestamp
+    from efd.segment.messages import format_timestamp
 
     return "never" if value is None else format_timestamp(datetime.fromtimestamp(value, UTC))
 
 
 def cmd_audiences(args: argparse.Namespace) -> int:
+    from efd.languages.audiences import ParseError
     from efd.personas.sync import AUDIENCE, TRAIT, Computation, preview
-    from efd.rules.audiences import ParseError
     from efd.services.periodic import computations
     from efd.store import Store, migrate
     from efd.store.computations import ComputationsStore
@@ -145,7 +146,7 @@ def cmd_audiences(args: argparse.Namespace) -> int:
 
 def cmd_listen(args: argparse.Namespace) -> int:
     from efd.cli.listen import serve
-    from efd.rules.webhooks import standard_secret
+    from efd.segment.webhooks import standard_secret
 
     for secret in args.standard_webhooks_secret or []:
         try:
@@ -168,10 +169,10 @@ def cmd_listen(args: argparse.Namespace) -> int:
 def cmd_check_receiver(args: argparse.Namespace) -> int:
     from urllib.parse import urlsplit
 
-    from efd import tls
     from efd.cli.check_receiver import check, report
-    from efd.rules.receiver_check import Row, passed
-    from efd.rules.webhooks import ClientCert, standard_secret
+    from efd.cli.receiver_check import Row, passed
+    from efd.delivery import tls
+    from efd.segment.webhooks import ClientCert, standard_secret
 
     def usage(problem: str) -> int:
         print(f"efd check-receiver: {problem}", file=sys.stderr)

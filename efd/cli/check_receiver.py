@@ -1,4 +1,4 @@
-"""`efd check-receiver URL`: sends the cases of efd/rules/receiver_check.py to a receiver
+"""`efd check-receiver URL`: sends the cases of efd/cli/receiver_check.py to a receiver
 through efd's own sender (the same timeout, TLS and client certificate, no redirects, no
 proxy) and prints how it answered each.
 
@@ -11,10 +11,11 @@ import secrets as random_tokens
 import time
 from collections.abc import Sequence
 
+from efd.cli import receiver_check
+from efd.cli.receiver_check import Answer, Row
 from efd.delivery.sender import Sender
-from efd.rules import receiver_check, webhooks
-from efd.rules.receiver_check import Answer, Row
-from efd.rules.webhooks import ClientCert
+from efd.segment import webhooks
+from efd.segment.webhooks import ClientCert
 
 ANYWHERE = ("0.0.0.0/0", "::/0")
 

@@ -16,7 +16,7 @@ from datetime import datetime
 from aiohttp import web
 
 from efd.observe import logs
-from efd.rules import webhooks
+from efd.segment import webhooks
 
 # How far a webhook-timestamp may be from now, as the Standard Webhooks libraries allow.
 TOLERANCE_SECONDS = 300

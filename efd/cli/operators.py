@@ -1,5 +1,5 @@
 """The operator's commands (inspect, deliveries, lanes, redrive, replay, discard): the rules
-of efd/rules/selection.py, on the database directly, as the admin API applies them."""
+of efd/operations/selection.py, on the database directly, as the admin API applies them."""
 
 from __future__ import annotations
 
@@ -57,8 +57,8 @@ def _short(value: str | None, width: int) -> str:
 
 
 def _inspect(args: argparse.Namespace, settings: config.Settings, operations: Any) -> int:
-    from efd.rules.lanes import waiting_note
-    from efd.rules.selection import message_json
+    from efd.delivery.lanes import waiting_note
+    from efd.operations.selection import message_json
 
     found = operations.message(args.source, args.message_id)
     if found is None:
@@ -114,7 +114,7 @@ def _given(args: argparse.Namespace, *names: str) -> dict[str, Any]:
 def _deliveries(args: argparse.Namespace, settings: config.Settings, operations: Any) -> int:
     import time
 
-    from efd.rules.selection import list_query, page_json
+    from efd.operations.selection import list_query, page_json
 
     given = _given(
         args,
@@ -157,7 +157,7 @@ def _deliveries(args: argparse.Namespace, settings: config.Settings, operations:
 def _redrive(args: argparse.Namespace, settings: config.Settings, operations: Any) -> int:
     import time
 
-    from efd.rules.selection import redrive_query
+    from efd.operations.selection import redrive_query
 
     query, dry_run = redrive_query(
         _given(args, "destination", "status", "since", "until", "dry_run"),
@@ -177,7 +177,7 @@ def _redrive(args: argparse.Namespace, settings: config.Settings, operations: An
 
 
 def _lanes(args: argparse.Namespace, settings: config.Settings, operations: Any) -> int:
-    from efd.rules.selection import lanes_json
+    from efd.operations.selection import lanes_json
 
     blocked = operations.blocked_lanes()
     shown = {
@@ -205,7 +205,7 @@ def _lanes(args: argparse.Namespace, settings: config.Settings, operations: Any)
 def _discard(args: argparse.Namespace, settings: config.Settings, operations: Any) -> int:
     import time
 
-    from efd.rules.selection import DISCARD_CHUNK, discard_query
+    from efd.operations.selection import DISCARD_CHUNK, discard_query
 
     query, dry_run = discard_query(
         _given(args, "destination", "since", "until", "dry_run"),
@@ -236,7 +236,7 @@ def _discard(args: argparse.Namespace, settings: config.Settings, operations: An
 def _replay(args: argparse.Namespace, settings: config.Settings, operations: Any) -> int:
     import time
 
-    from efd.rules.selection import replay_json, replay_targets
+    from efd.operations.selection import replay_json, replay_targets
 
     found = operations.replay_sources(args.source, args.message_id)
     if found is None:

@@ -27,14 +27,13 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from efd import tls
+from efd.delivery import netguard, ratelimit, tls
+from efd.delivery.lanes import Ordering
+from efd.http.origins import check_pattern
+from efd.languages.audiences import ParseError, parse_condition, parse_expression
+from efd.languages.filters import Condition, Filter, FilterSet, FqlError, parse_field_path
 from efd.personas.keys import snake_case
-from efd.rules import netguard, ratelimit
-from efd.rules.audiences import ParseError, parse_condition, parse_expression
-from efd.rules.filters import Condition, Filter, FilterSet, FqlError, parse_field_path
-from efd.rules.lanes import Ordering
-from efd.rules.origins import check_pattern
-from efd.rules.webhooks import (
+from efd.segment.webhooks import (
     DEFAULT_USER_AGENT,
     RESERVED_HEADERS,
     ClientCert,

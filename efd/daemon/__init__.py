@@ -37,9 +37,9 @@ from efd.loop import Worker
 from efd.observe.metrics import Metrics
 from efd.observe.stream import Hub
 from efd.observe.systemd import Notifier
+from efd.operations.selection import unconfigured
 from efd.personas.sync import Computation, SyncResult
 from efd.processes.parsers import ParserPool
-from efd.rules.selection import unconfigured
 from efd.services.periodic import computations
 from efd.settings import Current
 from efd.store.runner import AsyncStore

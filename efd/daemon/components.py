@@ -22,13 +22,14 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from efd.batching import GroupCommit
 from efd.config import Settings
 from efd.daemon.startup import Cpus, StartupError, fit_open_files
 from efd.delivery.dispatcher import SHUTDOWN_MARGIN, Dispatcher
+from efd.delivery.lanes import Lanes
 from efd.delivery.ports import Rounds
 from efd.delivery.sender import SenderOptions, SenderPool
 from efd.errors import StoreError
+from efd.groupcommit import GroupCommit
 from efd.http import cors
 from efd.http.admin import AdminApi
 from efd.http.ingest import Ingest
@@ -39,12 +40,11 @@ from efd.http.status import Status
 from efd.loop import Worker
 from efd.observe.metrics import Metrics
 from efd.observe.stream import Hub
+from efd.operations.selection import iso
 from efd.personas.capture import Capture
 from efd.processes.parsers import ParserPool
-from efd.rows import InsertStatus, NewMessage
-from efd.rules.lanes import Lanes
-from efd.rules.payload import MAX_RAW_REQUEST_BYTES
-from efd.rules.selection import iso
+from efd.records import InsertStatus, NewMessage
+from efd.segment.payload import MAX_RAW_REQUEST_BYTES
 from efd.services.periodic import Periodic, computations
 from efd.services.regulations import RegulationRunner
 from efd.settings import Current

@@ -9,7 +9,7 @@ import resource
 from dataclasses import dataclass
 
 from efd.config import Settings
-from efd.rules import cgroups
+from efd.daemon import cgroups
 from efd.store.engine import normalise_url, sqlite_path
 
 log = logging.getLogger("efd.daemon")

@@ -20,22 +20,22 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 from efd.config import Settings
-from efd.delivery import reporting
+from efd.delivery import ratelimit, reporting, retry
+from efd.delivery.ahead import Ahead
+from efd.delivery.circuit import Change, Circuits
 from efd.delivery.handoff import Grant, Room
 from efd.delivery.leases import Leases
 from efd.delivery.ports import Deliveries, Rounds
 from efd.delivery.recorder import Recorded, Recorder
+from efd.delivery.retry import AttemptResult, RetryPolicy
+from efd.delivery.rounds import attempt_rows, due_once_written, moves_lane_on, outcome_of
 from efd.errors import StoreError
 from efd.loop import SYSTEM_CLOCK, Clock, Worker
 from efd.observe.metrics import Metrics
 from efd.observe.stream import Hub
-from efd.rows import Claimed
-from efd.rules import ratelimit, retry, webhooks
-from efd.rules.ahead import Ahead
-from efd.rules.circuit import Change, Circuits
-from efd.rules.retry import AttemptResult, RetryPolicy
-from efd.rules.rounds import attempt_rows, due_once_written, moves_lane_on, outcome_of
-from efd.rules.webhooks import Route
+from efd.records import Claimed
+from efd.segment import webhooks
+from efd.segment.webhooks import Route
 from efd.settings import Current
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ class Dispatcher:
     the routes it builds from the destinations (rebuilt on each reload). Knows the store
     and the senders only by their Protocols (Deliveries, Rounds), and the time only through
     its clock. May not ingest, touch a message's payload beyond sending it, or decide a
-    retry itself: efd/rules/retry.py decides.
+    retry itself: efd/delivery/retry.py decides.
     """
 
     def __init__(

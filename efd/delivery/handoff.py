@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 
-from efd.rows import Claimed
+from efd.records import Claimed
 
 
 class Room:

@@ -4,7 +4,7 @@ client certificate, the address guard at connect, one deadline for the whole exc
 Written here rather than taken from aiohttp because a POST is all delivery sends, and
 aiohttp's general client (redirects, cookies, proxies, multidicts, streams) costs several
 times the CPU of the bytes it moves (bench/LOG.md, issue 26). What the wire format says lives
-in efd/rules/http1.py; this module does the I/O.
+in efd/delivery/wire.py; this module does the I/O.
 
 Every failure is a `RequestFailed` carrying the error class of docs/delivery.md; nothing
 else escapes `Client.post` except cancellation and bugs.
@@ -22,8 +22,8 @@ from typing import Any, cast
 
 from yarl import URL
 
-from efd.rules import netguard
-from efd.rules.http1 import (
+from efd.delivery import netguard
+from efd.delivery.wire import (
     CHUNKED,
     LENGTH,
     BadHeader,

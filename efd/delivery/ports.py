@@ -7,9 +7,9 @@ import asyncio
 from collections.abc import Sequence
 from typing import Protocol
 
-from efd.rows import AttemptRow, Claimed, Outcome
-from efd.rules.retry import AttemptResult
-from efd.rules.webhooks import MessageKey, Route
+from efd.delivery.retry import AttemptResult
+from efd.records import AttemptRow, Claimed, Outcome
+from efd.segment.webhooks import MessageKey, Route
 
 
 class Rounds(Protocol):

@@ -19,15 +19,15 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from efd.batching import GroupCommit
 from efd.delivery import reporting
 from efd.delivery.leases import Leases
 from efd.delivery.ports import Deliveries
 from efd.errors import StoreError, StoreUnavailable
+from efd.groupcommit import GroupCommit
+from efd.loop import Backoff
 from efd.observe.metrics import Metrics
 from efd.observe.stream import Hub
-from efd.rows import AttemptRow, Outcome
-from efd.rules.retry import Backoff
+from efd.records import AttemptRow, Outcome
 
 log = logging.getLogger(__name__)
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+from efd.delivery import retry
+from efd.delivery.circuit import Change, Circuits
+from efd.delivery.retry import AttemptResult, Verdict
 from efd.observe.metrics import Metrics
 from efd.observe.stream import Hub
-from efd.rows import AttemptRow, Claimed, DeliveryStatus
-from efd.rules import retry, webhooks
-from efd.rules.circuit import Change, Circuits
-from efd.rules.retry import AttemptResult, Verdict
-from efd.rules.webhooks import Route
+from efd.records import AttemptRow, Claimed, DeliveryStatus
+from efd.segment import webhooks
+from efd.segment.webhooks import Route
 
 log = logging.getLogger("efd.delivery.dispatcher")
 

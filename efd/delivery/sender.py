@@ -17,18 +17,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from efd import tls
-from efd.delivery import http1
-from efd.processes.pool import LOST, Pool
-from efd.rules import netguard, webhooks
-from efd.rules.retry import (
+from efd.delivery import http1, netguard, tls
+from efd.delivery.retry import (
     AttemptResult,
     Verdict,
     classify_error,
     classify_status,
     parse_retry_after,
 )
-from efd.rules.webhooks import ClientCert, MessageKey, Route
+from efd.processes.pool import LOST, Pool
+from efd.segment import webhooks
+from efd.segment.webhooks import ClientCert, MessageKey, Route
 
 log = logging.getLogger(__name__)
 

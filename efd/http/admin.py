@@ -9,8 +9,9 @@
     GET  /openapi.json                          the API's description (no token needed)
 
 Bearer [server] admin_token (server.require_admin). The rules and the JSON shapes are
-efd/rules/selection.py's, shared with the CLI; the SQL is efd/store/operations.py's. A redrive or
-a replay wakes this process's dispatcher at once (PostgreSQL's NOTIFY wakes the others).
+efd/operations/selection.py's, shared with the CLI; the SQL is efd/store/operations.py's.
+A redrive or a replay wakes this process's dispatcher at once (PostgreSQL's NOTIFY wakes
+the others).
 
 A redrive reads the ids it moves, then moves them REDRIVE_CHUNK at a time, each chunk its
 own job for the writer thread: ingestion's commits run between them, so a redrive of
@@ -28,12 +29,12 @@ from typing import Any
 
 from aiohttp import web
 
-from efd import __version__
+from efd import __version__, jsonjs
 from efd.config import Settings
 from efd.errors import ClientError, StoreError
 from efd.http import openapi, server
 from efd.http.responses import error_response, json_response
-from efd.rules import jsonjs, selection
+from efd.operations import selection
 from efd.settings import Current
 from efd.store import operations
 from efd.store.operations import Operations

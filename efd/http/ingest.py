@@ -9,16 +9,16 @@ from typing import Protocol
 
 from aiohttp import web
 
-from efd.batching import GroupCommit
 from efd.config import Settings, SourceConfig
 from efd.errors import ClientError, StoreDataError, StoreError
+from efd.groupcommit import GroupCommit
 from efd.http import server
+from efd.http.origins import AllowedOrigins
 from efd.http.responses import json_response, unstorable
 from efd.observe.metrics import Metrics
-from efd.rows import InsertStatus, NewMessage
-from efd.rules.messages import MAX_REQUEST_BYTES
-from efd.rules.origins import AllowedOrigins
-from efd.rules.payload import (
+from efd.records import InsertStatus, NewMessage
+from efd.segment.messages import MAX_REQUEST_BYTES
+from efd.segment.payload import (
     MAX_RAW_REQUEST_BYTES,
     WriteKeys,
     decode_basic,

@@ -27,14 +27,14 @@ from typing import Any
 from aiohttp import web
 
 from efd.config import Settings
+from efd.delivery.circuit import Circuits
 from efd.errors import ClientError, StoreError
 from efd.http import server
 from efd.http.responses import error_response, json_response
 from efd.observe.metrics import Metrics
 from efd.observe.stream import Hub
-from efd.rules import webhooks
-from efd.rules.circuit import Circuits
-from efd.rules.selection import iso, lanes_json
+from efd.operations.selection import iso, lanes_json
+from efd.segment import webhooks
 from efd.settings import Current
 from efd.store.health import Health, HealthStore, WindowStats
 from efd.store.runner import AsyncStore
@@ -175,7 +175,7 @@ class LiveApi:
                     "backlog": pending,
                     "oldestPendingAt": iso(oldest),
                     "ordering": destination.ordering.value,
-                    # Ordered: its blocked lanes (efd/rules/lanes.py); else null.
+                    # Ordered: its blocked lanes (efd/delivery/lanes.py); else null.
                     "lanes": lanes_json(blocked.get(destination.name))
                     if destination.ordering == "per_user"
                     else None,

@@ -19,13 +19,13 @@ from typing import Any
 
 from aiohttp import web
 
+from efd import jsonjs
 from efd.config import Settings
 from efd.errors import ClientError, StoreDataError, StoreError
 from efd.http import server
 from efd.http.responses import error_response, json_response, unstorable
-from efd.rows import RegulationStatus
-from efd.rules import jsonjs
-from efd.rules.messages import format_timestamp
+from efd.records import RegulationStatus
+from efd.segment.messages import format_timestamp
 from efd.services.regulations import sources_in_scope
 from efd.settings import Current
 from efd.store.regulations import (
@@ -84,7 +84,7 @@ def parse_request(payload: Any) -> tuple[str, list[str]]:
             or len(value) > MAX_SUBJECT_CHARS
             or jsonjs.has_lone_surrogate(value)
             # Subjects become columns, and PostgreSQL's text cannot hold U+0000; nor can a
-            # userId that ingestion accepts (efd/rules/messages.py).
+            # userId that ingestion accepts (efd/segment/messages.py).
             or "\x00" in value
         ):
             raise ClientError(

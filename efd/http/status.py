@@ -26,7 +26,7 @@ from efd.errors import StoreError
 from efd.http import server
 from efd.http.responses import json_response
 from efd.observe.metrics import CONTENT_TYPE, Metrics
-from efd.rules.selection import unconfigured
+from efd.operations.selection import unconfigured
 from efd.settings import Current
 from efd.store.health import Health, HealthStore
 from efd.store.runner import AsyncStore

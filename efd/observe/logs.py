@@ -19,7 +19,7 @@ import sys
 from datetime import UTC, datetime
 from types import TracebackType
 
-from efd.rules.webhooks import redact_urls
+from efd.segment.webhooks import redact_urls
 
 _UNSAFE = re.compile(
     "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from efd.personas.profiles import ANONYMOUS, USER, ProfileState, event_of, merge_into, set_traits
-from efd.rows import NewMessage
+from efd.records import NewMessage
 from efd.store.database import Transaction
 from efd.store.profiles import Profiles
 from efd.store.statements import dumps

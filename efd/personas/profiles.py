@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from efd.rows import ProfileKind
+from efd.records import ProfileKind
 
 PAGE_EVENT = "Page Viewed"
 SCREEN_EVENT = "Screen Viewed"

@@ -17,10 +17,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from efd.personas.keys import PERSONAS_SOURCE, computation_id, snake_case
-from efd.rows import NewMessage
-from efd.rules import jsonjs, routing, webhooks
-from efd.rules.audiences import (
+from efd import jsonjs
+from efd.languages.audiences import (
     Profile,
     Requirements,
     compile_condition,
@@ -28,7 +26,10 @@ from efd.rules.audiences import (
     parse_condition,
     parse_expression,
 )
-from efd.rules.messages import Message
+from efd.personas.keys import PERSONAS_SOURCE, computation_id, snake_case
+from efd.records import NewMessage
+from efd.segment import routing, webhooks
+from efd.segment.messages import Message
 from efd.store.computations import Computations, SyncChunk
 from efd.store.runner import AsyncStore
 from efd.store.statements import loads

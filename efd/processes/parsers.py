@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from efd.languages.filters import FilterSet
 from efd.processes.pool import LOST, Pool
-from efd.rows import NewMessage
-from efd.rules.filters import FilterSet
-from efd.rules.payload import ChildParser, from_child
+from efd.records import NewMessage
+from efd.segment.payload import ChildParser, from_child
 
 # (write key, name, destinations) of each source: what a parser process knows of them.
 SourceList = Sequence[tuple[str, str, tuple[str, ...]]]

@@ -29,9 +29,9 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from efd import collector
+from efd.loop import Backoff
 from efd.observe import logs
-from efd.rules.retry import Backoff
+from efd.processes import collector
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from efd.personas.sync import (
     longest_lookback,
     run_sync,
 )
-from efd.rules.pacing import SMALL_STEP, next_step, pause_after
+from efd.services.pacing import SMALL_STEP, next_step, pause_after
 from efd.settings import Current
 from efd.store.computations import Computations
 from efd.store.profiles import Profiles
@@ -188,7 +188,7 @@ class Periodic:
     async def retention(self) -> None:
         """Purge the messages whose deliveries all finished `retention_days` ago, with their
         deliveries and attempts, in short transactions paced to a share of the writer
-        (efd/rules/pacing.py); then the events no lookback needs. Once per cluster per
+        (efd/services/pacing.py); then the events no lookback needs. Once per cluster per
         interval; one log line per run."""
         store = self._db.store
         now = time.time()

@@ -17,11 +17,10 @@ from datetime import UTC, datetime
 
 from efd.config import Settings, SourceConfig
 from efd.errors import LeaseLost, StoreError
-from efd.loop import SYSTEM_CLOCK, Clock, Worker
+from efd.loop import SYSTEM_CLOCK, Backoff, Clock, Worker
 from efd.observe.metrics import Metrics
-from efd.rows import NewMessage, RegulationStatus
-from efd.rules import webhooks
-from efd.rules.retry import Backoff
+from efd.records import NewMessage, RegulationStatus
+from efd.segment import webhooks
 from efd.settings import Current
 from efd.store.regulations import DELETE_TYPES, RegulationClaim, Regulations
 from efd.store.runner import AsyncStore

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import delete, func, select, update
 
-from efd.rows import Event, NewMessage, ProfileKind
+from efd.records import Event, NewMessage, ProfileKind
 from efd.store.schema import computations, computed_values, events, profiles, suppressions
 from efd.store.statements import chunks, loads
 from efd.store.suppressions import Suppressions

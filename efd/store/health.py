@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy import and_, case, func, select, text
 
-from efd.rows import DeliveryStatus
+from efd.records import DeliveryStatus
 from efd.store.schema import attempts, deliveries
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from sqlalchemy import Connection
 
-from efd.rows import Claimed, DeliveryStatus, InsertStatus, NewMessage
+from efd.records import Claimed, DeliveryStatus, InsertStatus, NewMessage
 from efd.store import lanes, shaped
 from efd.store.backends.base import MESSAGE_FIELDS
 from efd.store.database import Database

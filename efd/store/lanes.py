@@ -39,7 +39,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import aliased
 
-from efd.rows import BlockedLanes, DeliveryStatus
+from efd.records import BlockedLanes, DeliveryStatus
 from efd.store.backends import Backend
 from efd.store.database import Database
 from efd.store.schema import deliveries, lanes, messages

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import ColumnElement, Connection, and_, case, func, insert, select, update
 
-from efd.rows import (
+from efd.records import (
     AttemptRecord,
     BlockedLanes,
     DeliveryQuery,

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from sqlalchemy import Connection, and_, bindparam, func, literal_column, or_, select, update
 
-from efd.rows import AttemptRow, Claimed, DeliveryStatus, Outcome
+from efd.records import AttemptRow, Claimed, DeliveryStatus, Outcome
 from efd.store import lanes
 from efd.store.backends.base import chunked
 from efd.store.database import Database

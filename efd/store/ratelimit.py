@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from sqlalchemy import Connection, text
 
-from efd.rows import Claimed
+from efd.records import Claimed
 from efd.store.database import Database
 from efd.store.queue import Queue
 

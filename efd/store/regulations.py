@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sqlalchemy import Connection, and_, delete, func, insert, literal, or_, select, update
 
 from efd.errors import LeaseLost
-from efd.rows import NewMessage, RegulationStatus
+from efd.records import NewMessage, RegulationStatus
 from efd.store.schema import (
     attempts,
     computed_values,

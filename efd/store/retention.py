@@ -22,7 +22,7 @@ from typing import Protocol
 
 from sqlalchemy import ColumnElement, Connection, and_, delete, func, or_, select, update
 
-from efd.rows import DeliveryStatus
+from efd.records import DeliveryStatus
 from efd.store.database import Database
 from efd.store.schema import attempts, deliveries, jobs, messages, retention_kept
 

@@ -19,7 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar
 
 from efd.errors import StoreDataError, StoreError
-from efd.rows import AttemptRow, Claimed, Outcome
+from efd.records import AttemptRow, Claimed, Outcome
 from efd.store import Store
 from efd.store.database import edge
 from efd.store.ratelimit import Buckets, HookTokens
@@ -30,7 +30,7 @@ R = TypeVar("R")
 
 class _WriterThread:
     """One thread running writes in order, except that work queued as `later` runs only when
-    nothing else waits. Ingestion queues its next flush ahead of time (efd/batching.py);
+    nothing else waits. Ingestion queues its next flush ahead of time (efd/groupcommit.py);
     as `later` it cannot make a delivery's claim or outcome wait a whole commit longer."""
 
     def __init__(self) -> None:

@@ -72,7 +72,7 @@ deliveries = Table(
     Column("id", Id, primary_key=True, autoincrement=True),
     Column("message_pk", Id, nullable=False),
     Column("destination", String(200), nullable=False),
-    Column("status", String(10), nullable=False),  # efd.rows.DeliveryStatus
+    Column("status", String(10), nullable=False),  # efd.records.DeliveryStatus
     Column("attempts", Integer, nullable=False, server_default=text("0")),  # rounds sent
     Column("created_at", Float, nullable=False),
     Column("first_attempt_at", Float),
@@ -88,7 +88,7 @@ deliveries = Table(
     # The body a destination's field filters made; NULL: the message's body (and once a
     # deletion request purged it).
     Column("body", Text),
-    # The lane of a delivery to an ordered destination (efd/rules/lanes.py); NULL: none.
+    # The lane of a delivery to an ordered destination (efd/delivery/lanes.py); NULL: none.
     Column("lane", Text),
     Index(
         "ix_deliveries_due",
@@ -247,7 +247,7 @@ regulations = Table(
     Column("id", String(40), primary_key=True),
     Column("type", String(24), nullable=False),  # DELETE_ONLY|SUPPRESS_WITH_DELETE|…
     Column("scope", String(200)),  # a source name; NULL: every source
-    Column("status", String(12), nullable=False),  # efd.rows.RegulationStatus
+    Column("status", String(12), nullable=False),  # efd.records.RegulationStatus
     Column("subject_count", Integer, nullable=False),
     Column("progress", Text, nullable=False),  # JSON: per-source notifications, purge counts
     Column("created_at", Float, nullable=False),

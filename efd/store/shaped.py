@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import Connection, insert
 
-from efd.rows import DeliveryStatus, NewMessage
+from efd.records import DeliveryStatus, NewMessage
 from efd.store.schema import deliveries
 
 _INSERT = insert(deliveries)

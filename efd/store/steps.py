@@ -16,7 +16,7 @@ from typing import Protocol
 
 from sqlalchemy import Connection
 
-from efd.rows import NewMessage
+from efd.records import NewMessage
 
 
 class Suppressed(Protocol):
@@ -41,7 +41,7 @@ class Steps:
 
     suppressions: Suppressed | None = None  # efd/store/suppressions.py
     capture: Capture | None = None  # efd/personas/capture.py
-    lanes: Lanes | None = None  # efd/rules/lanes.py, while a destination is ordered
+    lanes: Lanes | None = None  # efd/delivery/lanes.py, while a destination is ordered
 
     @property
     def ordered(self) -> bool:

@@ -36,7 +36,7 @@ from typing import IO, Any
 
 import pytest
 
-from efd.rules import webhooks
+from efd.segment import webhooks
 from tests.conftest import ROOT, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]

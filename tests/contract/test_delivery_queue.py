@@ -17,8 +17,8 @@ from sqlalchemy import select
 
 from efd.delivery.dispatcher import Deliveries
 from efd.delivery.handoff import Grant, Room
-from efd.rows import AttemptRow, Claimed, DeliveryStatus, Outcome
-from efd.rules.lanes import Lanes
+from efd.delivery.lanes import Lanes
+from efd.records import AttemptRow, Claimed, DeliveryStatus, Outcome
 from efd.store import Steps, Store, migrate
 from efd.store.ingestion import Handoff
 from efd.store.runner import AsyncDeliveries, AsyncStore

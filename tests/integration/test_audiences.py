@@ -7,7 +7,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from efd.rules import webhooks
+from efd.segment import webhooks
 from tests.conftest import SECRET, eventually, post, settings_dict, sql
 from tests.unit.test_personas import DAY, HIGH_VALUE, REVENUE
 

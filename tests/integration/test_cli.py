@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from efd.rows import NewMessage
-from efd.rules import webhooks
+from efd.records import NewMessage
+from efd.segment import webhooks
 from efd.store import Store, migrate
 from tests.conftest import (
     ROOT,

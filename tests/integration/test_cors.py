@@ -11,7 +11,7 @@ import pytest
 
 from efd.http.cors import MAX_AGE_SECONDS
 from efd.http.ingest import SINGLE_TYPES
-from efd.rules.messages import MAX_REQUEST_BYTES
+from efd.segment.messages import MAX_REQUEST_BYTES
 from tests.conftest import WRITE_KEY, basic, metric, settings_dict, sql
 from tests.unit.test_origins import SHOP_ACCEPTED, SHOP_PATTERNS, SHOP_REFUSED
 

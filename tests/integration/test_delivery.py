@@ -12,7 +12,7 @@ import pytest
 import trustme
 from aiohttp import web
 
-from efd.rules import webhooks
+from efd.segment import webhooks
 from tests.conftest import (
     SECRET,
     Receiver,
@@ -519,7 +519,7 @@ async def test_claims_ahead_are_bounded_and_all_delivered(db_url, receiver_facto
     assert (await post(daemon.port, "/v1/batch", {"batch": batch}))[0] == 200
     await receiver.wait_for(1)
     # Two in flight (the hook's slots) and 4 x 2 held ready: never more leased than that (two
-    # rounds in 0.3 s is far below a rate that holds more than the floor, efd/rules/ahead.py),
+    # rounds in 0.3 s is far below a rate that holds more than the floor, efd/delivery/ahead.py),
     # but for the two rounds just answered whose outcomes wait a moment for the recorder's
     # next transaction (efd/delivery/recorder.py) with their leases still on the rows.
     leased = "SELECT count(*) FROM deliveries WHERE status = 'pending' AND lease_owner IS NOT NULL"

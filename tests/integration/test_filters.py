@@ -10,7 +10,7 @@ from typing import Any
 from standardwebhooks.webhooks import Webhook
 
 from efd import config
-from efd.rules import webhooks
+from efd.segment import webhooks
 from efd.store import Store
 from tests.conftest import SECRET, eventually, metric, metrics_text, post, settings_dict, sql
 from tests.integration.test_operators import Switch

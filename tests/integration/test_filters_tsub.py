@@ -17,9 +17,9 @@ import subprocess
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from efd.rules.filters import FqlError, compile_condition, evaluate, parse, to_fql
-from efd.rules.filters.evaluate import equal
-from efd.rules.filters.fql import (
+from efd.languages.filters import FqlError, compile_condition, evaluate, parse, to_fql
+from efd.languages.filters.evaluate import equal
+from efd.languages.filters.fql import (
     And,
     Call,
     Compare,

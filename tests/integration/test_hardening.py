@@ -16,11 +16,11 @@ import pytest
 
 import efd
 from efd import config
+from efd.delivery.retry import Verdict
 from efd.delivery.sender import Sender
-from efd.rules.jsonjs import MAX_DEPTH
-from efd.rules.messages import MAX_MESSAGE_BYTES
-from efd.rules.retry import Verdict
-from efd.rules.webhooks import Route
+from efd.jsonjs import MAX_DEPTH
+from efd.segment.messages import MAX_MESSAGE_BYTES
+from efd.segment.webhooks import Route
 from tests.conftest import WRITE_KEY, basic, eventually, post, settings_dict, sql
 from tests.unit.test_config import NUMERIC_HOSTS_ACCEPTED, NUMERIC_HOSTS_REFUSED
 from tests.unit.test_payload import BAD_TIMESTAMPS, GZIP_VARIANTS, LONE_SURROGATES, MALFORMED_BASIC

@@ -15,9 +15,8 @@ import pytest
 import trustme
 import uvloop
 
-from efd import tls
+from efd.delivery import netguard, tls
 from efd.delivery.http1 import Answer, Client, RequestFailed
-from efd.rules import netguard
 
 LOOPBACK = netguard.parse_networks(["127.0.0.0/8"])
 Runner = Callable[[Coroutine[Any, Any, Any]], Any]

@@ -10,7 +10,7 @@ import json
 import aiohttp
 import pytest
 
-from efd.rules.messages import MAX_BATCH_MESSAGES, MAX_MESSAGE_BYTES, MAX_REQUEST_BYTES
+from efd.segment.messages import MAX_BATCH_MESSAGES, MAX_MESSAGE_BYTES, MAX_REQUEST_BYTES
 from tests.conftest import WRITE_KEY, eventually, metric, post, settings_dict, sql
 from tests.unit.test_messages import MISSING_FIELDS
 

@@ -12,8 +12,8 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from efd.rows import AttemptRow, Claimed, DeliveryQuery, DeliveryStatus, NewMessage, Outcome
-from efd.rules.lanes import Lanes
+from efd.delivery.lanes import Lanes
+from efd.records import AttemptRow, Claimed, DeliveryQuery, DeliveryStatus, NewMessage, Outcome
 from efd.store import Steps, Store, migrate
 from efd.store.operations import OperationsStore
 from tests.conftest import sql

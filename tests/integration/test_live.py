@@ -16,7 +16,7 @@ from aiohttp import web
 from efd import config
 from efd.daemon import Daemon
 from efd.observe.stream import MAX_SUBSCRIBERS, Hub
-from efd.rules import webhooks
+from efd.segment import webhooks
 from tests.conftest import eventually, post, settings_dict
 from tests.integration.test_regulations import api
 

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from efd import cli
 from efd.delivery import dispatcher
-from efd.rules import webhooks
+from efd.segment import webhooks
 from efd.store import operations
 from tests.conftest import ROOT, SECRET, eventually, post, settings_dict, sql, write_toml
 from tests.integration.test_regulations import api

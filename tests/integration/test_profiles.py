@@ -12,9 +12,9 @@ import pytest
 
 from efd.config import SourceConfig
 from efd.personas.capture import Capture
-from efd.rows import NewMessage
-from efd.rules.messages import normalise
-from efd.rules.payload import message_row
+from efd.records import NewMessage
+from efd.segment.messages import normalise
+from efd.segment.payload import message_row
 from efd.store import Steps, Store, migrate
 from efd.store.profiles import ProfilesStore
 from efd.store.regulations import RegulationsStore

@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from efd.rules import webhooks
+from efd.segment import webhooks
 from efd.services.regulations import delete_notifications
 from efd.store import Store, migrate
 from efd.store.regulations import RegulationsStore

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from segment.analytics.client import Client
 
-from efd.rules import webhooks
+from efd.segment import webhooks
 from tests.conftest import SECRET, WRITE_KEY, settings_dict
 
 

@@ -16,7 +16,7 @@ from aiohttp import web
 from standardwebhooks.webhooks import Webhook
 
 from efd.cli.listen import describe, verify
-from efd.rules import webhooks
+from efd.segment import webhooks
 from tests.conftest import SECRET, basic, eventually, post, settings_dict, sql
 from tests.jsclients import JS, node
 

@@ -23,7 +23,7 @@ from psycopg import sql as psql
 from sqlalchemy import create_engine, event, inspect, text
 
 from efd.errors import StoreUnavailable
-from efd.rows import AttemptRow, DeliveryQuery, DeliveryStatus, NewMessage, Outcome
+from efd.records import AttemptRow, DeliveryQuery, DeliveryStatus, NewMessage, Outcome
 from efd.store import Store, migrate
 from efd.store.backends import sqlite as sqlite_backend
 from efd.store.dedupe import message_key

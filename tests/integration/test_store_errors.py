@@ -13,9 +13,9 @@ import psycopg
 import pytest
 from sqlalchemy import make_url, text
 
-from efd.batching import GroupCommit
 from efd.errors import StoreDataError, StoreError, StoreUnavailable
-from efd.rows import InsertStatus, NewMessage
+from efd.groupcommit import GroupCommit
+from efd.records import InsertStatus, NewMessage
 from efd.store import Store, engine, migrate
 from efd.store.health import HealthStore
 from efd.store.regulations import RegulationsStore
@@ -156,7 +156,7 @@ def test_a_session_ended_under_a_hot_statement_fails_one_call_then_reconnects(  
 
 # -- a value the database cannot hold --------------------------------------------------------
 
-# Past validation (which refuses it: efd/rules/messages.py), as a bug there would let it by.
+# Past validation (which refuses it: efd/segment/messages.py), as a bug there would let it by.
 SECRET_VALUE = "u\x00client-secret-value"
 
 

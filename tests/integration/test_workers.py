@@ -12,9 +12,9 @@ from collections import Counter
 import pytest
 from aiohttp import web
 
-from efd.daemon import StartupError
+from efd.daemon import StartupError, cgroups
 from efd.daemon.startup import usable_cpus
-from efd.rules import cgroups, webhooks
+from efd.segment import webhooks
 from tests.conftest import (
     SECRET,
     DaemonProcess,

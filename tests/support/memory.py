@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from efd.errors import StoreUnavailable
-from efd.rows import AttemptRow, Claimed, DeliveryStatus, Outcome
+from efd.records import AttemptRow, Claimed, DeliveryStatus, Outcome
 from efd.store.ingestion import Handoff
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from efd.rows import DeliveryStatus, NewMessage, Outcome
+from efd.records import DeliveryStatus, NewMessage, Outcome
 
 
 def new_message(

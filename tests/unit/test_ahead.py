@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from efd.rules.ahead import HORIZON, WINDOW, Ahead
+from efd.delivery.ahead import HORIZON, WINDOW, Ahead
 
 
 class Clock:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from efd.rules.audiences import (
+from efd.languages.audiences import (
     Event,
     ParseError,
     Profile,
@@ -20,7 +20,7 @@ from efd.rules.audiences import (
     parse_condition,
     parse_expression,
 )
-from efd.rules.audiences.lang import (
+from efd.languages.audiences.lang import (
     Aggregate,
     And,
     Compare,

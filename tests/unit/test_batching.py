@@ -1,4 +1,4 @@
-"""Group commit (efd/batching.py): coalescing, results in order, failures, the pipelined
+"""Group commit (efd/groupcommit.py): coalescing, results in order, failures, the pipelined
 writer that takes its group in the writer thread."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from efd.batching import GroupCommit
+from efd.groupcommit import GroupCommit
 from efd.store.runner import _WriterThread
 
 Flush = Callable[[Callable[[], list[int]]], Awaitable[list[int]]]

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from efd.rules import cgroups
+from efd.daemon import cgroups
 
 # A host with cgroup v2 only (Debian 12, a systemd service).
 V2_MOUNTS = (

@@ -7,8 +7,8 @@ import itertools
 
 import pytest
 
-from efd.rules.circuit import Change, Circuits
-from efd.rules.retry import AttemptResult, Verdict
+from efd.delivery.circuit import Change, Circuits
+from efd.delivery.retry import AttemptResult, Verdict
 
 URL = "https://hooks.example/x"
 

@@ -12,8 +12,9 @@ import pytest
 import trustme
 from cryptography.hazmat.primitives import serialization
 
-from efd import config, tls
-from efd.rules.webhooks import ClientCert
+from efd import config
+from efd.delivery import tls
+from efd.segment.webhooks import ClientCert
 
 KEY = "destinations[0].hooks[0].client_cert"
 

@@ -1,4 +1,4 @@
-"""efd/collector.py: the garbage collector's settings a process runs with. Each case runs
+"""efd/processes/collector.py: the garbage collector's settings a process runs with. Each case runs
 in a child interpreter, so the test process keeps its own."""
 
 from __future__ import annotations
@@ -7,12 +7,12 @@ import json
 import subprocess
 import sys
 
-from efd import collector
+from efd.processes import collector
 
 
 def _in_child(code: str) -> dict[str, int | list[int]]:
     done = subprocess.run(
-        [sys.executable, "-c", f"import gc, json\nfrom efd import collector\n{code}"],
+        [sys.executable, "-c", f"import gc, json\nfrom efd.processes import collector\n{code}"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from efd import config
-from efd.rules.filters import Filtered
+from efd.languages.filters import Filtered
 from tests.conftest import settings_dict
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,12 +19,12 @@ import pytest
 from efd import config
 from efd.delivery import dispatcher, recorder
 from efd.delivery.dispatcher import Dispatcher
+from efd.delivery.retry import AttemptResult, Verdict
 from efd.errors import StoreError
 from efd.observe.metrics import Metrics
-from efd.rows import AttemptRow, DeliveryStatus, Outcome
-from efd.rules import webhooks
-from efd.rules.retry import AttemptResult, Verdict
-from efd.rules.webhooks import Route, webhook_id
+from efd.records import AttemptRow, DeliveryStatus, Outcome
+from efd.segment import webhooks
+from efd.segment.webhooks import Route, webhook_id
 from efd.settings import Current
 from tests.support.memory import MemoryDeliveries
 from tests.unit.clocks import FakeClock
@@ -163,7 +163,7 @@ async def test_a_hook_never_has_more_than_max_per_hook_rounds_and_claims_stay_bo
     store = MemoryDeliveries(rounds=rounds)
     store.add("a", 200)
     # Its time stands still while it is busy: no rate is ever counted, so it holds the floor
-    # (efd/rules/ahead.py).
+    # (efd/delivery/ahead.py).
     await running(store, rounds, clock=FakeClock(start=store.clock), max_per_hook=3)
     await rounds.started.wait()
     rounds.gate.set()  # let them all through, 3 at a time

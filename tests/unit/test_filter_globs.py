@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from efd.rules.filters import FqlError, compile_condition, parse
-from efd.rules.filters.glob import MAX_PATTERN, MAX_STEPS, compile_glob
+from efd.languages.filters import FqlError, compile_condition, parse
+from efd.languages.filters.glob import MAX_PATTERN, MAX_STEPS, compile_glob
 
 
 def holds(text: str, message: dict[str, Any]) -> bool:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from efd.rules.filters import (
+from efd.languages.filters import (
     Condition,
     Filter,
     Filtered,
@@ -25,7 +25,7 @@ from efd.rules.filters import (
     sample_point,
     to_fql,
 )
-from efd.rules.filters.fql import (
+from efd.languages.filters.fql import (
     FUNCTIONS,
     And,
     Call,

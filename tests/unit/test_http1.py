@@ -1,10 +1,10 @@
-"""efd.rules.http1: the request head efd writes and what it reads from an answer's head."""
+"""efd.delivery.wire: the request head efd writes and what it reads from an answer's head."""
 
 from __future__ import annotations
 
 import pytest
 
-from efd.rules.http1 import (
+from efd.delivery.wire import (
     CHUNKED,
     CLOSE,
     LENGTH,

@@ -1,4 +1,4 @@
-"""efd.rules.jsonjs: bytes identical to JavaScript's JSON.stringify (pure, fast).
+"""efd.jsonjs: bytes identical to JavaScript's JSON.stringify (pure, fast).
 
 The expectations below are JavaScript's own answers (ECMA-262 Number::toString and
 JSON.stringify), written out by hand; the Node cross-check at the end asks Node itself.
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from efd.rules import jsonjs
+from efd import jsonjs
 
 VECTORS = json.loads((Path(__file__).parent / "data" / "signing_vectors.json").read_text())
 

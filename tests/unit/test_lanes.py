@@ -1,10 +1,10 @@
-"""efd.rules.lanes: which lane a message joins on an ordered destination."""
+"""efd.delivery.lanes: which lane a message joins on an ordered destination."""
 
 from __future__ import annotations
 
 import pytest
 
-from efd.rules.lanes import Ordering, lane_for, lane_key, waiting_note
+from efd.delivery.lanes import Ordering, lane_for, lane_key, waiting_note
 
 
 @pytest.mark.parametrize(

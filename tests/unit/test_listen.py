@@ -9,7 +9,7 @@ import time
 from standardwebhooks.webhooks import Webhook
 
 from efd.cli.listen import verify_standard
-from efd.rules import webhooks
+from efd.segment import webhooks
 
 SECRET = "whsec_" + base64.b64encode(b"k" * 32).decode()
 KEYS = [webhooks.standard_secret(SECRET)]

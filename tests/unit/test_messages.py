@@ -1,4 +1,4 @@
-"""efd.rules.messages: validation and normalisation of incoming Segment messages (pure, fast)."""
+"""efd.segment.messages: validation and normalisation of incoming Segment messages (pure, fast)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from efd import jsonjs
 from efd.errors import ClientError
-from efd.rules import jsonjs
-from efd.rules.messages import (
+from efd.segment.messages import (
     MAX_BATCH_MESSAGES,
     MAX_MESSAGE_BYTES,
     MAX_MESSAGE_ID_CHARS,

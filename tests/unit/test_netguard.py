@@ -1,4 +1,4 @@
-"""efd.rules.netguard: which peer addresses a delivery may connect to (pure, fast)."""
+"""efd.delivery.netguard: which peer addresses a delivery may connect to (pure, fast)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import ipaddress
 
 import pytest
 
-from efd.rules.netguard import check, embedded_ipv4, parse_networks
+from efd.delivery.netguard import check, embedded_ipv4, parse_networks
 
 NONE: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
 

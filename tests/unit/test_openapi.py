@@ -22,8 +22,9 @@ from efd import __version__
 from efd.errors import ClientError
 from efd.http import admin, ingest, live, regulations, status
 from efd.http.openapi import document
-from efd.rows import DeliveryStatus
-from efd.rules import messages, payload, selection
+from efd.operations import selection
+from efd.records import DeliveryStatus
+from efd.segment import messages, payload
 from efd.store.regulations import REGULATION_TYPES
 
 DOCUMENT = document(__version__)

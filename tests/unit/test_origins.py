@@ -1,4 +1,4 @@
-"""A source's allowed_origins (efd/rules/origins.py): which Origin headers a pattern admits,
+"""A source's allowed_origins (efd/http/origins.py): which Origin headers a pattern admits,
 and what a bad pattern is told. tests/integration/test_cors.py checks the answers a daemon
 gives pages."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from efd.rules.origins import AllowedOrigins, check_pattern
+from efd.http.origins import AllowedOrigins, check_pattern
 
 # The allowed_origins tests/integration/test_cors.py gives its daemon, and what they admit.
 SHOP_PATTERNS = ["https://shop.example", "https://*.cdn.example"]

@@ -1,6 +1,6 @@
 import pytest
 
-from efd.rules.pacing import LARGE_STEP, SHARE, SMALL_STEP, next_step, pause_after
+from efd.services.pacing import LARGE_STEP, SHARE, SMALL_STEP, next_step, pause_after
 
 
 def test_the_pause_is_proportional_to_the_step():

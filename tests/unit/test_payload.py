@@ -1,4 +1,4 @@
-"""An ingestion request's body and credentials as efd/rules/payload.py reads them (pure):
+"""An ingestion request's body and credentials as efd/segment/payload.py reads them (pure):
 gzip read exactly, Basic credentials in their one canonical form, every timestamp and
 identifier checked. Each table is sent to a real daemon once, on both backends, by
 tests/integration/test_hardening.py; here every case of it."""
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from efd.errors import ClientError
-from efd.rules.payload import ChildParser, WriteKeys, decode_basic, gunzip, parse_request
+from efd.segment.payload import ChildParser, WriteKeys, decode_basic, gunzip, parse_request
 
 WRITE_KEY = "wk_test"
 TRACK = {"type": "track", "userId": "u-1", "event": "Signed Up"}

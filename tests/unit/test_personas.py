@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from efd.languages.audiences import Event
 from efd.personas.keys import snake_case
 from efd.personas.sync import AUDIENCE, TRAIT, Computation, diff, identify_message
-from efd.rules.audiences import Event
 from efd.store.computations import SyncChunk
 
 HIGH_VALUE = (

@@ -1,11 +1,11 @@
-"""efd.rules.ratelimit: which buckets a destination's rounds take from, and when a held-back
+"""efd.delivery.ratelimit: which buckets a destination's rounds take from, and when a held-back
 destination is claimed for again (pure)."""
 
 from __future__ import annotations
 
 import pytest
 
-from efd.rules.ratelimit import QUANTUM, Bucket, bucket_key, buckets, next_claim_in
+from efd.delivery.ratelimit import QUANTUM, Bucket, bucket_key, buckets, next_claim_in
 
 
 def test_only_limited_hooks_have_buckets_keyed_without_their_url() -> None:

@@ -11,8 +11,9 @@ import time
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from efd.rules import receiver_check, webhooks
-from efd.rules.receiver_check import ACCEPT, FAIL, OK, REFUSE, SKIPPED, WARN, Answer, Case
+from efd.cli import receiver_check
+from efd.cli.receiver_check import ACCEPT, FAIL, OK, REFUSE, SKIPPED, WARN, Answer, Case
+from efd.segment import webhooks
 
 NEW = "whsec_" + base64.b64encode(b"n" * 32).decode()
 OLD = "whsec_" + base64.b64encode(b"o" * 24).decode()

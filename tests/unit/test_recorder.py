@@ -15,7 +15,7 @@ from efd.delivery.leases import Leases
 from efd.delivery.recorder import GATHER, Recorded, Recorder
 from efd.loop import SYSTEM_CLOCK
 from efd.observe.metrics import Metrics
-from efd.rows import AttemptRow, Outcome
+from efd.records import AttemptRow, Outcome
 from tests.support.rows import outcome_row
 
 

@@ -1,4 +1,4 @@
-"""efd.rules.retry: outcome classification, backoff, the retry window and decide() (pure, fast)."""
+"""efd.delivery.retry: outcome classification, the retry window and decide() (pure, fast)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from email.utils import format_datetime
 
 import pytest
 
-from efd.rules.retry import (
+from efd.delivery.retry import (
     FINAL_ERRORS,
     AttemptResult,
     Decision,
@@ -20,7 +20,7 @@ from efd.rules.retry import (
     decide,
     parse_retry_after,
 )
-from efd.rules.webhooks import hook_labels
+from efd.segment.webhooks import hook_labels
 
 POLICY = RetryPolicy(initial=5, maximum=1800, window=14400)
 T0 = 1_800_000_000.0  # first attempt

@@ -1,12 +1,12 @@
-"""What a round becomes in the store (efd/rules/rounds.py): which destinations an outcome
+"""What a round becomes in the store (efd/delivery/rounds.py): which destinations an outcome
 batch makes claimable once written, and the attempts' durations."""
 
 from __future__ import annotations
 
 import random
 
-from efd.rows import DeliveryStatus, Outcome
-from efd.rules.rounds import due_once_written, milliseconds, moves_lane_on
+from efd.delivery.rounds import due_once_written, milliseconds, moves_lane_on
+from efd.records import DeliveryStatus, Outcome
 from tests.support.rows import outcome_row
 
 

@@ -1,4 +1,4 @@
-"""efd.rules.routing: spec 4.3, which destinations a message reaches (pure, fast)."""
+"""efd.segment.routing: spec 4.3, which destinations a message reaches (pure, fast)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from efd.rules.routing import WEBHOOKS_KEY, is_enabled, route
+from efd.segment.routing import WEBHOOKS_KEY, is_enabled, route
 
 OPTIONS = {"apiKey": "x", "sendAll": True}  # an options object, as Segment clients send
 

@@ -1,4 +1,4 @@
-"""The operator's rules (efd/rules/selection.py): times, filters, replay targets, JSON shapes."""
+"""The operator's rules (efd/operations/selection.py): times, filters, replays, JSON shapes."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 import pytest
 
 from efd.errors import ClientError
-from efd.rows import DeliveryRecord, DeliveryStatus
-from efd.rules import selection
+from efd.operations import selection
+from efd.records import DeliveryRecord, DeliveryStatus
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC).timestamp()
 

@@ -1,4 +1,4 @@
-"""efd.rules.routing.shape and its place in request parsing: each routed destination's filters
+"""efd.segment.routing.shape and its place in request parsing: each routed destination's filters
 applied to the webhook body at routing time, the same in the daemon and in a parser process
 (pure)."""
 
@@ -10,10 +10,10 @@ import pickle
 from datetime import UTC, datetime
 from typing import Any
 
-from efd.rules.filters import Condition, Filter, FilterSet
-from efd.rules.payload import ChildParser, WriteKeys, from_child, parse_request
-from efd.rules.routing import shape
-from efd.rules.webhooks import encode
+from efd.languages.filters import Condition, Filter, FilterSet
+from efd.segment.payload import ChildParser, WriteKeys, from_child, parse_request
+from efd.segment.routing import shape
+from efd.segment.webhooks import encode
 
 BODY: dict[str, Any] = {
     "version": 1,

@@ -14,7 +14,7 @@ import efd
 from efd import cli, config
 from efd.http import server
 from efd.http.openapi import document
-from efd.rules import webhooks
+from efd.segment import webhooks
 
 ROOT = Path(__file__).resolve().parents[2]
 

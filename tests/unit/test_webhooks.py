@@ -1,4 +1,4 @@
-"""efd.rules.webhooks: outbound bodies (spec 2.2), headers (4.1) and signatures (5.1). Pure."""
+"""efd.segment.webhooks: outbound bodies (spec 2.2), headers (4.1) and signatures (5.1). Pure."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from efd.rules import jsonjs
-from efd.rules.messages import Message, normalise
-from efd.rules.webhooks import (
+from efd import jsonjs
+from efd.segment.messages import Message, normalise
+from efd.segment.webhooks import (
     RESERVED_HEADERS,
     SIGNATURE_HEADER,
     Route,

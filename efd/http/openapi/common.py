@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from efd.rules import selection
+from efd.operations import selection
 
 JSON = "application/json"
 ISO = {"type": "string", "format": "date-time", "description": "ISO 8601 UTC"}

@@ -32,7 +32,7 @@ from efd.http.openapi.schemas import (
     STATUS,
     schema_name,
 )
-from efd.rules import selection
+from efd.operations import selection
 
 _SINGLE = {
     "identify": "i",

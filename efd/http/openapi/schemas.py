@@ -16,12 +16,12 @@ from efd.http.openapi.common import (
     or_null,
     ref,
 )
-from efd.rows import DeliveryStatus
-from efd.rules.messages import MAX_BATCH_MESSAGES, MAX_MESSAGE_ID_CHARS
+from efd.records import DeliveryStatus
+from efd.segment.messages import MAX_BATCH_MESSAGES, MAX_MESSAGE_ID_CHARS
 
 # -- messages ----------------------------------------------------------------------------------
 
-# The forms efd reads (efd/rules/messages.py): RFC 3339 here; a space for T, an offset without its
+# The forms efd reads (efd/segment/messages.py): RFC 3339 here; a space for T, an offset without its
 # colon, or none (UTC) too.
 _TIMESTAMP = {
     "type": ["string", "null"],

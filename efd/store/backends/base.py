@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from sqlalchemy import Column, ColumnElement, Connection, Engine, ScalarSelect, Table
 from sqlalchemy.exc import DBAPIError
 
-from efd.rows import AttemptRow, Outcome
+from efd.records import AttemptRow, Outcome
 from efd.store.statements import hooks_json
 
 NOTIFY_CHANNEL = "efd_deliveries"

@@ -35,7 +35,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 
 from efd.errors import StoreUnavailable
-from efd.rows import AttemptRow, Outcome
+from efd.records import AttemptRow, Outcome
 from efd.store.backends.base import (
     ATTEMPT_COLUMNS,
     DELIVERY_COLUMNS,

@@ -45,7 +45,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from efd.rows import AttemptRow, DeliveryStatus, Outcome
+from efd.records import AttemptRow, DeliveryStatus, Outcome
 from efd.store.backends.base import (
     ATTEMPT_COLUMNS,
     DELIVERY_COLUMNS,

@@ -1,13 +1,13 @@
 """What a delivery round's results become in the store: the delivery's new state and one
-attempt row per request. Pure shaping; efd/rules/retry.py decides, the dispatcher records."""
+attempt row per request. Pure shaping; efd/delivery/retry.py decides, the dispatcher records."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence, Set
 
-from efd.rows import AttemptRow, Claimed, DeliveryStatus, Outcome
-from efd.rules.retry import AttemptResult, Decision
-from efd.rules.webhooks import Route, redact_url
+from efd.delivery.retry import AttemptResult, Decision
+from efd.records import AttemptRow, Claimed, DeliveryStatus, Outcome
+from efd.segment.webhooks import Route, redact_url
 
 
 def outcome_of(

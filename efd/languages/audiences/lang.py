@@ -1,5 +1,5 @@
 """Parser for efd's subset of Segment's audience query language; its tree is
-efd/rules/audiences/tree.py's, its tokenizer efd/rules/audiences/lex.py's.
+efd/languages/audiences/tree.py's, its tokenizer efd/languages/audiences/lex.py's.
 
 The reference is docs/audience-language.md. Text is parsed into an immutable AST; nothing in the
 text is ever executed. `parse_condition` and `parse_expression` also check the result type:
@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Final, NoReturn
 from typing import Literal as Lit
 
-from efd.rules.audiences.lex import Token, tokenize
-from efd.rules.audiences.tree import (
+from efd.languages.audiences.lex import Token, tokenize
+from efd.languages.audiences.tree import (
     BOOL_TYPES,
     VALUE_TYPES,
     Aggregate,

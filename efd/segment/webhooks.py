@@ -15,8 +15,8 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import unquote, unquote_plus, urlsplit, urlunsplit
 
-from efd.rules import jsonjs
-from efd.rules.messages import Message, format_timestamp
+from efd import jsonjs
+from efd.segment.messages import Message, format_timestamp
 
 SIGNATURE_HEADER = "X-Signature"
 # Standard Webhooks (standardwebhooks.com): id, time and signature of each attempt.
@@ -30,7 +30,7 @@ WHSEC_PREFIX = "whsec_"
 class ClientCert:
     """A hook's client certificate (mTLS): the PEM files efd presents, and a digest of their
     content when the configuration was loaded. A reload after the files were renewed makes
-    another ClientCert, so the sender loads them again (efd/tls.py)."""
+    another ClientCert, so the sender loads them again (efd/delivery/tls.py)."""
 
     cert: str
     key: str | None  # None: the private key is in the certificate's file

@@ -19,11 +19,12 @@ from datetime import UTC, datetime
 from operator import attrgetter
 from typing import Any, Generic, Protocol, TypeVar
 
+from efd import jsonjs
 from efd.errors import ClientError
-from efd.rows import NewMessage
-from efd.rules import jsonjs, routing, webhooks
-from efd.rules.filters import FilterSet
-from efd.rules.messages import (
+from efd.languages.filters import FilterSet
+from efd.records import NewMessage
+from efd.segment import routing, webhooks
+from efd.segment.messages import (
     MAX_MESSAGE_BYTES,
     MAX_REQUEST_BYTES,
     Message,

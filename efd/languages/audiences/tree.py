@@ -1,6 +1,6 @@
 """The audience language's tree (pure): the nodes a condition or an expression is parsed
 into, and what a computation needs of the stored data (`requirements`). The tokenizer is
-efd/rules/audiences/lex.py's, the parser efd/rules/audiences/lang.py's."""
+efd/languages/audiences/lex.py's, the parser efd/languages/audiences/lang.py's."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from typing import Final, TypeAlias
 from typing import Literal as Lit
 
-from efd.rules.syntax import Literal as Literal
-from efd.rules.syntax import Node as _Node
-from efd.rules.syntax import Scalar as Scalar
-from efd.rules.syntax import SourceError
+from efd.languages.syntax import Literal as Literal
+from efd.languages.syntax import Node as _Node
+from efd.languages.syntax import Scalar as Scalar
+from efd.languages.syntax import SourceError
 
 
 class ParseError(SourceError):
@@ -19,7 +19,7 @@ class ParseError(SourceError):
 
 
 # ---------------------------------------------------------------------------------------------
-# The tree: its nodes build on efd/rules/syntax.py's (a position left out of equality).
+# The tree: its nodes build on efd/languages/syntax.py's (a position left out of equality).
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias
 
-from efd.rules.filters.evaluate import compile_condition
-from efd.rules.filters.fql import FqlError, Node, parse
+from efd.languages.filters.evaluate import compile_condition
+from efd.languages.filters.fql import FqlError, Node, parse
 
 __all__ = [
     "ACTIONS",

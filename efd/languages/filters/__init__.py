@@ -5,7 +5,7 @@
 message. All of it is pure. The reference is docs/filters.md.
 """
 
-from efd.rules.filters.actions import (
+from efd.languages.filters.actions import (
     ACTIONS,
     FIELD_OBJECTS,
     Action,
@@ -17,8 +17,8 @@ from efd.rules.filters.actions import (
     parse_field_path,
     sample_point,
 )
-from efd.rules.filters.evaluate import compile_condition, compile_node, evaluate
-from efd.rules.filters.fql import FqlError, Node, parse, to_fql
+from efd.languages.filters.evaluate import compile_condition, compile_node, evaluate
+from efd.languages.filters.fql import FqlError, Node, parse, to_fql
 
 __all__ = [
     "ACTIONS",

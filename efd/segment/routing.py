@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from efd.rules import webhooks
-from efd.rules.filters import Filtered, FilterSet
+from efd.languages.filters import Filtered, FilterSet
+from efd.segment import webhooks
 
 # The key a webhook destination answers to in the integrations map, as published.
 WEBHOOKS_KEY = "Webhooks"
@@ -34,7 +34,7 @@ def route(destinations: Sequence[str], integrations: Mapping[str, Any]) -> list[
 
 
 # (destination, its own body, None) or (destination, None, why it was filtered): see
-# efd.rows.NewMessage.shaped.
+# efd.records.NewMessage.shaped.
 Shaped = tuple[str, str | None, str | None]
 
 

@@ -17,7 +17,7 @@ class DeliveryStatus(StrEnum):
 
     PENDING = "pending"
     # Waits behind the head of its lane (an ordered destination): never claimed until the
-    # head has an outcome and it becomes the head, pending and due (efd/rules/lanes.py).
+    # head has an outcome and it becomes the head, pending and due (efd/delivery/lanes.py).
     QUEUED = "queued"
     DELIVERED = "delivered"
     FAILED = "failed"  # every hook failed for good
@@ -61,7 +61,7 @@ class NewMessage:
     body: str
     destinations: tuple[str, ...]
     original_timestamp: float | None = None  # the client's, when `timestamp` corrects it
-    # Deliveries a destination's filters shaped (efd.rules.routing.shape), beside the plain
+    # Deliveries a destination's filters shaped (efd.segment.routing.shape), beside the plain
     # ones in `destinations`: (destination, its own body, None) when a field filter changed
     # the body, (destination, None, why) when a drop or sample filter stopped the message.
     shaped: tuple[tuple[str, str | None, str | None], ...] = ()
@@ -79,7 +79,7 @@ class Claimed:
     failed_hooks: frozenset[str]
     message_id: str
     body: str | None  # None once a deletion request purged it
-    # The message's row: what its webhook-id is derived from (efd.rules.webhooks.webhook_id).
+    # The message's row: what its webhook-id is derived from (efd.segment.webhooks.webhook_id).
     message_pk: int
     source: str
     received_at: float

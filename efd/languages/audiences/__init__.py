@@ -1,6 +1,6 @@
 """Audiences and computed traits: the query language (lang) and its evaluator (evaluate)."""
 
-from efd.rules.audiences.evaluate import (
+from efd.languages.audiences.evaluate import (
     CompiledCondition,
     CompiledExpression,
     Event,
@@ -10,7 +10,7 @@ from efd.rules.audiences.evaluate import (
     evaluate_condition,
     evaluate_expression,
 )
-from efd.rules.audiences.lang import (
+from efd.languages.audiences.lang import (
     Condition,
     Expression,
     ParseError,

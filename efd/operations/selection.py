@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from efd.errors import ClientError
-from efd.rows import (
+from efd.records import (
     AttemptRecord,
     BlockedLanes,
     DeliveryQuery,
@@ -22,8 +22,8 @@ from efd.rows import (
     DeliveryStatus,
     MessageRecord,
 )
-from efd.rules.messages import format_timestamp
-from efd.rules.webhooks import redact_urls
+from efd.segment.messages import format_timestamp
+from efd.segment.webhooks import redact_urls
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from efd import jsonjs
 from efd.errors import ClientError
-from efd.rules import jsonjs
 
 MAX_MESSAGE_BYTES = 32 * 1024
 MAX_REQUEST_BYTES = 500 * 1024

@@ -1,6 +1,6 @@
 """FQL's tree (pure): the nodes a condition is parsed into and what the parser knows of
-their types without a message. The lexer, parser and printer are efd/rules/filters/fql.py's, the
-glob patterns of match() efd/rules/filters/glob.py's."""
+their types without a message. The lexer, parser and printer are efd/languages/filters/fql.py's, the
+glob patterns of match() efd/languages/filters/glob.py's."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from typing import Final, TypeAlias
 from typing import Literal as Lit
 
-from efd.rules.filters.glob import compile_glob as compile_glob
-from efd.rules.syntax import Literal as Literal
-from efd.rules.syntax import Node as _Node
-from efd.rules.syntax import Scalar as Scalar
-from efd.rules.syntax import SourceError
+from efd.languages.filters.glob import compile_glob as compile_glob
+from efd.languages.syntax import Literal as Literal
+from efd.languages.syntax import Node as _Node
+from efd.languages.syntax import Scalar as Scalar
+from efd.languages.syntax import SourceError
 
 
 class FqlError(SourceError):
@@ -20,7 +20,7 @@ class FqlError(SourceError):
 
 
 # ---------------------------------------------------------------------------------------------
-# The tree: its nodes build on efd/rules/syntax.py's (a position left out of equality).
+# The tree: its nodes build on efd/languages/syntax.py's (a position left out of equality).
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Lexer, parser and printer of FQL, Segment's Filter Query Language (pure: no I/O); the tree
-it parses into is efd/rules/filters/tree.py's.
+it parses into is efd/languages/filters/tree.py's.
 
 The reference is docs/filters.md. Text is parsed into an immutable tree; nothing in it is ever
 executed. The parser also checks what it can see without a message: a condition must be able
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Final, NoReturn
 from typing import Literal as Lit
 
-from efd.rules import jsonjs
-from efd.rules.filters.tree import (
+from efd import jsonjs
+from efd.languages.filters.tree import (
     FUNCTIONS,
     And,
     Call,

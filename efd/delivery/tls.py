@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import ssl
 
-from efd.rules.webhooks import ClientCert
+from efd.segment.webhooks import ClientCert
 
 
 class ClientCertError(ValueError):

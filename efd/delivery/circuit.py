@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from efd.rules.retry import AttemptResult, Verdict
+from efd.delivery.retry import AttemptResult, Verdict
 
 # Failures that say nothing about the receiver: efd's own sender process died, a bug, or
 # the hook's client certificate files no longer load.

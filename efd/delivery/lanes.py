@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from enum import StrEnum
 
-from efd.rows import NewMessage
+from efd.records import NewMessage
 
 
 class Ordering(StrEnum):

@@ -13,9 +13,9 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeAlias
 
-from efd.rules import jsonjs
-from efd.rules.filters.glob import Glob, compile_glob
-from efd.rules.filters.tree import (
+from efd import jsonjs
+from efd.languages.filters.glob import Glob, compile_glob
+from efd.languages.filters.tree import (
     And,
     Call,
     Compare,

@@ -1,6 +1,6 @@
 """What the two condition languages' trees share (pure): a node's place in the source text,
 the literal node, and the error that names where the text is wrong. FQL's tree is
-efd/rules/filters/tree.py, the audience language's efd/rules/audiences/tree.py."""
+efd/languages/filters/tree.py, the audience language's efd/languages/audiences/tree.py."""
 
 from __future__ import annotations
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
 
-from efd.rows import DeliveryStatus
-from efd.rules.webhooks import redact_url
+from efd.records import DeliveryStatus
+from efd.segment.webhooks import redact_url
 
 
 class Verdict(StrEnum):
@@ -167,24 +167,3 @@ def decide(
     if at is None:
         return Decision(DeliveryStatus.EXPIRED, None, frozenset(failed), last_error)
     return Decision(DeliveryStatus.PENDING, at, frozenset(failed), last_error)
-
-
-@dataclass
-class Backoff:
-    """The delays of a loop that retries something failing (a database, a child process):
-    `initial`, doubling up to `maximum`; `reset()` after a success."""
-
-    initial: float = 0.5
-    maximum: float = 10.0
-    _next: float = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self._next = self.initial
-
-    def next(self) -> float:
-        delay = self._next
-        self._next = min(self._next * 2, self.maximum)
-        return delay
-
-    def reset(self) -> None:
-        self._next = self.initial

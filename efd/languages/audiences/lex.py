@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Final
 from typing import Literal as Lit
 
-from efd.rules import jsonjs
-from efd.rules.audiences.tree import ParseError
+from efd import jsonjs
+from efd.languages.audiences.tree import ParseError
 
 # ---------------------------------------------------------------------------------------------
 # Tokenizer

@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import Any, Final, TypeAlias, TypeGuard
 
-from efd.rows import Event
-from efd.rules.audiences.tree import (
+from efd.languages.audiences.tree import (
     Aggregate,
     And,
     Compare,
@@ -33,6 +32,7 @@ from efd.rules.audiences.tree import (
     PropertyRef,
     TraitRef,
 )
+from efd.records import Event
 
 __all__ = [
     "CompiledCondition",

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from efd.rules import webhooks
-from efd.rules.messages import Message
+from efd.segment import webhooks
+from efd.segment.messages import Message
 
 ACCEPT = "2xx"
 REFUSE = "4xx"  # other than 408 and 429, which efd retries

@@ -1,1 +1,0 @@
-"""Pure rules: validation, routing, body shaping, signing, retry, filters (no I/O)."""
