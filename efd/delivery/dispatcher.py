@@ -216,8 +216,8 @@ class Dispatcher:
         return wait
 
     def _capacity(self, route: Route) -> int:
-        # Comparisons, not min() and max(): this runs several times a round, and on Python
-        # 3.11 such a call costs several times a comparison (it parses its arguments).
+        # Comparisons, not min() and max(): this runs several times a round, and a call
+        # parses its arguments.
         free = self._max_in_flight - self._in_flight
         by_url = self._in_flight_by_url
         for url, _ in route.hooks:
@@ -249,7 +249,7 @@ class Dispatcher:
                 continue  # its tokens are spent: _idle_wait knows when to look again
             # A rate-limited destination claims only what it starts at once: its tokens are
             # taken at the claim, so rounds held ready would leave later in a bunch.
-            ahead = 0 if buckets else self._ahead.size(route.name)  # claimed ahead: rules/ahead
+            ahead = 0 if buckets else self._ahead.size(route.name)  # claimed ahead: ahead.py
             # Slots an insert took (efd/delivery/handoff.py) are as good as ready; none is
             # offered again until this claim ended and _claim_round offers anew.
             handed = self.room.withdraw(route.name)

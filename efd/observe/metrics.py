@@ -1,8 +1,8 @@
 """Process metrics, exposed in Prometheus' text format by prometheus-client.
 
 Counting stays in plain dicts, read by a custom collector at scrape time: the library's own
-labelled counters cost about 2 µs an increment against 0.2 µs for a dict (timeit, 2026-11-24),
-and the delivery path counts several times per round. Counters live in memory, per
+labelled counters cost about ten times a dict's increment (docs/decisions.md, "Figures behind
+the code"), and the delivery path counts several times per round. Counters live in memory, per
 process; the child processes count nothing.
 """
 

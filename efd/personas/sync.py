@@ -181,7 +181,7 @@ def diff(computation: Computation, chunk: SyncChunk, now: float) -> list[Change]
 def identify_message(
     computation: Computation, profile_id: str, value: Any, now: float
 ) -> NewMessage:
-    """The identify a change is delivered as (spec 6): traits {key: value},
+    """The identify a change is delivered as (docs/audiences.md): traits {key: value},
     context.personas, routed only to the computation's destinations."""
     integrations: dict[str, Any] = {"All": False, **dict.fromkeys(computation.destinations, True)}
     message = Message(

@@ -1,4 +1,4 @@
-"""Which destinations a message goes to (pure: spec 4.3)."""
+"""Which destinations a message goes to, by its integrations map (docs/delivery.md#routing)."""
 
 from __future__ import annotations
 

@@ -88,7 +88,8 @@ RESERVED_HEADERS = frozenset(
 
 
 def body_for(message: Message) -> dict[str, Any]:
-    """The JSON body of spec 2.2 for one message, before serialisation."""
+    """The JSON body of the webhook for one message (docs/delivery.md#body), before
+    serialisation."""
     body: dict[str, Any] = {"version": 1, "type": message.type}
     fields = message.fields
     if message.type == "alias":

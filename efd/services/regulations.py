@@ -38,7 +38,7 @@ def delete_notifications(
     users: Sequence[str],
     now: float,
 ) -> list[NewMessage]:
-    """One delete message per user to the source's destinations (spec 6): exactly type,
+    """One delete message per user to the source's destinations (docs/deletion.md): exactly type,
     userId and timestamp, the time of the request, so a resumed regulation sends the same
     bodies under the same messageIds."""
     when = datetime.fromtimestamp(claim.created_at, UTC)

@@ -95,10 +95,9 @@ def make_engine(
         cursor.execute(f"PRAGMA synchronous={synchronous}")
         cursor.execute("PRAGMA busy_timeout=10000")
         cursor.execute("PRAGMA foreign_keys=ON")
-        # Checkpoint every 10,000 WAL pages (about 40 MB), not SQLite's 1,000. A checkpoint
-        # copies each page once however often it changed since the last one, and ingestion
-        # rewrites the same index pages many times over: 30k -> 35k events/s raw
-        # (bench/experiments/dedupe_index.py), about 10 % more end to end.
+        # Checkpoint ten times more rarely than SQLite's default. A checkpoint copies each
+        # page once however often it changed since the last one, and ingestion rewrites the
+        # same index pages many times over (docs/decisions.md, "Figures behind the code").
         cursor.execute("PRAGMA wal_autocheckpoint=10000")
         if writer and on_connect is not None:
             on_connect(dbapi_connection)

@@ -112,9 +112,9 @@ def json_columns(columns: Sequence[str]) -> str:
 
 def columns_json(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> dict[str, str]:
     """Rows as one JSON array per column. The driver dumps a Python list into an array
-    literal element by element in Python (4.5 µs a text element); the json module writes the
-    same values in C (0.1 µs). Numbers go as their JSON text and are cast back exactly
-    (floats by their shortest round-trip repr)."""
+    literal element by element in Python; the json module writes the same values in C, many
+    times faster (docs/decisions.md, "Figures behind the code"). Numbers go as their JSON
+    text and are cast back exactly (floats by their shortest round-trip repr)."""
     return {
         f"a_{c}": json.dumps([row[i] for row in rows], ensure_ascii=False, allow_nan=False)
         for i, c in enumerate(columns)

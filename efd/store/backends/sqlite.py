@@ -10,10 +10,9 @@ attached in-memory database), filled from the messages of the last 24 hours when
 connects. One process writes a SQLite file (efd holds a lock), so no other process needs
 it, and nothing is lost in a crash: the messages table is the truth, and the index is
 rebuilt from it. Message ids are random, so an on-disk index of them takes a write at a
-random page per message once it outgrows a commit: ingestion with a million messages stored
-ran at 78-80 % of the empty store's rate with it, at 104-107 % without (README, Benchmarks).
-In memory it costs about 20 MB per million messages received in 24 hours (0.9 s to fill at
-start).
+random page per message once it outgrows a commit, which slows ingestion as the table grows;
+in memory it costs a few tens of bytes per message of the last 24 hours and under a second
+to fill at start (docs/decisions.md, "Figures behind the code").
 """
 
 from __future__ import annotations
