@@ -38,17 +38,26 @@ class Framing(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Head:
-    """An answer's status line and headers, with what they mean for reading the body.
-    Header names are lower-cased, values stripped of surrounding blanks, in the order sent."""
+    """An answer's status line and headers, with what they mean for reading the body."""
 
     status: int
     reason: bytes
-    headers: tuple[tuple[bytes, bytes], ...]
     framing: Framing
     length: int  # the body's length when the framing is LENGTH, else 0
     keep_alive: bool  # the head lets the connection carry another request
     retry_after: str | None  # the Retry-After header as sent, if any
     minor: int  # HTTP/1.<minor>
+    block: bytes  # the head as received, without its ending blank line
+
+    @property
+    def headers(self) -> tuple[tuple[bytes, bytes], ...]:
+        """(name, value) in the order sent, names lower-cased, values stripped of blanks.
+        Worked out when asked: the client reads only what the head's fields say."""
+        pairs = []
+        for line in self.block.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            pairs.append((name.lower(), value.strip(_SPACE)))
+        return tuple(pairs)
 
     @property
     def interim(self) -> bool:
@@ -82,6 +91,8 @@ class Refused:
 
 
 Event = Head | Data | End | Refused
+
+_REUSABLE, _LAST = End(reusable=True), End(reusable=False)
 
 
 class _State(enum.Enum):
@@ -121,7 +132,7 @@ class ResponseReader:
         self._line_too_long = f"a chunk or trailer line longer than {_size(max_line)}"
         self._buffer = bytearray()
         self._state = _HEAD
-        self._head: Head | None = None
+        self._keep_alive = False  # the answer being read lets the connection carry another
         self._read = 0  # body bytes read of this answer
         self._remaining = 0  # of the body or the current chunk
         self._trailers: list[bytes] = []
@@ -139,11 +150,17 @@ class ResponseReader:
         if self._state is _CLOSED:
             self._refuse(events, "bytes after an answer that ends the connection")
             return events
-        self._buffer += data
+        if self._buffer:  # the rest of an earlier read, which these bytes continue
+            self._buffer += data
+            data = bytes(self._buffer)
+            self._buffer.clear()
         try:
-            self._advance(events)
+            read_to = self._advance(data, events)
         except ProtocolError as error:
             self._refuse(events, str(error))
+            return events
+        if read_to < len(data) and self._state is not _CLOSED:
+            self._buffer += memoryview(data)[read_to:]
         return events
 
     def feed_eof(self) -> list[Event]:
@@ -153,7 +170,7 @@ class ResponseReader:
             return [self._refusal]
         events: list[Event] = []
         if self._state is _UNTIL_CLOSE:
-            self._end(events, reusable=False)
+            self._end(events, False)
         elif not self.idle and self._state is not _CLOSED:
             self._refuse(events, "the connection closed in the middle of the answer")
         return events
@@ -164,96 +181,100 @@ class ResponseReader:
         self._buffer.clear()
         events.append(self._refusal)
 
-    def _advance(self, events: list[Event]) -> None:
-        buffer = self._buffer
+    def _advance(self, data: bytes, events: list[Event]) -> int:
+        """Read `data` from its start, appending to `events`; where the reading stopped
+        (what follows waits for more bytes, or for the next answer)."""
+        pos = 0
+        size = len(data)
         while True:
             state = self._state
             if state is _HEAD:
-                end = buffer.find(b"\r\n\r\n")
+                end = data.find(b"\r\n\r\n", pos)
                 if end < 0:
                     # Its last three bytes may begin the blank line.
-                    if len(buffer) - 3 > self._max_head:
+                    if size - pos - 3 > self._max_head:
                         raise ProtocolError(self._head_too_large)
-                    return
-                if end > self._max_head:
+                    return pos
+                if end - pos > self._max_head:
                     raise ProtocolError(self._head_too_large)
-                head = parse_head(bytes(buffer[:end]))
-                del buffer[: end + 4]
+                head = parse_head(data[pos:end])
+                pos = end + 4
                 events.append(head)
-                if self._start(head, events):
-                    return  # an answer without a body, over
+                if self._start(head, events, pos < size):
+                    return pos  # an answer without a body, over
             elif state is _BODY or state is _CHUNK_DATA:
-                if not buffer:
-                    return
-                take = len(buffer)
+                if pos == size:
+                    return pos
+                take = size - pos
                 if take > self._remaining:
                     take = self._remaining
                 room = self._limit - self._read
                 if take > room:
                     take = room
                 if take:
-                    events.append(Data(bytes(buffer[:take])))
-                    del buffer[:take]
+                    events.append(Data(data[pos : pos + take]))
+                    pos += take
                 self._read += take
                 self._remaining -= take
                 if state is _BODY and not self._remaining:
-                    self._end(events, reusable=self._head_keeps_alive())
-                    return
+                    self._end(events, self._keep_alive and pos == size)
+                    return pos
                 if self._read >= self._limit:
-                    self._end(events, reusable=False, cut=True)
-                    return
+                    self._end(events, False, True)
+                    return pos
                 if self._remaining:
-                    return
+                    return pos
                 self._state = _CHUNK_END
             elif state is _CHUNK_LINE or state is _TRAILERS:
-                end = buffer.find(b"\r\n")
+                end = data.find(b"\r\n", pos)
                 if end < 0:
-                    if len(buffer) - 1 > self._max_line:
+                    if size - pos - 1 > self._max_line:
                         raise ProtocolError(self._line_too_long)
-                    return
-                if end > self._max_line:
+                    return pos
+                if end - pos > self._max_line:
                     raise ProtocolError(self._line_too_long)
-                line = bytes(buffer[:end])
-                del buffer[: end + 2]
+                line = data[pos:end]
+                pos = end + 2
                 if state is _CHUNK_LINE:
                     self._remaining = chunk_size(line)
                     self._state = _CHUNK_DATA if self._remaining else _TRAILERS
                 elif not line:
-                    self._end(events, reusable=self._head_keeps_alive())
-                    return
+                    self._end(events, self._keep_alive and pos == size)
+                    return pos
                 else:
                     self._trailers.append(line)
                     self._read += len(line)
                     if self._read >= self._limit:
-                        self._end(events, reusable=False, cut=True)
-                        return
+                        self._end(events, False, True)
+                        return pos
             elif state is _CHUNK_END:
-                if len(buffer) < 2:
-                    return
-                if buffer[:2] != b"\r\n":
+                if size - pos < 2:
+                    return pos
+                if data[pos : pos + 2] != b"\r\n":
                     raise ProtocolError("a chunk not followed by CRLF")
-                del buffer[:2]
+                pos += 2
                 self._state = _CHUNK_LINE
             elif state is _UNTIL_CLOSE:
-                if buffer:
-                    take = min(len(buffer), self._limit - self._read)
-                    events.append(Data(bytes(buffer[:take])))
-                    del buffer[:take]
+                if pos < size:
+                    take = min(size - pos, self._limit - self._read)
+                    events.append(Data(data[pos : pos + take]))
+                    pos += take
                     self._read += take
                     if self._read >= self._limit:
-                        self._end(events, reusable=False, cut=True)
-                return
-            else:  # refused: feed does not call here
-                return
+                        self._end(events, False, True)
+                return pos
+            else:  # refused or closed: feed does not call here
+                return pos
 
-    def _start(self, head: Head, events: list[Event]) -> bool:
-        """Begin reading the body `head` announces; True when the answer is over already."""
+    def _start(self, head: Head, events: list[Event], more: bool) -> bool:
+        """Begin reading the body `head` announces; True when the answer is over already
+        (`more`: bytes follow the head in this read)."""
         framing = head.framing
         if head.status < 200:
             if head.status == 101:  # efd never asks to switch protocols
                 raise ProtocolError("101 Switching Protocols without an Upgrade")
             return False  # an interim answer (100 Continue, 103 Early Hints): skipped
-        self._head = head
+        self._keep_alive = head.keep_alive
         if framing is Framing.LENGTH:
             if head.length:
                 self._remaining = head.length
@@ -265,20 +286,21 @@ class ResponseReader:
         elif framing is Framing.UNTIL_CLOSE:
             self._state = _UNTIL_CLOSE
             return False
-        self._end(events, reusable=head.keep_alive)
+        self._end(events, head.keep_alive and not more)
         return True
 
-    def _head_keeps_alive(self) -> bool:
-        return self._head is not None and self._head.keep_alive
-
-    def _end(self, events: list[Event], *, reusable: bool, cut: bool = False) -> None:
+    def _end(self, events: list[Event], reusable: bool, cut: bool = False) -> None:
+        """The answer is over; `reusable`: the head allowed another request and no byte
+        followed the answer in its read (a server that sends more does not frame as efd
+        reads)."""
         trailers = tuple(self._trailers) if self._trailers else ()
-        # Bytes beyond the answer: the server does not frame as efd reads.
-        reusable = reusable and not self._buffer
-        events.append(End(reusable, cut, trailers))
+        reusable = reusable and not cut
+        if cut or trailers:
+            events.append(End(reusable, cut, trailers))
+        else:  # the usual ends, made once: an End is immutable
+            events.append(_REUSABLE if reusable else _LAST)
         self._state = _HEAD if reusable else _CLOSED
-        self._buffer.clear()
-        self._head = None
+        self._keep_alive = False
         self._read = 0
         self._remaining = 0
         if self._trailers:
@@ -295,35 +317,47 @@ _NO_BODY = frozenset({204, 304})
 _SPACE = b" \t"
 
 
+# A line's value: anything up to the next CRLF (a bare CR or LF is the value's).
+_VALUE = rb"([^\r]*(?:\r(?!\n)[^\r]*)*)"
+# Header lines, each with a colon and a name without blanks (no folded line).
+_FIELDS = re.compile(rb"(?:\r\n[^:\r\n \t]+:[^\r]*(?:\r(?!\n)[^\r]*)*)*")
+# On the head lower-cased, the headers that say where the answer ends or when to retry; a
+# name is a line's start up to its colon.
+_FRAMING_FIELDS = re.compile(
+    rb"\r\n(content-length|transfer-encoding|connection|retry-after):" + _VALUE
+)
+
+
 def parse_head(block: bytes) -> Head:
     """The head of an answer, `block` without its ending blank line. 1xx heads parse too."""
-    lines = block.split(b"\r\n")
-    match = _STATUS_LINE.fullmatch(lines[0])
+    eol = block.find(b"\r\n")
+    if eol < 0:
+        eol = len(block)
+    match = _STATUS_LINE.fullmatch(block, 0, eol)
     if match is None:
-        raise ProtocolError(f"malformed status line {lines[0]!r}")
+        raise ProtocolError(f"malformed status line {block[:eol]!r}")
+    if _FIELDS.fullmatch(block, eol) is None:
+        for line in block[eol + 2 :].split(b"\r\n"):
+            if _FIELDS.fullmatch(b"\r\n" + line) is None:
+                raise ProtocolError(f"malformed header line {line!r}")
     status = int(match.group(2))
     minor = 1 if match.group(1) == b"1" else 0
     retry_after: str | None = None
-    headers: list[tuple[bytes, bytes]] = []
     lengths: list[bytes] = []
     transfer: list[bytes] = []
     connection: list[bytes] = []
-    for line in lines[1:]:
-        name, colon, value = line.partition(b":")
-        # No space inside or around a name, no folded line.
-        if not colon or not name or b" " in name or b"\t" in name:
-            raise ProtocolError(f"malformed header line {line!r}")
-        lower = name.lower()
-        value = value.strip(_SPACE)
-        headers.append((lower, value))
-        if lower == b"content-length":
+    # Found by one search in C rather than line by line: the lower-cased copy has the
+    # original's offsets, where Retry-After's value is read as sent.
+    for found in _FRAMING_FIELDS.finditer(block.lower()):
+        name, value = found.group(1, 2)
+        if name == b"content-length":
             lengths += [part.strip(_SPACE) for part in value.split(b",")]
-        elif lower == b"transfer-encoding":
-            transfer += [part.strip(_SPACE).lower() for part in value.split(b",")]
-        elif lower == b"connection":
-            connection += [part.strip(_SPACE).lower() for part in value.split(b",")]
-        elif lower == b"retry-after":
-            retry_after = value.decode("latin-1")
+        elif name == b"transfer-encoding":
+            transfer += [part.strip(_SPACE) for part in value.split(b",")]
+        elif name == b"connection":
+            connection += [part.strip(_SPACE) for part in value.split(b",")]
+        else:
+            retry_after = block[found.start(2) : found.end(2)].strip(_SPACE).decode("latin-1")
     keep_alive = b"close" not in connection if minor else b"keep-alive" in connection
     framing = Framing.UNTIL_CLOSE
     length = 0
@@ -347,12 +381,12 @@ def parse_head(block: bytes) -> Head:
     return Head(
         status,
         match.group(3) or b"",
-        tuple(headers),
         framing,
         length,
         keep_alive,
         retry_after,
         minor,
+        block,
     )
 
 
