@@ -155,7 +155,12 @@ class ResponseReader:
             data = bytes(self._buffer)
             self._buffer.clear()
         try:
-            read_to = self._advance(data, events)
+            if self._state is _HEAD:
+                read_to = self._answer(data, events)
+                if read_to < 0:
+                    return events
+            else:
+                read_to = self._advance(data, events, 0)
         except ProtocolError as error:
             self._refuse(events, str(error))
             return events
@@ -181,10 +186,33 @@ class ResponseReader:
         self._buffer.clear()
         events.append(self._refusal)
 
-    def _advance(self, data: bytes, events: list[Event]) -> int:
-        """Read `data` from its start, appending to `events`; where the reading stopped
-        (what follows waits for more bytes, or for the next answer)."""
-        pos = 0
+    def _answer(self, data: bytes, events: list[Event]) -> int:
+        """Read `data`, which starts an answer, as _advance does; -1 when it held a whole
+        answer by Content-Length and nothing more, read at once: the usual webhook answer,
+        which needs none of the state machine's steps."""
+        end = data.find(b"\r\n\r\n")
+        if end < 0 or end > self._max_head:
+            return self._advance(data, events, 0)  # refused there, or waiting for more
+        head = parse_head(data[:end])
+        pos = end + 4
+        length = head.length
+        if (
+            head.framing is Framing.LENGTH
+            and len(data) - pos == length
+            and 0 < length <= self._limit
+        ):
+            if not head.keep_alive:
+                self._state = _CLOSED
+            events += (head, Data(data[pos:]), _REUSABLE if head.keep_alive else _LAST)
+            return -1
+        events.append(head)
+        if self._start(head, events, pos < len(data)):
+            return pos
+        return self._advance(data, events, pos)
+
+    def _advance(self, data: bytes, events: list[Event], pos: int) -> int:
+        """Read `data` from `pos`, appending to `events`; where the reading stopped (what
+        follows waits for more bytes, or for the next answer)."""
         size = len(data)
         while True:
             state = self._state

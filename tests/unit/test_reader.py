@@ -241,8 +241,10 @@ def test_a_close_between_answers_is_no_event_and_within_one_a_refusal() -> None:
 # -- the read limit ------------------------------------------------------------------------
 
 
-def test_a_body_over_the_limit_is_cut_there_and_ends_the_connection() -> None:
-    events = read(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + b"x" * 100, limit=10)
+@pytest.mark.parametrize("length", [11, 100])
+def test_a_body_over_the_limit_is_cut_there_and_ends_the_connection(length: int) -> None:
+    wire = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % length + b"x" * length
+    events = read(wire, limit=10)
     assert kinds(events) == ["Head", "Data", "End"]
     assert body(events) == b"x" * 10
     assert the_end(events) == End(reusable=False, cut=True)
