@@ -120,9 +120,10 @@ _CLOSED, _REFUSED = _State.CLOSED, _State.REFUSED
 
 class ResponseReader:
     """Reads the answers of one connection, one after the other. `feed` returns the events
-    the bytes complete, ending with the answer's `End` (bytes after it wait for the next
-    call) or a `Refused`; `feed_eof` says the server closed the connection. `limit`: body
-    bytes read at most (trailer lines count), after which the answer ends `cut`."""
+    the bytes complete: an answer's head, its body's pieces and its `End`, or a `Refused`,
+    after which nothing more is read (nor after an `End` that is not `reusable`); `feed_eof`
+    says the server closed the connection. `limit`: body bytes read at most (trailer lines
+    count), after which the answer ends `cut`."""
 
     def __init__(self, limit: int, max_head: int = MAX_HEAD, max_line: int = MAX_LINE) -> None:
         self._limit = limit
