@@ -10,7 +10,7 @@ from efd.languages.audiences.evaluate import (
     evaluate_condition,
     evaluate_expression,
 )
-from efd.languages.audiences.lang import (
+from efd.languages.audiences.parser import (
     Condition,
     Expression,
     ParseError,
