@@ -1,4 +1,5 @@
-"""Audiences and computed traits: the query language (lang) and its evaluator (evaluate)."""
+"""Audiences and computed traits: the query language (`parser`, on `lexer`'s tokens, with
+`printer` to print a tree back) and its evaluator (`evaluate`)."""
 
 from efd.languages.audiences.evaluate import (
     CompiledCondition,
@@ -18,6 +19,7 @@ from efd.languages.audiences.parser import (
     parse_condition,
     parse_expression,
 )
+from efd.languages.audiences.printer import to_text
 
 __all__ = [
     "CompiledCondition",
@@ -34,4 +36,5 @@ __all__ = [
     "evaluate_expression",
     "parse_condition",
     "parse_expression",
+    "to_text",
 ]
