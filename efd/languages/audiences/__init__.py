@@ -11,15 +11,9 @@ from efd.languages.audiences.evaluate import (
     evaluate_condition,
     evaluate_expression,
 )
-from efd.languages.audiences.parser import (
-    Condition,
-    Expression,
-    ParseError,
-    Requirements,
-    parse_condition,
-    parse_expression,
-)
+from efd.languages.audiences.parser import parse_condition, parse_expression
 from efd.languages.audiences.printer import to_text
+from efd.languages.audiences.tree import Condition, Expression, ParseError, Requirements
 
 __all__ = [
     "CompiledCondition",

@@ -30,44 +30,17 @@ from efd.languages.audiences.tree import (
     Match,
     MatchOp,
     Node,
-    Not,
-    Or,
     ParseError,
     Presence,
     PropertyRef,
-    Requirements,
     Scalar,
     TraitRef,
     ValueNode,
     Window,
-    requirements,
 )
 from efd.languages.toolkit import Token
 
-__all__ = [
-    "Aggregate",
-    "And",
-    "BoolNode",
-    "Compare",
-    "Condition",
-    "EventQuery",
-    "Expression",
-    "Literal",
-    "Match",
-    "Node",
-    "Not",
-    "Or",
-    "ParseError",
-    "Presence",
-    "PropertyRef",
-    "Requirements",
-    "TraitRef",
-    "ValueNode",
-    "Window",
-    "parse_condition",
-    "parse_expression",
-    "requirements",
-]
+__all__ = ["parse_condition", "parse_expression"]
 
 # ---------------------------------------------------------------------------------------------
 # Parser: recursive descent on the toolkit's and/or/not loops. Precedence, loosest first: or,
