@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from importlib import resources
@@ -21,6 +23,7 @@ from aiohttp import web
 from efd.daemon import Daemon
 from tests.conftest import Receiver, eventually, post, settings_dict
 from tests.integration.test_browser import Browser, browser  # noqa: F401  (the fixture)
+from tests.jsclients import JS, need
 
 TOKEN = "console-secret-0123456789"
 FILES = resources.files("efd.http").joinpath("console")
@@ -165,6 +168,24 @@ async def test_console_loads_its_modules_with_no_error_or_policy_violation(
         assert console.errors == []
     finally:
         await console.close()
+
+
+def test_console_stream_parser_under_node() -> None:
+    """The stream parser is a module without DOM: Node's test runner runs its tests."""
+    path = shutil.which("node")
+    need(path is not None, "no node on PATH", "EFD_REQUIRE_NODE")
+    assert path is not None
+    done = subprocess.run(
+        [path, "--test", "console-eventstream.test.mjs"],
+        cwd=JS,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "# fail 0" in done.stdout
+    assert "# pass 0" not in done.stdout
 
 
 async def test_console_feed_attempts_health_redrive_and_search(
