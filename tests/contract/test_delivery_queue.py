@@ -18,7 +18,7 @@ from sqlalchemy import select
 from efd.delivery.dispatcher import Deliveries
 from efd.delivery.handoff import Grant, Room
 from efd.delivery.lanes import Lanes
-from efd.records import AttemptRow, Claimed, DeliveryStatus, Outcome
+from efd.records import AttemptRow, Claimed, ClaimRequest, DeliveryStatus, Outcome
 from efd.store import Steps, Store, migrate
 from efd.store.ingestion import Handoff
 from efd.store.runner import AsyncDeliveries, AsyncStore
@@ -129,13 +129,15 @@ async def claim(
 ) -> list[Claimed]:
     until = now + LEASE if lease_until is None else lease_until
     return await q.deliveries.claim(
-        "d",
-        limit,
-        owner=owner,
-        now=now,
-        lease_until=until,
-        due_by=due_by,
-        lapsed_before=lapsed_before,
+        ClaimRequest(
+            "d",
+            limit,
+            owner=owner,
+            now=now,
+            lease_until=until,
+            due_by=due_by,
+            lapsed_before=lapsed_before,
+        )
     )
 
 
@@ -389,7 +391,9 @@ async def test_next_due_is_the_earliest_pending_time_of_the_destination(queue: Q
 
 
 async def claim_o(q: Queue, now: float = T) -> list[Claimed]:
-    return await q.deliveries.claim("o", 10, owner="A", now=now, lease_until=now + LEASE)
+    return await q.deliveries.claim(
+        ClaimRequest("o", 10, owner="A", now=now, lease_until=now + LEASE)
+    )
 
 
 async def test_only_the_head_of_each_lane_is_claimed(queue: Queue) -> None:

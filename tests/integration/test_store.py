@@ -23,7 +23,7 @@ from psycopg import sql as psql
 from sqlalchemy import create_engine, event, inspect, text
 
 from efd.errors import StoreUnavailable
-from efd.records import AttemptRow, DeliveryQuery, DeliveryStatus, NewMessage, Outcome
+from efd.records import AttemptRow, ClaimRequest, DeliveryQuery, DeliveryStatus, NewMessage, Outcome
 from efd.store import Store, migrate
 from efd.store.backends import sqlite as sqlite_backend
 from efd.store.dedupe import message_key
@@ -69,15 +69,17 @@ def test_dedupe_within_24_hours_per_source(store, db_url):
 def test_claim_leases_and_hides_rows_until_the_lease_lapses(store):
     now = time.time()
     store.ingestion.insert_messages([message(f"m{i}") for i in range(5)], now)
-    first = store.queue.claim("d", 3, owner="A", now=now, lease_until=now + 60)
+    first = store.queue.claim(ClaimRequest("d", 3, owner="A", now=now, lease_until=now + 60))
     assert len(first) == 3
     assert all(c.lease_token == 1 for c in first)
-    second = store.queue.claim("d", 10, owner="B", now=now, lease_until=now + 60)
+    second = store.queue.claim(ClaimRequest("d", 10, owner="B", now=now, lease_until=now + 60))
     assert len(second) == 2
     assert not {c.delivery_id for c in first} & {c.delivery_id for c in second}
-    assert store.queue.claim("d", 10, owner="C", now=now + 1, lease_until=now + 61) == []
+    assert (
+        store.queue.claim(ClaimRequest("d", 10, owner="C", now=now + 1, lease_until=now + 61)) == []
+    )
     # The lease lapses: the rows are due again, and the token moves on.
-    again = store.queue.claim("d", 10, owner="C", now=now + 61, lease_until=now + 121)
+    again = store.queue.claim(ClaimRequest("d", 10, owner="C", now=now + 61, lease_until=now + 121))
     assert len(again) == 5
     assert all(c.lease_token == 2 for c in again)
 
@@ -87,16 +89,16 @@ def test_a_claim_past_now_never_takes_a_row_under_a_live_lease(store):
     # daemon holds must stay its own, or both send it at once.
     now = time.time()
     store.ingestion.insert_messages([message("held")], now)
-    [held] = store.queue.claim("d", 1, owner="A", now=now, lease_until=now + 60)
+    [held] = store.queue.claim(ClaimRequest("d", 1, owner="A", now=now, lease_until=now + 60))
     store.ingestion.insert_messages([message("later")], now + 5)  # due at now + 5
     probe = store.queue.claim(
-        "d", 10, owner="B", now=now + 1, lease_until=now + 100, due_by=math.inf
+        ClaimRequest("d", 10, owner="B", now=now + 1, lease_until=now + 100, due_by=math.inf)
     )
     assert [c.message_id for c in probe] == ["later"]
     assert held.message_id == "held"
     # Once A's lease lapses, the row is anyone's again.
     again = store.queue.claim(
-        "d", 10, owner="C", now=now + 61, lease_until=now + 121, due_by=math.inf
+        ClaimRequest("d", 10, owner="C", now=now + 61, lease_until=now + 121, due_by=math.inf)
     )
     assert [c.message_id for c in again] == ["held"]
 
@@ -104,8 +106,8 @@ def test_a_claim_past_now_never_takes_a_row_under_a_live_lease(store):
 def test_fencing_token_rejects_a_stale_outcome(store, db_url):
     now = time.time()
     store.ingestion.insert_messages([message("m")], now)
-    [stale] = store.queue.claim("d", 1, owner="A", now=now, lease_until=now + 1)
-    [fresh] = store.queue.claim("d", 1, owner="B", now=now + 2, lease_until=now + 62)
+    [stale] = store.queue.claim(ClaimRequest("d", 1, owner="A", now=now, lease_until=now + 1))
+    [fresh] = store.queue.claim(ClaimRequest("d", 1, owner="B", now=now + 2, lease_until=now + 62))
 
     def outcome(claim, status):  # type: ignore[no-untyped-def]
         return Outcome(
@@ -131,9 +133,9 @@ def test_fencing_token_rejects_a_stale_outcome(store, db_url):
 def test_a_batch_of_outcomes_writes_each_row_and_skips_only_the_stale(store, db_url):
     now = time.time()
     store.ingestion.insert_messages([message(f"m{i}") for i in range(6)], now)
-    claimed = store.queue.claim("d", 6, owner="A", now=now, lease_until=now + 1)
+    claimed = store.queue.claim(ClaimRequest("d", 6, owner="A", now=now, lease_until=now + 1))
     # Two leases lapse and another process takes them over: A's outcomes for them are stale.
-    taken = store.queue.claim("d", 2, owner="B", now=now + 2, lease_until=now + 62)
+    taken = store.queue.claim(ClaimRequest("d", 2, owner="B", now=now + 2, lease_until=now + 62))
     stale_ids = {c.delivery_id for c in taken}
     fields = {
         DeliveryStatus.DELIVERED: (1, None, now + 1, frozenset(), None),
@@ -198,7 +200,7 @@ def test_a_batch_of_outcomes_writes_each_row_and_skips_only_the_stale(store, db_
 def test_a_batch_of_attempts_keeps_every_column(store, db_url):
     now = time.time()
     store.ingestion.insert_messages([message(f"m{i}") for i in range(3)], now)
-    claimed = store.queue.claim("d", 3, owner="A", now=now, lease_until=now + 60)
+    claimed = store.queue.claim(ClaimRequest("d", 3, owner="A", now=now, lease_until=now + 60))
     rows = [
         AttemptRow(claimed[0].delivery_id, "http://a/h", now, 1.5, "success", 200, None, None, ""),
         AttemptRow(
@@ -228,7 +230,9 @@ def test_concurrent_claimers_never_share_a_delivery(store, db_url):
     def worker(name: str) -> None:
         own = Store(db_url)
         try:
-            while batch := own.queue.claim("d", 7, owner=name, now=now, lease_until=now + 60):
+            while batch := own.queue.claim(
+                ClaimRequest("d", 7, owner=name, now=now, lease_until=now + 60)
+            ):
                 with lock:
                     claims.append([c.delivery_id for c in batch])
         finally:
@@ -247,7 +251,7 @@ def test_concurrent_claimers_never_share_a_delivery(store, db_url):
 def test_release_all_leases_makes_them_due_now(store, db_url):
     now = time.time()
     store.ingestion.insert_messages([message("m")], now)
-    store.queue.claim("d", 1, owner="A", now=now, lease_until=now + 600)
+    store.queue.claim(ClaimRequest("d", 1, owner="A", now=now, lease_until=now + 600))
     assert store.queue.release_all_leases(now + 1) == 1
     assert sql(db_url, "SELECT lease_owner, next_attempt_at FROM deliveries") == [(None, now + 1)]
 
@@ -300,7 +304,7 @@ def test_a_claim_fails_a_delivery_whose_message_is_gone_and_takes_the_rest(store
     now = time.time()
     store.ingestion.insert_messages([message("kept"), message("gone"), message("also")], now)
     sql(db_url, "DELETE FROM messages WHERE message_id = 'gone'")
-    claimed = store.queue.claim("d", 10, owner="A", now=now, lease_until=now + 60)
+    claimed = store.queue.claim(ClaimRequest("d", 10, owner="A", now=now, lease_until=now + 60))
     assert [c.message_id for c in claimed] == ["kept", "also"]
     assert sql(
         db_url,
@@ -308,7 +312,7 @@ def test_a_claim_fails_a_delivery_whose_message_is_gone_and_takes_the_rest(store
         " WHERE message_pk NOT IN (SELECT id FROM messages)",
     ) == [("failed", MESSAGE_GONE, None, True)]
     # Failed for good: never claimed again, and the others come back once their lease lapses.
-    again = store.queue.claim("d", 10, owner="B", now=now + 61, lease_until=now + 121)
+    again = store.queue.claim(ClaimRequest("d", 10, owner="B", now=now + 61, lease_until=now + 121))
     assert [c.message_id for c in again] == ["kept", "also"]
 
 
@@ -733,7 +737,7 @@ def test_postgresql_claim_probes_the_due_index_and_the_primary_key_never_scans(
     statement, params = _captured(
         store,
         "UPDATE deliveries SET",
-        lambda: store.queue.claim("d", 100, owner="t", now=1.0, lease_until=100.0),
+        lambda: store.queue.claim(ClaimRequest("d", 100, owner="t", now=1.0, lease_until=100.0)),
     )
     nodes = _plan_nodes(db_url, statement, params, generic=generic)
     scans = {(n["Node Type"], n.get("Relation Name"), n.get("Index Name")) for n in nodes}
@@ -749,7 +753,7 @@ def test_postgresql_outcome_update_finds_its_row_by_primary_key(
     if store.backend.name == "sqlite":
         pytest.skip("PostgreSQL's plans")
     _fill_unanalyzed(db_url, 5000)
-    [claimed] = store.queue.claim("d", 1, owner="t", now=1.0, lease_until=100.0)
+    [claimed] = store.queue.claim(ClaimRequest("d", 1, owner="t", now=1.0, lease_until=100.0))
     outcome = outcome_row(claimed.delivery_id, token=claimed.lease_token)
     statement, params = _captured(
         store, "UPDATE deliveries", lambda: store.queue.record([outcome], [])
@@ -770,7 +774,7 @@ def test_postgresql_outcome_update_planned_on_a_small_table_still_probes_the_key
     if store.backend.name == "sqlite":
         pytest.skip("PostgreSQL's plans")
     _fill_unanalyzed(db_url, 12)
-    claimed = store.queue.claim("d", 12, owner="t", now=1.0, lease_until=100.0)
+    claimed = store.queue.claim(ClaimRequest("d", 12, owner="t", now=1.0, lease_until=100.0))
     outcomes = [outcome_row(c.delivery_id, token=c.lease_token) for c in claimed]
     statement, params = _captured(
         store, "UPDATE deliveries", lambda: store.queue.record(outcomes[:1], [])
@@ -829,7 +833,9 @@ def test_claims_and_duplicate_checks_of_any_size_find_each_row_once(store):
     bodies = {r.message_id: r.body for r in rows}
     seen: list[str] = []
     for size in sizes:
-        claimed = store.queue.claim("d", size, owner="A", now=now, lease_until=now + 60)
+        claimed = store.queue.claim(
+            ClaimRequest("d", size, owner="A", now=now, lease_until=now + 60)
+        )
         assert len(claimed) == size
         assert all(c.body == bodies[c.message_id] for c in claimed)
         seen += [c.message_id for c in claimed]

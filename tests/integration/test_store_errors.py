@@ -15,7 +15,7 @@ from sqlalchemy import make_url, text
 
 from efd.errors import StoreDataError, StoreError, StoreUnavailable
 from efd.groupcommit import GroupCommit
-from efd.records import InsertStatus, NewMessage
+from efd.records import ClaimRequest, InsertStatus, NewMessage
 from efd.store import Store, engine, migrate
 from efd.store.health import HealthStore
 from efd.store.regulations import RegulationsStore
@@ -133,10 +133,12 @@ def test_a_session_ended_under_a_hot_statement_fails_one_call_then_reconnects(  
     monkeypatch.setattr(engine, "PING_AFTER_IDLE", 3600.0)  # in steady use: no ping
     now = time.time()
     store.ingestion.insert_messages([new_message("m1"), new_message("m2")], now)
-    [claimed] = store.queue.claim("d", 1, owner="t", now=now, lease_until=now + 60)
+    [claimed] = store.queue.claim(ClaimRequest("d", 1, owner="t", now=now, lease_until=now + 60))
     calls = {
         "ingest": lambda n: store.ingestion.insert_messages([new_message(f"new{n}")], now),
-        "claim": lambda n: store.queue.claim("d", 1, owner="t", now=now, lease_until=now + 60),
+        "claim": lambda n: store.queue.claim(
+            ClaimRequest("d", 1, owner="t", now=now, lease_until=now + 60)
+        ),
         "record": lambda n: store.queue.record(
             [outcome_row(claimed.delivery_id, token=claimed.lease_token)], []
         ),

@@ -5,14 +5,13 @@ and both real databases, so the twin cannot drift from what `claim` really does.
 from __future__ import annotations
 
 import asyncio
-import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from efd.errors import StoreUnavailable
-from efd.records import AttemptRow, Claimed, DeliveryStatus, Outcome
+from efd.records import AttemptRow, Claimed, ClaimRequest, DeliveryStatus, Outcome
 from efd.store.ingestion import Handoff
 
 
@@ -141,34 +140,23 @@ class MemoryDeliveries:
             if destination is None or r.destination == destination
         )
 
-    async def claim(
-        self,
-        destination: str,
-        limit: int,
-        *,
-        owner: str,
-        now: float,
-        lease_until: float,
-        due_by: float | None = None,
-        lapsed_before: float | None = None,
-    ) -> list[Claimed]:
+    async def claim(self, request: ClaimRequest) -> list[Claimed]:
         self._reach()
         self.calls["claim"] += 1
-        bound = now if due_by is None else due_by
-        lapsed = math.nextafter(now, math.inf) if lapsed_before is None else lapsed_before
+        destination = request.destination
         due = sorted(
             (
                 r
                 for r in self.rows.values()
                 if r.destination == destination
                 and r.status is DeliveryStatus.PENDING
-                and r.next_attempt_at <= bound
-                and (not r.leased or r.next_attempt_at < lapsed)
+                and r.next_attempt_at <= request.due
+                and (not r.leased or r.next_attempt_at < request.lapsed)
             ),
             key=lambda r: r.next_attempt_at,
-        )[:limit]
+        )[: request.limit]
         for r in due:
-            r.next_attempt_at, r.token, r.leased = lease_until, r.token + 1, True
+            r.next_attempt_at, r.token, r.leased = request.lease_until, r.token + 1, True
         leased = sum(1 for r in self.rows.values() if r.destination == destination and r.leased)
         self.most_leased[destination] = max(self.most_leased[destination], leased)
         if self.rounds is not None:
