@@ -31,6 +31,7 @@ from efd.languages.filters.fql import (
     Or,
     Path,
 )
+from efd.languages.filters.tree import CompareOp, FunctionName
 from tests.jsclients import JS, node
 
 PATHS = [
@@ -110,7 +111,8 @@ def operand(rnd: random.Random, depth: int = 0) -> Node:
         return scalar(rnd)
     if kind == 7:
         return ListExpr(items=tuple(scalar(rnd) for _ in range(rnd.randrange(3))))
-    name = rnd.choice(["lowercase", "length", "typeof"])
+    names: list[FunctionName] = ["lowercase", "length", "typeof"]
+    name = rnd.choice(names)
     inner = operand(rnd, depth + 1) if depth == 0 and rnd.random() < 0.2 else path(rnd)
     return Call(name=name, args=(inner,))
 
@@ -118,7 +120,8 @@ def operand(rnd: random.Random, depth: int = 0) -> Node:
 def atom(rnd: random.Random) -> Node:
     kind = rnd.randrange(8)
     if kind < 3:
-        op = rnd.choice(["=", "!=", "=", "<", "<=", ">", ">="])
+        ops: list[CompareOp] = ["=", "!=", "=", "<", "<=", ">", ">="]
+        op = rnd.choice(ops)
         return Compare(op=op, left=operand(rnd), right=operand(rnd))
     if kind == 3:
         collection: Node = path(rnd)
@@ -126,8 +129,11 @@ def atom(rnd: random.Random) -> Node:
             collection = ListExpr(items=tuple(scalar(rnd) for _ in range(rnd.randrange(4))))
         return In(item=operand(rnd), collection=collection)
     if kind == 4:
-        first = rnd.choice([path(rnd), Call(name="lowercase", args=(path(rnd),))])
-        return Call(name="contains", args=(first, rnd.choice([path(rnd), scalar(rnd)])))
+        firsts: list[Node] = [path(rnd), Call(name="lowercase", args=(path(rnd),))]
+        first = rnd.choice(firsts)
+        seconds: list[Node] = [path(rnd), scalar(rnd)]
+        second = rnd.choice(seconds)
+        return Call(name="contains", args=(first, second))
     if kind < 7:
         pattern: Node = Path(segments=("properties", "p"))
         if rnd.random() < 0.5:
