@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from efd.delivery.dispatcher import Deliveries
 from efd.delivery.handoff import Grant, Room
 from efd.delivery.lanes import Lanes
+from efd.delivery.ports import Deliveries
 from efd.records import AttemptRow, Claimed, ClaimRequest, DeliveryStatus, Outcome
 from efd.store import Steps, Store, migrate
 from efd.store.ingestion import Handoff
@@ -196,6 +196,19 @@ async def test_a_claim_takes_at_most_its_limit(queue: Queue) -> None:
     assert len(await claim(queue, limit=3)) == 3
     assert len(await claim(queue, limit=3)) == 2
     assert await claim(queue, limit=3) == []
+
+
+async def test_a_limited_claim_takes_no_more_than_its_fewest_stocked_bucket(queue: Queue) -> None:
+    await queue.add("d", 5, T)
+    # Buckets slow enough that no real clock refills a token between the claims.
+    slow = [("k-a", 0.001, 3.0, 0.0), ("k-b", 0.001, 5.0, 1.0)]  # b: 4 beyond its reserve
+    request = ClaimRequest("d", 10, owner="A", now=T, lease_until=T + LEASE)
+    claimed, left = await queue.deliveries.claim_limited(request, slow)
+    assert len(claimed) == 3
+    assert 0.0 <= left < 0.01  # a's last token went with the third
+    again, left = await queue.deliveries.claim_limited(request, slow)
+    assert again == []
+    assert left < 1.0
 
 
 async def test_a_leased_delivery_is_not_claimed_again_until_its_lease_lapses(queue: Queue) -> None:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from efd.daemon import Daemon
-from tests.conftest import Receiver, post, settings_dict, sql, write_toml
-from tests.integration.test_audiences import identify, orders, personas_settings
+from tests.conftest import DaemonFactory, ReceiverFactory, post, settings_dict, sql, write_toml
+from tests.integration.test_audiences import (
+    identify,
+    orders,
+    personas_settings,
+)
 from tests.integration.test_cli import efd
 from tests.unit.test_personas import HIGH_VALUE, REVENUE
 
@@ -69,10 +71,7 @@ def test_check_config_counts_audiences_and_traits(tmp_path: Path) -> None:
 
 
 async def test_audiences_lists_counts_and_last_sync_and_previews_without_delivering(
-    db_url: str,
-    receiver_factory: Callable[..., Awaitable[Receiver]],
-    daemon_factory: Callable[..., Awaitable[Daemon]],
-    tmp_path: Path,
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory, tmp_path: Path
 ) -> None:
     hooks, crm = await receiver_factory(), await receiver_factory()
     settings = personas_settings(db_url, hooks.url, crm.url)
