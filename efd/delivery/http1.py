@@ -17,13 +17,14 @@ import asyncio
 import base64
 import socket
 import ssl
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 from yarl import URL
 
-from efd.delivery import netguard
+from efd.delivery import addresses, connect, netguard
+from efd.delivery.addresses import AddressInfo
 from efd.delivery.reader import Data, End, Head, ResponseReader
 from efd.delivery.wire import BadHeader, request_head
 
@@ -219,6 +220,8 @@ def _lost_reason(exc: Exception | None, when: str) -> str:
 
 
 PoolKey = tuple[bool, str, int, ssl.SSLContext | None]
+# What a name and port resolve to, as getaddrinfo answers for a stream socket.
+Resolver = Callable[[str, int], Awaitable[Sequence[AddressInfo]]]
 
 
 class Client:
@@ -233,15 +236,21 @@ class Client:
         tls: ssl.SSLContext,
         keep: int,
         limit: int,
+        resolver: Resolver | None = None,
+        attempt_delay: float = connect.ATTEMPT_DELAY,
     ) -> None:
         self.timeout = timeout
+        # Names are resolved by `resolver` when given (a hosts table of one's own, a test's
+        # names), else by the system's resolver.
+        self._resolver = resolver
+        self._attempt_delay = attempt_delay
         self._allowed = allowed
         self._tls = tls
         self._keep = keep
         self._limit = limit
         self._targets: dict[str, _Target] = {}
         self._idle: dict[PoolKey, list[_Connection]] = {}
-        self._dns: dict[tuple[str, int], tuple[float, list[tuple[Any, ...]]]] = {}
+        self._dns: dict[tuple[str, int], tuple[float, list[AddressInfo]]] = {}
         self._sweep_at = 0.0
         self._closed = False
         self._timed_out = f"no complete answer in {timeout:g} s"
@@ -374,7 +383,7 @@ class Client:
             else:
                 del self._idle[key]
 
-    async def _resolve(self, target: _Target) -> Sequence[tuple[Any, ...]]:
+    async def _resolve(self, target: _Target) -> Sequence[AddressInfo]:
         if target.literal:
             return target.literal
         loop = asyncio.get_running_loop()
@@ -384,9 +393,12 @@ class Client:
         if cached is not None and cached[0] > now:
             return cached[1]
         try:
-            infos = await loop.getaddrinfo(
-                target.host, target.port, type=socket.SOCK_STREAM, flags=socket.AI_ADDRCONFIG
-            )
+            if self._resolver is None:
+                infos = await loop.getaddrinfo(
+                    target.host, target.port, type=socket.SOCK_STREAM, flags=socket.AI_ADDRCONFIG
+                )
+            else:
+                infos = list(await self._resolver(target.host, target.port))
         except OSError as error:  # socket.gaierror, or the resolver's own failure
             raise RequestFailed("dns", str(error)) from None
         if not infos:
@@ -397,38 +409,48 @@ class Client:
         return infos
 
     async def _connect(self, target: _Target, tls: ssl.SSLContext | None) -> _Connection:
-        """A new connection to the first of the target's addresses that the guard allows
-        and that accepts, TLS handshake done."""
+        """A new connection, TLS handshake done, to whichever of the target's addresses the
+        guard allows answers first: they are raced, each started an attempt delay after the
+        one before or as soon as one fails (Happy Eyeballs)."""
+        plan = addresses.plan(await self._resolve(target), self._allowed)
+        if not plan.addresses:
+            # Every address was one the guard refuses (refused is set: getaddrinfo never
+            # answers with no address, and _resolve refuses an empty answer).
+            raise RequestFailed("blocked", f"{GUARD_TAG}: {plan.refused} is not allowed")
         loop = asyncio.get_running_loop()
-        blocked: str | None = None
-        failure: RequestFailed | None = None
-        for family, _type, _proto, _name, address in await self._resolve(target):
-            reason = netguard.check(str(address[0]), self._allowed)
-            if reason is not None:
-                blocked = blocked or reason
-                continue
-            try:
-                _, connection = await loop.create_connection(
-                    lambda: _Connection(loop, self._keep, self._limit),
-                    host=address[0],
-                    port=address[1],
-                    family=family,
-                    ssl=tls,
-                    # SNI and the name checked: the URL's host, as aiohttp sends it.
-                    server_hostname=target.host.rstrip(".") if tls is not None else None,
-                )
-            except ssl.SSLCertVerificationError as error:
-                # A certificate is refused whichever address presents it: final.
-                raise RequestFailed("tls", f"certificate rejected: {error}") from None
-            except ssl.SSLError as error:
-                failure = RequestFailed("connect", f"TLS handshake failed: {error}")
-                continue
-            except OSError as error:
-                failure = RequestFailed("connect", str(error) or type(error).__name__)
-                continue
-            return connection
-        if failure is not None:
-            raise failure
-        # Every address was one the guard refuses (blocked is set: getaddrinfo never
-        # answers with no address, and _resolve refuses an empty answer).
-        raise RequestFailed("blocked", f"{GUARD_TAG}: {blocked} is not allowed")
+        # SNI and the name checked: the URL's host, as aiohttp sends it.
+        hostname = target.host.rstrip(".") if tls is not None else None
+
+        def attempt(info: AddressInfo) -> Callable[[], Coroutine[Any, Any, _Connection]]:
+            async def open_one() -> _Connection:
+                family, _type, _proto, _name, address = info
+                try:
+                    _, connection = await loop.create_connection(
+                        lambda: _Connection(loop, self._keep, self._limit),
+                        host=address[0],
+                        port=address[1],
+                        family=family,
+                        ssl=tls,
+                        server_hostname=hostname,
+                    )
+                except ssl.SSLCertVerificationError as error:
+                    raise RequestFailed("tls", f"certificate rejected: {error}") from None
+                except ssl.SSLError as error:
+                    raise RequestFailed("connect", f"TLS handshake failed: {error}") from None
+                except OSError as error:
+                    raise RequestFailed("connect", str(error) or type(error).__name__) from None
+                return connection
+
+            return open_one
+
+        return await connect.race(
+            [attempt(info) for info in plan.addresses],
+            self._attempt_delay,
+            discard=_Connection.close,
+            final=_final,
+        )
+
+
+def _final(error: Exception) -> bool:
+    """A certificate is refused whichever address presents it: no other address is tried."""
+    return isinstance(error, RequestFailed) and error.error_class == "tls"
