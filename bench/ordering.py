@@ -378,7 +378,7 @@ def main() -> int:
     }
 
     def mean(variant: str, key: str) -> float:
-        return statistics.mean(r[key] for r in by[variant])
+        return statistics.mean(float(r[key]) for r in by[variant])
 
     print()
     print(f"machine: {os.cpu_count()} cores, shared; {args.users} users x {args.per_user}")

@@ -46,6 +46,8 @@ def seed(store: Store, count: int, now: float, rng: random.Random) -> None:
 
     def add(type_: str, user: str, timestamp: float, body: dict[str, object]) -> None:
         body = {"type": type_, "userId": user, **body}
+        event = body.get("event")
+        assert event is None or isinstance(event, str)
         batch.append(
             NewMessage(
                 source="bench",
@@ -53,7 +55,7 @@ def seed(store: Store, count: int, now: float, rng: random.Random) -> None:
                 type=type_,
                 user_id=user,
                 anonymous_id=None,
-                event=body.get("event"),  # type: ignore[arg-type]
+                event=event,
                 timestamp=timestamp,
                 received_at=now,
                 body=json.dumps(body),

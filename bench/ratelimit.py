@@ -192,7 +192,7 @@ async def run_one(
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port = runner.addresses[0][1]
     hook = f"http://127.0.0.1:{port}/hook"
     processes = []
     try:

@@ -1,13 +1,15 @@
 """The records that pass between efd's parts, with no dependencies of their own.
 
 The parser processes build `NewMessage`s without loading SQLAlchemy; the dispatcher, the
-store and the tests' in-memory fake of it exchange `Claimed`, `Outcome` and `AttemptRow`.
+store and the tests' in-memory fake of it exchange `ClaimRequest`, `Claimed`, `Outcome` and
+`AttemptRow`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -65,6 +67,35 @@ class NewMessage:
     # ones in `destinations`: (destination, its own body, None) when a field filter changed
     # the body, (destination, None, why) when a drop or sample filter stopped the message.
     shaped: tuple[tuple[str, str | None, str | None], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """One claim, as the dispatcher asks it and the store (or its in-memory twin) answers it:
+    lease to `owner` until `lease_until` up to `limit` deliveries of `destination` due by
+    `due_by` (default `now`), oldest first; never one under another claimer's live lease, nor
+    one whose lease ended at or after `lapsed_before` (default: just after `now`)."""
+
+    destination: str
+    limit: int
+    _: KW_ONLY
+    owner: str
+    now: float
+    lease_until: float
+    due_by: float | None = None
+    lapsed_before: float | None = None
+
+    @property
+    def due(self) -> float:
+        """The latest next_attempt_at claimed."""
+        return self.now if self.due_by is None else self.due_by
+
+    @property
+    def lapsed(self) -> float:
+        """A lease that ended before this has lapsed: its delivery may be claimed again."""
+        return (
+            math.nextafter(self.now, math.inf) if self.lapsed_before is None else self.lapsed_before
+        )
 
 
 @dataclass(slots=True)

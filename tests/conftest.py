@@ -14,9 +14,11 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -24,7 +26,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import psycopg
@@ -244,7 +246,7 @@ class Receiver:
     _runner: web.AppRunner | None = None
     _event: asyncio.Event = field(default_factory=asyncio.Event)
 
-    async def start(self, ssl_context: Any = None, port: int = 0) -> Receiver:
+    async def start(self, ssl_context: ssl.SSLContext | None = None, port: int = 0) -> Receiver:
         async def handle(request: web.Request) -> web.StreamResponse:
             body = await request.read()
             self.received.append(Received(request.path, dict(request.headers), body, time.time()))
@@ -257,7 +259,7 @@ class Receiver:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", port, ssl_context=ssl_context)
         await site.start()
-        bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        bound = int(self._runner.addresses[0][1])
         scheme = "https" if ssl_context else "http"
         host = "localhost" if ssl_context else "127.0.0.1"
         self.url = f"{scheme}://{host}:{bound}/hook"
@@ -284,12 +286,26 @@ class Receiver:
         return self.received
 
 
+class ReceiverFactory(Protocol):
+    """The receiver_factory fixture: a started Receiver, stopped after the test."""
+
+    async def __call__(
+        self,
+        behaviour: Behaviour = ...,
+        *,
+        ssl_context: ssl.SSLContext | None = ...,
+        port: int = ...,
+    ) -> Receiver: ...
+
+
 @pytest.fixture
-async def receiver_factory() -> AsyncIterator[Callable[..., Awaitable[Receiver]]]:
+async def receiver_factory() -> AsyncIterator[ReceiverFactory]:
     started: list[Receiver] = []
 
-    async def make(behaviour: Behaviour = ok, **kwargs: Any) -> Receiver:
-        receiver = await Receiver(behaviour).start(**kwargs)
+    async def make(
+        behaviour: Behaviour = ok, *, ssl_context: ssl.SSLContext | None = None, port: int = 0
+    ) -> Receiver:
+        receiver = await Receiver(behaviour).start(ssl_context, port)
         started.append(receiver)
         return receiver
 
@@ -355,12 +371,26 @@ def settings_dict(db_url: str, hooks: list[str] | None = None, **sections: Any) 
     return result
 
 
+class StartedDaemon(Daemon):
+    """A Daemon daemon_factory has started, so its port is bound."""
+
+    @property
+    def port(self) -> int:
+        port = super().port
+        assert port is not None, "the daemon is not listening"
+        return port
+
+
+# The daemon_factory fixture: a started daemon for the settings, stopped after the test.
+DaemonFactory = Callable[[dict[str, Any]], Awaitable[StartedDaemon]]
+
+
 @pytest.fixture
-async def daemon_factory() -> AsyncIterator[Callable[..., Awaitable[Daemon]]]:
+async def daemon_factory() -> AsyncIterator[DaemonFactory]:
     started: list[Daemon] = []
 
-    async def make(settings: dict[str, Any]) -> Daemon:
-        daemon = Daemon(config.load(None, **settings))
+    async def make(settings: dict[str, Any]) -> StartedDaemon:
+        daemon = StartedDaemon(config.load(None, **settings))
         started.append(daemon)
         await daemon.start()
         return daemon
@@ -388,6 +418,13 @@ async def post(
         ) as response,
     ):
         return response.status, await response.json(content_type=None)
+
+
+def content_length(head: bytes) -> int:
+    """The Content-Length of a response's head, read off the wire."""
+    found = re.search(rb"Content-Length: (\d+)", head)
+    assert found is not None, head
+    return int(found[1])
 
 
 async def eventually(

@@ -46,6 +46,7 @@ def sqlite_raw(path: Path, seconds: float, max_rows: int, *, indexes: bool) -> d
     try:
         from efd.store.backends.sqlite import attach
     except ImportError:  # a revision from before the store's backends (--rev)
+        # Only there in those revisions: this one, which mypy checks, has no such name.
         from efd.store.dedupe import attach  # type: ignore[attr-defined,no-redef]
 
     _create_schema(path, indexes=indexes)

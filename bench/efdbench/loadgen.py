@@ -10,7 +10,7 @@ import hmac
 import os
 import time
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 from efdbench.bodies import AUTH, SECRET, batch_body, single_body
 from efdbench.stats import pct
@@ -28,7 +28,7 @@ class _Client(asyncio.Protocol):
         self.lost = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # a TCP connection's: a stream
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True

@@ -359,19 +359,19 @@ def run_postgresql(bench: Bench, server: PgServer, counts: list[int]) -> dict[st
     # The machine's speed drifts over the minutes the daemons run: the INSERT limit is
     # measured again at the end, and the ratios divide by the mean of both.
     with bench.phase("pg_insert_again") as info:
-        again = pg_write_limit(
+        insert_again = pg_write_limit(
             server,
             method="insert",
             indexes=True,
             seconds=bench.plan.sqlite_seconds,
             max_rows=bench.plan.sqlite_max_rows,
         )
-        info.update(again)
+        info.update(insert_again)
     section["limit_insert_events_per_s_each"] = [
         section["limit_insert_events_per_s"],
-        again["events_per_s"],
+        insert_again["events_per_s"],
     ]
-    limit = round((section["limit_insert_events_per_s"] + again["events_per_s"]) / 2, 1)
+    limit = round((section["limit_insert_events_per_s"] + insert_again["events_per_s"]) / 2, 1)
     section["limit_insert_events_per_s"] = limit
     for count, entry in runs.items():
         for kind in ("ingest", "deliver", "single"):

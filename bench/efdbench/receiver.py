@@ -9,7 +9,7 @@ import hmac
 import os
 import socket
 import time
-from typing import Any
+from typing import Any, cast
 
 from efdbench.bodies import SECRET
 
@@ -97,7 +97,7 @@ class _ReceiverProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # a TCP connection's: a stream
 
     def data_received(self, data: bytes) -> None:
         buf = self.buf

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from senders import BODY, RECEIVER
@@ -127,12 +128,14 @@ async def run_http1(url: str, rounds: int) -> None:
 
 
 class _Conn(asyncio.Protocol):
+    transport: asyncio.Transport
+
     def __init__(self) -> None:
         self.buffer = b""
         self.waiter: asyncio.Future[int] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # a TCP connection's: a stream
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
@@ -168,7 +171,7 @@ async def run_raw(url: str, rounds: int) -> None:
                 f"Content-Length: {len(body)}\r\n\r\n"
             ).encode() + body
             conn.waiter = loop.create_future()
-            conn.transport.write(request)  # type: ignore[attr-defined]
+            conn.transport.write(request)
             await conn.waiter
         conn.transport.close()
 

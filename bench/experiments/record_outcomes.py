@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from efd.records import AttemptRow, DeliveryStatus, NewMessage, Outcome
+from efd.records import AttemptRow, Claimed, ClaimRequest, DeliveryStatus, NewMessage, Outcome
 from efd.store import Store, migrate
 
 
@@ -46,9 +46,11 @@ def main() -> None:
                 for n in range(start, min(start + 1000, total))
             ]
             store.ingestion.insert_messages(rows, now)
-        claimed = []
+        claimed: list[Claimed] = []
         while len(claimed) < total:
-            got = store.queue.claim("hooks", 500, owner="bench", now=now, lease_until=now + 60)
+            got = store.queue.claim(
+                ClaimRequest("hooks", 500, owner="bench", now=now, lease_until=now + 60)
+            )
             if not got:
                 break
             claimed.extend(got)

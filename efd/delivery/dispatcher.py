@@ -33,7 +33,7 @@ from efd.errors import StoreError
 from efd.loop import SYSTEM_CLOCK, Clock, Worker
 from efd.observe.metrics import Metrics
 from efd.observe.stream import Hub
-from efd.records import Claimed
+from efd.records import Claimed, ClaimRequest
 from efd.segment import webhooks
 from efd.segment.webhooks import Route
 from efd.settings import Current
@@ -285,28 +285,21 @@ class Dispatcher:
                 due_by = math.inf
             else:
                 due_by = now
+            request = ClaimRequest(
+                route.name,
+                limit,
+                owner=self._owner,
+                now=now,
+                lease_until=now + self._lease,
+                due_by=due_by,
+                lapsed_before=self._held.lapsed_before(now),
+            )
             if buckets:
-                claimed, left = await self._deliveries.claim_limited(
-                    route.name,
-                    limit,
-                    [b.row for b in buckets],
-                    owner=self._owner,
-                    now=now,
-                    lease_until=now + self._lease,
-                    due_by=due_by,
-                    lapsed_before=self._held.lapsed_before(now),
-                )
+                rows = [b.row for b in buckets]
+                claimed, left = await self._deliveries.claim_limited(request, rows)
                 self._pace(route, buckets, limit, len(claimed), left, now)
             else:
-                claimed = await self._deliveries.claim(
-                    route.name,
-                    limit,
-                    owner=self._owner,
-                    now=now,
-                    lease_until=now + self._lease,
-                    lapsed_before=self._held.lapsed_before(now),
-                    due_by=due_by,
-                )
+                claimed = await self._deliveries.claim(request)
             if self._ready.get(route.name) is not ready:
                 # A reload removed the destination during the claim: give them back.
                 leases = [(item.delivery_id, item.lease_token) for item in claimed]

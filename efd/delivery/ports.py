@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from efd.delivery.retry import AttemptResult
-from efd.records import AttemptRow, Claimed, Outcome
+from efd.records import AttemptRow, Claimed, ClaimRequest, Outcome
 from efd.segment.webhooks import MessageKey, Route
 
 
@@ -29,33 +29,12 @@ class Deliveries(Protocol):
     """The deliveries the dispatcher works on: the store (efd/store/runner.py), or the
     tests' in-memory twin. Errors of the store are efd.errors.StoreError."""
 
-    async def claim(
-        self,
-        destination: str,
-        limit: int,
-        *,
-        owner: str,
-        now: float,
-        lease_until: float,
-        due_by: float | None = None,
-        lapsed_before: float | None = None,
-    ) -> list[Claimed]:
-        """Lease up to `limit` deliveries of `destination` due by `due_by` (default `now`),
-        oldest first; a delivery under another claimer's live lease is never taken, nor
-        one whose lease ended at or after `lapsed_before` (default `now`)."""
+    async def claim(self, request: ClaimRequest) -> list[Claimed]:
+        """Lease the deliveries `request` asks for (efd/records.py's ClaimRequest)."""
         ...
 
     async def claim_limited(
-        self,
-        destination: str,
-        limit: int,
-        buckets: Sequence[tuple[str, float, float, float]],
-        *,
-        owner: str,
-        now: float,
-        lease_until: float,
-        due_by: float | None = None,
-        lapsed_before: float | None = None,
+        self, request: ClaimRequest, buckets: Sequence[tuple[str, float, float, float]]
     ) -> tuple[list[Claimed], float]:
         """`claim` under the (key, rate, burst, reserve) token buckets of rate-limited
         hooks, in the same transaction: at most as many as every bucket has tokens for beyond

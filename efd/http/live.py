@@ -22,6 +22,7 @@ import contextlib
 import logging
 import time
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -44,10 +45,18 @@ log = logging.getLogger(__name__)
 WINDOWS = (("1h", 3600.0), ("24h", 86400.0))
 KEEPALIVE = 15.0  # seconds between comments on a quiet stream, so proxies keep it open
 _CHECK = 1.0  # seconds between looks at whether a quiet stream's client is still there
-_ASSETS = {
-    "console.js": "text/javascript",
-    "console.css": "text/css",
-}
+_TYPES = {".js": "text/javascript", ".css": "text/css"}
+
+
+def _assets() -> dict[str, str]:
+    """The console's files that may be asked for, by name: its scripts (ES modules, which a
+    browser runs only with a JavaScript type) and its style sheet."""
+    folder = resources.files("efd.http").joinpath("console")
+    kinds = {entry.name: _TYPES.get(Path(entry.name).suffix) for entry in folder.iterdir()}
+    return {name: kind for name, kind in kinds.items() if kind is not None}
+
+
+_ASSETS = _assets()
 
 
 def _window_json(stats: WindowStats | None) -> dict[str, Any]:

@@ -6,13 +6,12 @@ recorded, released, woken and expired. Synchronous; callers run it in threads
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from sqlalchemy import Connection, and_, bindparam, func, literal_column, or_, select, update
 
-from efd.records import AttemptRow, Claimed, DeliveryStatus, Outcome
+from efd.records import AttemptRow, Claimed, ClaimRequest, DeliveryStatus, Outcome
 from efd.store import lanes
 from efd.store.backends.base import chunked
 from efd.store.database import Database
@@ -93,18 +92,7 @@ class Queue(Protocol):
     """The delivery queue as its consumers see it (the dispatcher through
     efd/store/runner.py's AsyncDeliveries, the daemon at start and for its gauges)."""
 
-    def claim(
-        self,
-        destination: str,
-        limit: int,
-        *,
-        owner: str,
-        now: float,
-        lease_until: float,
-        due_by: float | None = None,
-        lapsed_before: float | None = None,
-        tokens: Tokens | None = None,
-    ) -> list[Claimed]: ...
+    def claim(self, request: ClaimRequest, *, tokens: Tokens | None = None) -> list[Claimed]: ...
 
     def renew(self, leases: Sequence[tuple[int, int]], until: float) -> list[int]: ...
 
@@ -135,39 +123,27 @@ class DeliveryQueue:
         self._steps = steps  # efd/store/steps.py: whether a destination is ordered
         self._claim = _claim_statement(self._backend.among)
 
-    def claim(
-        self,
-        destination: str,
-        limit: int,
-        *,
-        owner: str,
-        now: float,
-        lease_until: float,
-        due_by: float | None = None,
-        lapsed_before: float | None = None,
-        tokens: Tokens | None = None,
-    ) -> list[Claimed]:
-        """Lease up to `limit` deliveries of one destination due by `due_by` (default
-        `now`), oldest first, never one under another claimer's live lease, nor one whose
-        lease ended at or after `lapsed_before` (default: just after `now`).
+    def claim(self, request: ClaimRequest, *, tokens: Tokens | None = None) -> list[Claimed]:
+        """Lease the deliveries `request` asks for (efd/records.py's ClaimRequest).
 
         The lease moves next_attempt_at to `lease_until` and bumps the fencing token;
         FOR UPDATE SKIP LOCKED (where rows lock) keeps concurrent claimers off each other's
         rows. `tokens`: the rate limits' buckets (efd/store/ratelimit.py), in the same
         transaction: no more are claimed than they allow, and only what is claimed is taken.
         """
+        now = request.now
         params = {
-            "c_destination": destination,
+            "c_destination": request.destination,
             "c_now": now,
-            "c_due_by": now if due_by is None else due_by,
-            "c_limit": limit,
-            "c_lapsed": math.nextafter(now, math.inf) if lapsed_before is None else lapsed_before,
-            "c_owner": owner,
-            "c_until": lease_until,
+            "c_due_by": request.due,
+            "c_limit": request.limit,
+            "c_lapsed": request.lapsed,
+            "c_owner": request.owner,
+            "c_until": request.lease_until,
         }
         with self._db.bookkeeping() as conn:
             if tokens is not None:
-                params["c_limit"] = tokens.available(conn, limit)
+                params["c_limit"] = tokens.available(conn, request.limit)
                 if not params["c_limit"]:
                     return []
             claimed = self._backend.execute(conn, "claim", self._claim, [params])
@@ -188,7 +164,7 @@ class DeliveryQueue:
             Claimed(
                 delivery_id=delivery_id,
                 lease_token=token,
-                destination=destination,
+                destination=request.destination,
                 attempts=attempts_so_far,
                 first_attempt_at=first,
                 failed_hooks=_failed_hooks(failed),

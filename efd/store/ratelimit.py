@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from sqlalchemy import Connection, text
 
-from efd.records import Claimed
+from efd.records import Claimed, ClaimRequest
 from efd.store.database import Database
 from efd.store.queue import Queue
 
@@ -89,29 +89,8 @@ class HookTokens:
         self._clock = database.backend.clock
         self._queue = queue
 
-    def claim(
-        self,
-        destination: str,
-        limit: int,
-        buckets: Buckets,
-        *,
-        owner: str,
-        now: float,
-        lease_until: float,
-        due_by: float | None = None,
-        lapsed_before: float | None = None,
-    ) -> tuple[list[Claimed], float]:
+    def claim(self, request: ClaimRequest, buckets: Buckets) -> tuple[list[Claimed], float]:
         """Queue.claim under the buckets' limits: (the claimed, the fewest tokens any
         bucket keeps beyond its reserve)."""
-        tokens = _ClaimTokens(self._clock, buckets, now)
-        claimed = self._queue.claim(
-            destination,
-            limit,
-            owner=owner,
-            now=now,
-            lease_until=lease_until,
-            due_by=due_by,
-            lapsed_before=lapsed_before,
-            tokens=tokens,
-        )
-        return claimed, tokens.left
+        tokens = _ClaimTokens(self._clock, buckets, request.now)
+        return self._queue.claim(request, tokens=tokens), tokens.left

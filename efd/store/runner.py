@@ -19,7 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar
 
 from efd.errors import StoreDataError, StoreError
-from efd.records import AttemptRow, Claimed, Outcome
+from efd.records import AttemptRow, Claimed, ClaimRequest, Outcome
 from efd.store import Store
 from efd.store.database import edge
 from efd.store.ratelimit import Buckets, HookTokens
@@ -126,50 +126,12 @@ class AsyncDeliveries:
         self._tokens = HookTokens(db.store.database, db.store.queue)
 
     async def claim_limited(
-        self,
-        destination: str,
-        limit: int,
-        buckets: Buckets,
-        *,
-        owner: str,
-        now: float,
-        lease_until: float,
-        due_by: float | None = None,
-        lapsed_before: float | None = None,
+        self, request: ClaimRequest, buckets: Buckets
     ) -> tuple[list[Claimed], float]:
-        return await self._db.write(
-            self._tokens.claim,
-            destination,
-            limit,
-            buckets,
-            owner=owner,
-            now=now,
-            lease_until=lease_until,
-            due_by=due_by,
-            lapsed_before=lapsed_before,
-        )
+        return await self._db.write(self._tokens.claim, request, buckets)
 
-    async def claim(
-        self,
-        destination: str,
-        limit: int,
-        *,
-        owner: str,
-        now: float,
-        lease_until: float,
-        due_by: float | None = None,
-        lapsed_before: float | None = None,
-    ) -> list[Claimed]:
-        return await self._db.write(
-            self._db.store.queue.claim,
-            destination,
-            limit,
-            owner=owner,
-            now=now,
-            lease_until=lease_until,
-            due_by=due_by,
-            lapsed_before=lapsed_before,
-        )
+    async def claim(self, request: ClaimRequest) -> list[Claimed]:
+        return await self._db.write(self._db.store.queue.claim, request)
 
     async def renew(self, leases: Sequence[tuple[int, int]], until: float) -> list[int]:
         return await self._db.write(self._db.store.queue.renew, leases, until)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
 
 from tests.conftest import (
     DaemonProcess,
+    Receiver,
+    ReceiverFactory,
     eventually,
     free_port,
     post,
@@ -32,7 +35,7 @@ class Switch:
         return web.Response(status=200 if self.up else 503)
 
 
-def _process(tmp_path: Path, settings: dict, name: str = "efd") -> DaemonProcess:  # type: ignore[type-arg]
+def _process(tmp_path: Path, settings: dict[str, Any], name: str = "efd") -> DaemonProcess:
     port = free_port()
     settings["server"] = {"host": "127.0.0.1", "port": port}
     settings["logging"] = {"level": "INFO"}
@@ -40,11 +43,13 @@ def _process(tmp_path: Path, settings: dict, name: str = "efd") -> DaemonProcess
     return DaemonProcess(path, port, tmp_path / f"{name}.log")
 
 
-def _message_ids(receiver) -> Counter[str]:  # type: ignore[no-untyped-def]
+def _message_ids(receiver: Receiver) -> Counter[str]:
     return Counter(r.json()["messageId"] for r in receiver.received)
 
 
-async def test_kill_9_mid_retry_schedule_loses_nothing(db_url, receiver_factory, tmp_path):
+async def test_kill_9_mid_retry_schedule_loses_nothing(
+    db_url: str, receiver_factory: ReceiverFactory, tmp_path: Path
+) -> None:
     switch = Switch()
     receiver = await receiver_factory(switch)
     # On PostgreSQL, deliveries leased by the killed process wait for the lease to lapse
@@ -106,7 +111,9 @@ async def test_kill_9_mid_retry_schedule_loses_nothing(db_url, receiver_factory,
         daemon.ensure_stopped()
 
 
-async def test_kill_9_right_after_acknowledgement(db_url, receiver_factory, tmp_path):
+async def test_kill_9_right_after_acknowledgement(
+    db_url: str, receiver_factory: ReceiverFactory, tmp_path: Path
+) -> None:
     port = free_port()  # the receiver is down while the daemon runs the first time
     # On PostgreSQL, deliveries leased by the killed process wait for the lease to lapse.
     settings = settings_dict(
@@ -135,7 +142,9 @@ async def test_kill_9_right_after_acknowledgement(db_url, receiver_factory, tmp_
         daemon.ensure_stopped()
 
 
-async def test_sigterm_finishes_in_flight_delivery_and_exits_0(db_url, receiver_factory, tmp_path):
+async def test_sigterm_finishes_in_flight_delivery_and_exits_0(
+    db_url: str, receiver_factory: ReceiverFactory, tmp_path: Path
+) -> None:
     async def slow(_request: web.Request, _n: int) -> web.StreamResponse:
         await asyncio.sleep(1.0)
         return web.Response(text="ok")
@@ -162,7 +171,9 @@ async def test_sigterm_finishes_in_flight_delivery_and_exits_0(db_url, receiver_
         daemon.ensure_stopped()
 
 
-async def test_a_second_daemon_on_the_same_sqlite_file_is_refused(receiver_factory, tmp_path):
+async def test_a_second_daemon_on_the_same_sqlite_file_is_refused(
+    receiver_factory: ReceiverFactory, tmp_path: Path
+) -> None:
     db_url = f"sqlite:///{tmp_path / 'shared.db'}"
     first = _process(tmp_path, settings_dict(db_url), name="first").start()
     try:

@@ -9,12 +9,14 @@ import json
 import random
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
 
 from tests.conftest import (
     DaemonProcess,
+    ReceiverFactory,
     eventually,
     free_port,
     post,
@@ -29,14 +31,16 @@ USERS = [f"user-{i}" for i in range(6)]
 PER_USER = 25
 
 
-def _process(tmp_path: Path, settings: dict, name: str) -> DaemonProcess:  # type: ignore[type-arg]
+def _process(tmp_path: Path, settings: dict[str, Any], name: str) -> DaemonProcess:
     settings = {**settings, "server": {"host": "127.0.0.1", "port": free_port()}}
     settings["logging"] = {"level": "INFO"}
     path = write_toml(tmp_path / f"{name}.toml", settings)
     return DaemonProcess(path, settings["server"]["port"], tmp_path / f"{name}.log")
 
 
-async def test_kill_9_mid_lane_never_sends_a_lane_backwards(db_url, receiver_factory, tmp_path):
+async def test_kill_9_mid_lane_never_sends_a_lane_backwards(
+    db_url: str, receiver_factory: ReceiverFactory, tmp_path: Path
+) -> None:
     rng = random.Random(2027)
     seen: dict[str, list[int]] = defaultdict(list)
 
@@ -85,7 +89,11 @@ async def test_kill_9_mid_lane_never_sends_a_lane_backwards(db_url, receiver_fac
         # Three kills, each once the receiver has seen more: mid-lane every time.
         for round_ in range(3):
             before = sum(len(v) for v in seen.values())
-            await eventually(lambda b=before: sum(len(v) for v in seen.values()) >= b + 20)
+
+            def more(b: int = before) -> bool:
+                return sum(len(v) for v in seen.values()) >= b + 20
+
+            await eventually(more)
             victim = daemons[names[round_ % len(names)]]
             victim.kill()
             victim.start()

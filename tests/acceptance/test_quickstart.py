@@ -128,7 +128,7 @@ def curl_example(base: str) -> int:
 
 async def test_the_curl_example_arrives_signed_at_efd_listen_and_its_attempt_is_in_sqlite(
     tmp_path: Path,
-):
+) -> None:
     with quickstart(tmp_path) as qs:
         await eventually(lambda: "efd listen: printing webhooks" in qs.log.read_text())
         assert curl_example(qs.base) == 200
@@ -152,10 +152,11 @@ async def test_the_curl_example_arrives_signed_at_efd_listen_and_its_attempt_is_
         assert len(rows) == 1
         [(url, outcome, status)] = query("select hook_url, outcome, status_code from attempts")
         assert (outcome, status) == ("success", 200)
+        assert isinstance(url, str)
         assert url.endswith("/webhook")
 
 
-def test_the_console_opens_with_the_token_scripts_serve_prints(tmp_path: Path):
+def test_the_console_opens_with_the_token_scripts_serve_prints(tmp_path: Path) -> None:
     """Run scripts/serve, open /console, sign in with the printed token (the console's page
     calls the admin API with it, as here)."""
     with quickstart(tmp_path) as qs:

@@ -22,6 +22,7 @@ from aiohttp import web
 from tests.conftest import (
     DaemonProcess,
     Receiver,
+    ReceiverFactory,
     basic,
     eventually,
     free_port,
@@ -95,7 +96,9 @@ def pg_url(pg_template: str) -> Iterator[str]:
         yield url
 
 
-async def test_three_daemons_deliver_8000_messages_exactly_once(pg_url, receiver_factory, tmp_path):
+async def test_three_daemons_deliver_8000_messages_exactly_once(
+    pg_url: str, receiver_factory: ReceiverFactory, tmp_path: Path
+) -> None:
     receiver = await receiver_factory()
     daemons = [_daemon(tmp_path, pg_url, receiver.url, f"d{i}").start() for i in range(3)]
     try:
@@ -133,8 +136,8 @@ async def _all_finished(db_url: str) -> None:
 
 
 async def _kill_test(
-    db_url: str, receiver_factory, tmp_path: Path, count: int, n_daemons: int
-) -> None:  # type: ignore[no-untyped-def]
+    db_url: str, receiver_factory: ReceiverFactory, tmp_path: Path, count: int, n_daemons: int
+) -> None:
     async def slowish(_request: web.Request, _n: int) -> web.StreamResponse:
         await asyncio.sleep(0.05)
         return web.Response(text="ok")
@@ -179,11 +182,15 @@ async def _kill_test(
             daemon.ensure_stopped()
 
 
-async def test_kill_9_of_one_of_three_daemons_under_load(pg_url, receiver_factory, tmp_path):
+async def test_kill_9_of_one_of_three_daemons_under_load(
+    pg_url: str, receiver_factory: ReceiverFactory, tmp_path: Path
+) -> None:
     await _kill_test(pg_url, receiver_factory, tmp_path, count=6000, n_daemons=3)
 
 
-async def test_kill_9_of_a_single_sqlite_daemon_under_load(receiver_factory, tmp_path):
+async def test_kill_9_of_a_single_sqlite_daemon_under_load(
+    receiver_factory: ReceiverFactory, tmp_path: Path
+) -> None:
     db_url = f"sqlite:///{tmp_path / 'kill.db'}"
     await _kill_test(db_url, receiver_factory, tmp_path, count=4000, n_daemons=1)
 
@@ -238,7 +245,9 @@ class PrivatePostgres:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-async def test_postgres_restart_under_load_loses_nothing_acknowledged(receiver_factory, tmp_path):
+async def test_postgres_restart_under_load_loses_nothing_acknowledged(
+    receiver_factory: ReceiverFactory, tmp_path: Path
+) -> None:
     server = PrivatePostgres()
     try:
         server.ctl("start")
@@ -277,7 +286,9 @@ async def test_postgres_restart_under_load_loses_nothing_acknowledged(receiver_f
         server.destroy()
 
 
-async def test_healthz_and_ingestion_report_a_database_outage(receiver_factory, tmp_path):
+async def test_healthz_and_ingestion_report_a_database_outage(
+    receiver_factory: ReceiverFactory, tmp_path: Path
+) -> None:
     server = PrivatePostgres()
     try:
         server.ctl("start")

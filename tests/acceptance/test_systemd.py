@@ -20,6 +20,7 @@ from aiohttp import web
 
 from tests.conftest import (
     DaemonProcess,
+    ReceiverFactory,
     basic,
     eventually,
     file_permissions_apply,
@@ -94,7 +95,9 @@ def _process(
     )
 
 
-async def test_ready_status_watchdog_and_stopping(db_url, receiver_factory, tmp_path, notify):
+async def test_ready_status_watchdog_and_stopping(
+    db_url: str, receiver_factory: ReceiverFactory, tmp_path: Path, notify: NotifySocket
+) -> None:
     receiver = await receiver_factory()
     daemon = _process(
         tmp_path, settings_dict(db_url, [receiver.url]), notify, WATCHDOG_USEC="600000"
@@ -116,7 +119,9 @@ async def test_ready_status_watchdog_and_stopping(db_url, receiver_factory, tmp_
         daemon.ensure_stopped()
 
 
-async def test_no_watchdog_pings_meant_for_another_process(sqlite_url, tmp_path, notify):
+async def test_no_watchdog_pings_meant_for_another_process(
+    sqlite_url: str, tmp_path: Path, notify: NotifySocket
+) -> None:
     daemon = _process(
         tmp_path, settings_dict(sqlite_url), notify, WATCHDOG_USEC="200000", WATCHDOG_PID="1"
     )
@@ -135,8 +140,12 @@ async def test_no_watchdog_pings_meant_for_another_process(sqlite_url, tmp_path,
 
 @pytest.mark.parametrize("senders", [0, 1], ids=["in-process sender", "sender process"])
 async def test_reload_adds_a_destination_and_keeps_a_delivery_in_flight(
-    db_url, receiver_factory, tmp_path, notify, senders
-):
+    db_url: str,
+    receiver_factory: ReceiverFactory,
+    tmp_path: Path,
+    notify: NotifySocket,
+    senders: int,
+) -> None:
     arrived = asyncio.Event()
     release = asyncio.Event()
 
@@ -194,8 +203,8 @@ async def test_reload_adds_a_destination_and_keeps_a_delivery_in_flight(
 
 
 async def test_a_broken_configuration_changes_nothing(
-    sqlite_url, receiver_factory, tmp_path, notify
-):
+    sqlite_url: str, receiver_factory: ReceiverFactory, tmp_path: Path, notify: NotifySocket
+) -> None:
     receiver = await receiver_factory()
     settings = settings_dict(sqlite_url, [receiver.url])
     daemon = _process(tmp_path, settings, notify)
@@ -219,7 +228,9 @@ async def test_a_broken_configuration_changes_nothing(
         daemon.ensure_stopped()
 
 
-async def test_settings_that_need_a_restart_are_named_and_not_applied(sqlite_url, tmp_path, notify):
+async def test_settings_that_need_a_restart_are_named_and_not_applied(
+    sqlite_url: str, tmp_path: Path, notify: NotifySocket
+) -> None:
     settings = settings_dict(sqlite_url)
     daemon = _process(tmp_path, settings, notify)
     daemon.start()
@@ -268,8 +279,12 @@ def _spoil(path: Path, case: str) -> str:
     "case", ["not UTF-8", "unreadable", "missing", "a directory", "not TOML", "invalid values"]
 )
 async def test_a_reload_that_cannot_load_the_file_is_refused_in_one_line(
-    sqlite_url, receiver_factory, tmp_path, notify, case
-):
+    sqlite_url: str,
+    receiver_factory: ReceiverFactory,
+    tmp_path: Path,
+    notify: NotifySocket,
+    case: str,
+) -> None:
     receiver = await receiver_factory()
     settings = settings_dict(sqlite_url, [receiver.url], server={"admin_token": _TOKEN})
     settings["sources"][0]["write_key"] = _WRITE_KEY

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from efd.delivery.dispatcher import Deliveries
 from efd.delivery.handoff import Grant, Room
 from efd.delivery.lanes import Lanes
-from efd.records import AttemptRow, Claimed, DeliveryStatus, Outcome
+from efd.delivery.ports import Deliveries
+from efd.records import AttemptRow, Claimed, ClaimRequest, DeliveryStatus, Outcome
 from efd.store import Steps, Store, migrate
 from efd.store.ingestion import Handoff
 from efd.store.runner import AsyncDeliveries, AsyncStore
@@ -129,13 +129,15 @@ async def claim(
 ) -> list[Claimed]:
     until = now + LEASE if lease_until is None else lease_until
     return await q.deliveries.claim(
-        "d",
-        limit,
-        owner=owner,
-        now=now,
-        lease_until=until,
-        due_by=due_by,
-        lapsed_before=lapsed_before,
+        ClaimRequest(
+            "d",
+            limit,
+            owner=owner,
+            now=now,
+            lease_until=until,
+            due_by=due_by,
+            lapsed_before=lapsed_before,
+        )
     )
 
 
@@ -194,6 +196,19 @@ async def test_a_claim_takes_at_most_its_limit(queue: Queue) -> None:
     assert len(await claim(queue, limit=3)) == 3
     assert len(await claim(queue, limit=3)) == 2
     assert await claim(queue, limit=3) == []
+
+
+async def test_a_limited_claim_takes_no_more_than_its_fewest_stocked_bucket(queue: Queue) -> None:
+    await queue.add("d", 5, T)
+    # Buckets slow enough that no real clock refills a token between the claims.
+    slow = [("k-a", 0.001, 3.0, 0.0), ("k-b", 0.001, 5.0, 1.0)]  # b: 4 beyond its reserve
+    request = ClaimRequest("d", 10, owner="A", now=T, lease_until=T + LEASE)
+    claimed, left = await queue.deliveries.claim_limited(request, slow)
+    assert len(claimed) == 3
+    assert 0.0 <= left < 0.01  # a's last token went with the third
+    again, left = await queue.deliveries.claim_limited(request, slow)
+    assert again == []
+    assert left < 1.0
 
 
 async def test_a_leased_delivery_is_not_claimed_again_until_its_lease_lapses(queue: Queue) -> None:
@@ -389,7 +404,9 @@ async def test_next_due_is_the_earliest_pending_time_of_the_destination(queue: Q
 
 
 async def claim_o(q: Queue, now: float = T) -> list[Claimed]:
-    return await q.deliveries.claim("o", 10, owner="A", now=now, lease_until=now + LEASE)
+    return await q.deliveries.claim(
+        ClaimRequest("o", 10, owner="A", now=now, lease_until=now + LEASE)
+    )
 
 
 async def test_only_the_head_of_each_lane_is_claimed(queue: Queue) -> None:

@@ -8,7 +8,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from efd.segment import webhooks
-from tests.conftest import SECRET, eventually, post, settings_dict, sql
+from tests.conftest import (
+    SECRET,
+    DaemonFactory,
+    Receiver,
+    ReceiverFactory,
+    StartedDaemon,
+    eventually,
+    post,
+    settings_dict,
+    sql,
+)
 from tests.unit.test_personas import DAY, HIGH_VALUE, REVENUE
 
 # -- daemons -----------------------------------------------------------------------------------
@@ -62,12 +72,12 @@ def identify(user: str, **traits: Any) -> dict[str, Any]:
     return {"type": "identify", "userId": user, "traits": traits}
 
 
-async def send(daemon, *messages: dict[str, Any]) -> None:  # type: ignore[no-untyped-def]
+async def send(daemon: StartedDaemon, *messages: dict[str, Any]) -> None:
     status, _ = await post(daemon.port, "/v1/batch", {"batch": list(messages)})
     assert status == 200
 
 
-def personas_bodies(receiver) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
+def personas_bodies(receiver: Receiver) -> list[dict[str, Any]]:
     """The identify messages a receiver got from syncs, after checking each signature."""
     found = []
     for request in receiver.received:
@@ -87,8 +97,8 @@ def sent_count(db_url: str) -> int:
 
 
 async def test_audience_first_sync_sends_every_member_then_only_changes(
-    db_url, receiver_factory, daemon_factory
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     hooks, crm = await receiver_factory(), await receiver_factory()
     # Without the computed trait: its scheduled first sync (a second after start-up, later on
     # a loaded machine) would add its own messages to the counts below.
@@ -137,8 +147,8 @@ async def test_audience_first_sync_sends_every_member_then_only_changes(
 
 
 async def test_computed_trait_sends_each_value_once_and_then_only_changes(
-    db_url, receiver_factory, daemon_factory
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     hooks, crm = await receiver_factory(), await receiver_factory()
     daemon = await daemon_factory(personas_settings(db_url, hooks.url, crm.url))
     trait = daemon.computation("total_revenue_180_days")
@@ -161,8 +171,8 @@ async def test_computed_trait_sends_each_value_once_and_then_only_changes(
 
 
 async def test_restart_between_two_syncs_neither_resends_nor_misses(
-    db_url, receiver_factory, daemon_factory
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     hooks, crm = await receiver_factory(), await receiver_factory()
     # Without the computed trait: its scheduled first sync, a second after each start-up,
     # would add its own identifies to the bodies counted below.
@@ -197,7 +207,9 @@ async def test_restart_between_two_syncs_neither_resends_nor_misses(
     ) == [("u1",), ("u3",)]  # fmt: skip
 
 
-async def test_syncs_run_by_themselves_at_their_interval(db_url, receiver_factory, daemon_factory):
+async def test_syncs_run_by_themselves_at_their_interval(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     hooks, crm = await receiver_factory(), await receiver_factory()
     settings = personas_settings(db_url, hooks.url, crm.url)
     settings["audiences"][0]["sync_interval_seconds"] = 0.5
@@ -213,8 +225,8 @@ async def test_syncs_run_by_themselves_at_their_interval(db_url, receiver_factor
 
 
 async def test_events_beyond_every_lookback_are_purged_by_retention(
-    db_url, receiver_factory, daemon_factory
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     hooks, crm = await receiver_factory(), await receiver_factory()
     daemon = await daemon_factory(personas_settings(db_url, hooks.url, crm.url))
     # The longest lookback is 180 days (the computed trait).
@@ -223,7 +235,9 @@ async def test_events_beyond_every_lookback_are_purged_by_retention(
     assert sql(db_url, "SELECT properties FROM events") == [('{"revenue":2}',)]
 
 
-async def test_a_lookback_without_within_keeps_events(db_url, receiver_factory, daemon_factory):
+async def test_a_lookback_without_within_keeps_events(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     hooks, crm = await receiver_factory(), await receiver_factory()
     settings = personas_settings(db_url, hooks.url, crm.url)
     settings["computed_traits"][0]["expression"] = "event('Order Completed').count()"

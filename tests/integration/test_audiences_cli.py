@@ -6,15 +6,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import post, settings_dict, sql, write_toml
+from tests.conftest import DaemonFactory, ReceiverFactory, post, settings_dict, sql, write_toml
 from tests.integration.test_audiences import (
-    HIGH_VALUE,
-    REVENUE,
     identify,
     orders,
     personas_settings,
 )
 from tests.integration.test_cli import efd
+from tests.unit.test_personas import HIGH_VALUE, REVENUE
 
 
 def write_config(path: Path, settings: dict[str, Any]) -> Path:
@@ -31,7 +30,7 @@ def write_config(path: Path, settings: dict[str, Any]) -> Path:
     return path
 
 
-def test_check_config_reports_condition_errors_with_line_and_column(tmp_path: Path):
+def test_check_config_reports_condition_errors_with_line_and_column(tmp_path: Path) -> None:
     settings = settings_dict("sqlite:///unused.db")
     settings["audiences"] = [
         {"name": "Fine", "destinations": ["hooks"], "condition": HIGH_VALUE},
@@ -54,8 +53,8 @@ def test_check_config_reports_condition_errors_with_line_and_column(tmp_path: Pa
     assert result.returncode == 2
     errors = result.stderr
     assert (
-        "audiences[1].condition: line 1, column 62: expected a value after '>=', found end of input"
-        in errors
+        "audiences[1].condition: line 1, column 62: expected a value after '>=', "
+        "found the end of the expression" in errors
     )
     assert "audiences[1].destinations[1]: no destination named 'nowhere'" in errors
     assert "audiences[2].name: delivered as the trait 'fine', like audiences[0]" in errors
@@ -64,7 +63,7 @@ def test_check_config_reports_condition_errors_with_line_and_column(tmp_path: Pa
     assert "audiences[0]" not in errors.replace("like audiences[0]", "")
 
 
-def test_check_config_counts_audiences_and_traits(tmp_path: Path):
+def test_check_config_counts_audiences_and_traits(tmp_path: Path) -> None:
     settings = personas_settings("sqlite:///unused.db", "http://x/a", "http://x/b")
     result = efd("check-config", "--config", str(write_config(tmp_path / "ok.toml", settings)))
     assert result.returncode == 0, result.stderr
@@ -72,8 +71,8 @@ def test_check_config_counts_audiences_and_traits(tmp_path: Path):
 
 
 async def test_audiences_lists_counts_and_last_sync_and_previews_without_delivering(
-    db_url, receiver_factory, daemon_factory, tmp_path: Path
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
     hooks, crm = await receiver_factory(), await receiver_factory()
     settings = personas_settings(db_url, hooks.url, crm.url)
     # The daemon runs without the trait, so that no scheduled sync (the first comes a second
@@ -86,6 +85,7 @@ async def test_audiences_lists_counts_and_last_sync_and_previews_without_deliver
         *orders("u2", 100),
         identify("u3", plan="free"),
     ]
+    assert daemon.port is not None
     assert (await post(daemon.port, "/v1/batch", {"batch": batch}))[0] == 200
     await daemon.sync(daemon.computation("High Value Customers"))
     config = str(write_config(tmp_path / "efd.toml", settings))

@@ -24,7 +24,15 @@ from urllib.parse import urlsplit
 import pytest
 from aiohttp import web
 
-from tests.conftest import WRITE_KEY, eventually, free_port, settings_dict, sql
+from tests.conftest import (
+    WRITE_KEY,
+    DaemonFactory,
+    ReceiverFactory,
+    eventually,
+    free_port,
+    settings_dict,
+    sql,
+)
 from tests.jsclients import CHROMIUM, JS, NODE_MODULES, delivered_once, need, node
 
 T = TypeVar("T")
@@ -319,8 +327,14 @@ def segment_settings(
 @pytest.mark.parametrize("batching", [False, True], ids=["standard", "batching"])
 @pytest.mark.parametrize("setup", ["npm", "snippet"])
 async def test_every_call_arrives_once_signed(
-    setup, batching, site, pages, sqlite_url, receiver_factory, daemon_factory
-):
+    setup: str,
+    batching: bool,
+    site: Any,
+    pages: Any,
+    sqlite_url: str,
+    receiver_factory: ReceiverFactory,
+    daemon_factory: DaemonFactory,
+) -> None:
     receiver = await receiver_factory()
     settings = settings_dict(sqlite_url, [receiver.url])
     if setup == "npm":  # the snippet's page runs with the default: any origin
@@ -384,8 +398,14 @@ async def test_every_call_arrives_once_signed(
     ("refusal", "status"), [("wrong write key", 401), ("origin not allowed", 403)]
 )
 async def test_a_refusal_is_a_failed_delivery_not_a_retry(
-    refusal, status, site, pages, sqlite_url, receiver_factory, daemon_factory
-):
+    refusal: str,
+    status: int,
+    site: Any,
+    pages: Any,
+    sqlite_url: str,
+    receiver_factory: ReceiverFactory,
+    daemon_factory: DaemonFactory,
+) -> None:
     receiver = await receiver_factory()
     settings = settings_dict(sqlite_url, [receiver.url])
     write_key = WRITE_KEY
@@ -415,8 +435,12 @@ async def test_a_refusal_is_a_failed_delivery_not_a_retry(
 
 
 async def test_events_sent_while_efd_is_down_arrive_once_with_x_retry_count(
-    site, pages, sqlite_url, receiver_factory, daemon_factory
-):
+    site: Any,
+    pages: Any,
+    sqlite_url: str,
+    receiver_factory: ReceiverFactory,
+    daemon_factory: DaemonFactory,
+) -> None:
     receiver = await receiver_factory()
     port = free_port()  # efd will listen here, once the page has failed to reach it
     page = await pages(f"{site.origin}/page.html")

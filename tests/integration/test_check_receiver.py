@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from tests.conftest import ROOT, free_port
+from tests.conftest import ROOT, ReceiverFactory, free_port
 from tests.integration.test_mtls import Authority, Presented
 
 NEW = "whsec_" + base64.b64encode(b"the-new-secret-of-32-bytes-here!").decode()
@@ -89,7 +89,7 @@ def listen(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         proc.wait(10)
 
 
-async def test_efd_listen_with_the_same_secrets_passes(listen):
+async def test_efd_listen_with_the_same_secrets_passes(listen: tuple[str, Path]) -> None:
     url, log = listen
     code, out, err = await check_receiver(url, *ALL_SECRETS)
     assert (code, err) == (0, ""), out
@@ -100,7 +100,9 @@ async def test_efd_listen_with_the_same_secrets_passes(listen):
     assert printed.count("not processed again") == 1
 
 
-async def test_efd_listen_holding_other_secrets_fails_the_valid_cases(listen):
+async def test_efd_listen_holding_other_secrets_fails_the_valid_cases(
+    listen: tuple[str, Path],
+) -> None:
     url, _ = listen
     code, out, _ = await check_receiver(url, "--secret", "not-what-it-holds")
     assert code == 1, out
@@ -115,7 +117,7 @@ async def test_efd_listen_holding_other_secrets_fails_the_valid_cases(listen):
     assert "does it hold them?" in out
 
 
-async def test_a_receiver_that_accepts_everything_fails(receiver_factory):
+async def test_a_receiver_that_accepts_everything_fails(receiver_factory: ReceiverFactory) -> None:
     receiver = await receiver_factory()  # 200 to every request
     code, out, _ = await check_receiver(receiver.url, *ALL_SECRETS)
     assert code == 1, out
@@ -129,7 +131,9 @@ async def test_a_receiver_that_accepts_everything_fails(receiver_factory):
     assert len(receiver.received) == len(SHOULD_REFUSE) + len(SHOULD_ACCEPT) + 1
 
 
-async def test_a_receiver_that_refuses_valid_signatures_fails(receiver_factory):
+async def test_a_receiver_that_refuses_valid_signatures_fails(
+    receiver_factory: ReceiverFactory,
+) -> None:
     async def refuse(_request: web.Request, _n: int) -> web.StreamResponse:
         return web.json_response({"error": "bad signature"}, status=401)
 
@@ -141,7 +145,7 @@ async def test_a_receiver_that_refuses_valid_signatures_fails(receiver_factory):
     assert {case: found[case] for case in SHOULD_REFUSE} == dict.fromkeys(SHOULD_REFUSE, "ok")
 
 
-async def test_a_receiver_that_refuses_with_a_5xx_fails(receiver_factory):
+async def test_a_receiver_that_refuses_with_a_5xx_fails(receiver_factory: ReceiverFactory) -> None:
     async def verify_then_500(request: web.Request, _n: int) -> web.StreamResponse:
         return web.Response(status=500 if "X-Signature" not in request.headers else 200)
 
@@ -152,7 +156,7 @@ async def test_a_receiver_that_refuses_with_a_5xx_fails(receiver_factory):
     assert "efd would retry it until the retry window closes" in out
 
 
-async def test_an_answer_later_than_the_timeout_fails(receiver_factory):
+async def test_an_answer_later_than_the_timeout_fails(receiver_factory: ReceiverFactory) -> None:
     async def late_once(_request: web.Request, n: int) -> web.StreamResponse:
         if n == 1:
             await asyncio.sleep(3)  # past the 1 s the check is given
@@ -169,7 +173,9 @@ async def test_an_answer_later_than_the_timeout_fails(receiver_factory):
     assert "1 timed out" in out
 
 
-async def test_a_receiver_requiring_a_client_certificate(receiver_factory, tmp_path):
+async def test_a_receiver_requiring_a_client_certificate(
+    receiver_factory: ReceiverFactory, tmp_path: Path
+) -> None:
     authority = Authority(tmp_path)
     presented = Presented()
     receiver = await receiver_factory(presented, ssl_context=authority.server_context())
@@ -198,7 +204,7 @@ async def test_a_receiver_requiring_a_client_certificate(receiver_factory, tmp_p
         (["https://127.0.0.1:9/", "--secret", "s", "--client-cert", "/none"], "cannot read /none"),
     ],
 )
-async def test_bad_arguments_exit_2_saying_why(args: list[str], words: str):
+async def test_bad_arguments_exit_2_saying_why(args: list[str], words: str) -> None:
     code, out, err = await check_receiver(*args)
     assert (code, out) == (2, "")
     assert err.startswith("efd check-receiver: ")

@@ -10,7 +10,7 @@ from collections import Counter
 from aiohttp import web
 
 from efd.observe.metrics import Metrics
-from tests.conftest import eventually, post, settings_dict, sql
+from tests.conftest import DaemonFactory, ReceiverFactory, eventually, post, settings_dict, sql
 
 MESSAGES = 2000
 THRESHOLD = 5
@@ -19,8 +19,8 @@ PER_HOOK = 4  # rounds in flight to one hook
 
 
 async def test_open_circuit_sends_only_probes_and_a_closed_one_drains_the_backlog(
-    db_url, receiver_factory, daemon_factory
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     up = False
     before_open = 0  # requests that arrived before the circuit opened
     while_open: list[float] = []  # when each request arrived while it was open

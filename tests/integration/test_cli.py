@@ -38,13 +38,13 @@ def efd(
     )
 
 
-def test_example_config_is_valid():
+def test_example_config_is_valid() -> None:
     result = efd("check-config", "--config", "config.example.toml")
     assert result.returncode == 0, result.stderr
     assert "OK" in result.stdout
 
 
-def test_migrate_creates_the_schema(db_url, tmp_path: Path):
+def test_migrate_creates_the_schema(db_url: str, tmp_path: Path) -> None:
     path = write_toml(tmp_path / "efd.toml", settings_dict(db_url))
     result = efd("migrate", "--config", str(path))
     assert result.returncode == 0, result.stderr
@@ -52,7 +52,7 @@ def test_migrate_creates_the_schema(db_url, tmp_path: Path):
     assert sql(db_url, "SELECT count(*) FROM deliveries") == [(0,)]
 
 
-def test_serve_refuses_an_invalid_config_and_names_each_key(tmp_path: Path):
+def test_serve_refuses_an_invalid_config_and_names_each_key(tmp_path: Path) -> None:
     path = tmp_path / "bad.toml"
     path.write_text(
         '[server]\nport = "eighty"\nhots = "x"\n[delivery]\ntimeout_seconds = -1\n'
@@ -97,7 +97,7 @@ def _unreadable(tmp_path: Path, case: str) -> tuple[Path, str, list[str]]:
 )
 def test_a_config_that_cannot_be_read_is_one_line_and_exit_2(
     tmp_path: Path, command: str, case: str
-):
+) -> None:
     path, why, prefix = _unreadable(tmp_path, case)
     result = efd(command, "--config", str(path), prefix=prefix)
     assert result.returncode == 2, result.stderr
@@ -117,7 +117,7 @@ def _post(url: str, body: bytes, headers: dict[str, str]) -> int:
         return int(error.code)
 
 
-def test_listen_prints_webhooks_and_refuses_what_does_not_verify(tmp_path: Path):
+def test_listen_prints_webhooks_and_refuses_what_does_not_verify(tmp_path: Path) -> None:
     port = free_port()
     log = tmp_path / "listen.out"
     with log.open("w") as out:
@@ -162,7 +162,7 @@ def test_listen_prints_webhooks_and_refuses_what_does_not_verify(tmp_path: Path)
     assert text.count('"event": "Hello"') == 4  # the repeat is not shown again
 
 
-def test_concurrent_migrations_are_safe(db_url, tmp_path: Path):
+def test_concurrent_migrations_are_safe(db_url: str, tmp_path: Path) -> None:
     """Several processes starting at the same moment all migrate (or find nothing to do)."""
     path = write_toml(tmp_path / "efd.toml", settings_dict(db_url))
     procs = [
@@ -180,7 +180,7 @@ def test_concurrent_migrations_are_safe(db_url, tmp_path: Path):
     assert sql(db_url, "SELECT count(*) FROM alembic_version") == [(1,)]
 
 
-def test_systemd_unit_verifies(tmp_path: Path):
+def test_systemd_unit_verifies(tmp_path: Path) -> None:
     import shutil
 
     import pytest
@@ -201,7 +201,7 @@ def test_systemd_unit_verifies(tmp_path: Path):
     assert problems == [], result.stderr
 
 
-def test_message_key_and_received_at_find_a_message_through_an_index(db_url):
+def test_message_key_and_received_at_find_a_message_through_an_index(db_url: str) -> None:
     """The README's indexed forms of "what happened to messageId X?"."""
     migrate.upgrade(db_url)
     store = Store(db_url)

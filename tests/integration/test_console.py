@@ -9,17 +9,39 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
-from tests.conftest import eventually, post, settings_dict
+from efd.daemon import Daemon
+from tests.conftest import Receiver, eventually, post, settings_dict
 from tests.integration.test_browser import Browser, browser  # noqa: F401  (the fixture)
+from tests.jsclients import JS, need
 
 TOKEN = "console-secret-0123456789"
+FILES = resources.files("efd.http").joinpath("console")
+SCRIPTS = sorted(entry.name for entry in FILES.iterdir() if entry.name.endswith(".js"))
+# Run before the page's own scripts: each policy violation, as its directive and what it blocked.
+VIOLATIONS = """
+window.violations = [];
+document.addEventListener("securitypolicyviolation",
+    (e) => window.violations.push(e.violatedDirective + " " + e.blockedURI));
+"""
+
+DaemonFactory = Callable[..., Awaitable[Daemon]]
+ReceiverFactory = Callable[..., Awaitable[Receiver]]
+
+
+def port(daemon: Daemon) -> int:
+    assert daemon.port is not None, "the daemon is not listening"
+    return daemon.port
 
 
 class Switch:
@@ -55,17 +77,25 @@ class Console:
         self.page: Any = None
         self.context: Any = None
         self.errors: list[str] = []
+        self.responses: list[tuple[str, int, str]] = []  # url, status, content type
 
     async def open(self) -> None:
         async def open_() -> None:
             self.context = await self.browser.browser.new_context(
                 viewport={"width": 1280, "height": 800}
             )
+            await self.context.add_init_script(VIOLATIONS)
             self.page = await self.context.new_page()
             self.page.on("pageerror", lambda e: self.errors.append(str(e)))
             self.page.on(
                 "console",
                 lambda m: self.errors.append(m.text) if m.type == "error" else None,
+            )
+            self.page.on(
+                "response",
+                lambda r: self.responses.append(
+                    (r.url, r.status, r.headers.get("content-type", ""))
+                ),
             )
             await self.page.goto(self.url)
 
@@ -93,24 +123,84 @@ class Console:
         self.images.mkdir(parents=True, exist_ok=True)
         await self.do(lambda page: page.screenshot(path=str(self.images / name)))
 
+    async def violations(self) -> list[str]:
+        found: list[str] = await self.do(lambda page: page.evaluate("window.violations"))
+        return found
+
     async def close(self) -> None:
         if self.context is not None:
             await self.browser.run(self.context.close)
 
 
+async def test_console_loads_its_modules_with_no_error_or_policy_violation(
+    tmp_path: Path,
+    browser: Browser,  # noqa: F811
+    daemon_factory: DaemonFactory,
+) -> None:
+    settings = settings_dict(f"sqlite:///{tmp_path}/efd.db")
+    settings["server"]["admin_token"] = TOKEN
+    daemon = await daemon_factory(settings)
+    base = f"http://127.0.0.1:{port(daemon)}/console"
+    console = Console(browser, base, tmp_path / "images")
+    await console.open()  # returns once the page has loaded: its modules have run
+    try:
+        # Every script of the package is a module the page imports, served as JavaScript.
+        scripts = sorted(
+            (url.removeprefix(base + "/"), status, kind)
+            for url, status, kind in console.responses
+            if url.endswith(".js")
+        )
+        assert scripts == [(name, 200, "text/javascript") for name in SCRIPTS]
+        assert await console.violations() == []
+        assert console.errors == []
+
+        # They work together: the token opens the console and the feed goes live, and what
+        # the data holds is shown as text.
+        await console.log_in()
+        await console.wait("#feed-state[data-state=live]")
+        markup = '<img id="injected" src="/nothing"><b>bold</b>'
+        await post(port(daemon), "/v1/track", {"userId": "u", "event": markup, "messageId": "m"})
+        await console.wait('#feed li[data-message-id="m"]')
+        shown = await console.text('#feed li[data-message-id="m"] .summary span:nth-child(4)')
+        assert shown == markup
+        assert await console.do(lambda page: page.locator("#feed img, #feed b").count()) == 0
+        assert await console.violations() == []
+        assert console.errors == []
+    finally:
+        await console.close()
+
+
+def test_console_stream_parser_under_node() -> None:
+    """The stream parser is a module without DOM: Node's test runner runs its tests."""
+    path = shutil.which("node")
+    need(path is not None, "no node on PATH", "EFD_REQUIRE_NODE")
+    assert path is not None
+    done = subprocess.run(
+        [path, "--test", "console-eventstream.test.mjs"],
+        cwd=JS,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "# fail 0" in done.stdout
+    assert "# pass 0" not in done.stdout
+
+
 async def test_console_feed_attempts_health_redrive_and_search(
-    tmp_path,
-    browser,  # noqa: F811
-    receiver_factory,
-    daemon_factory,
-):
+    tmp_path: Path,
+    browser: Browser,  # noqa: F811
+    receiver_factory: ReceiverFactory,
+    daemon_factory: DaemonFactory,
+) -> None:
     switch = Switch(200)
     receiver = await receiver_factory(switch)
     settings = settings_dict(f"sqlite:///{tmp_path}/efd.db", [receiver.url])
     settings["server"]["admin_token"] = TOKEN
     daemon = await daemon_factory(settings)
     images = Path(os.environ.get("EFD_SCREENSHOTS") or tmp_path / "screenshots")
-    console = Console(browser, f"http://127.0.0.1:{daemon.port}/console", images)
+    console = Console(browser, f"http://127.0.0.1:{port(daemon)}/console", images)
     await console.open()
     try:
         # The token is asked for, kept in the tab, and the feed goes live.
@@ -124,12 +214,12 @@ async def test_console_feed_attempts_health_redrive_and_search(
         # A message sent shows in the feed within a second, then its delivery.
         for i in range(3):
             await post(
-                daemon.port,
+                port(daemon),
                 "/v1/track",
                 {"userId": f"user-{i}", "event": "Order Completed", "messageId": f"order-{i}"},
             )
         status, _ = await post(
-            daemon.port,
+            port(daemon),
             "/v1/track",
             {
                 "userId": "user-42",
@@ -153,7 +243,7 @@ async def test_console_feed_attempts_health_redrive_and_search(
         # The receiver refuses: the delivery fails and the health view shows why.
         switch.status = 400
         await post(
-            daemon.port, "/v1/track", {"userId": "user-7", "event": "E", "messageId": "fail-1"}
+            port(daemon), "/v1/track", {"userId": "user-7", "event": "E", "messageId": "fail-1"}
         )
         await console.wait('#feed li[data-message-id="fail-1"] .badge.failed')
         await console.click("#tabs button[data-view=destinations]")
@@ -189,7 +279,7 @@ async def test_console_feed_attempts_health_redrive_and_search(
             {"type": "track", "event": "Burst", "userId": "u", "messageId": f"burst-{i}"}
             for i in range(500)
         ]
-        status, _ = await post(daemon.port, "/v1/batch", {"batch": burst})
+        status, _ = await post(port(daemon), "/v1/batch", {"batch": burst})
         assert status == 200
         await console.wait("#feed-sample:not([hidden]):has-text('showing a sample')")
         drawn = await console.do(lambda page: page.locator("#feed > li").count())
@@ -200,11 +290,11 @@ async def test_console_feed_attempts_health_redrive_and_search(
 
 
 async def test_console_shows_a_destination_no_longer_configured_and_discards_it(
-    tmp_path,
-    browser,  # noqa: F811
-    receiver_factory,
-    daemon_factory,
-):
+    tmp_path: Path,
+    browser: Browser,  # noqa: F811
+    receiver_factory: ReceiverFactory,
+    daemon_factory: DaemonFactory,
+) -> None:
     async def unavailable(_request: web.Request, _n: int) -> web.StreamResponse:
         return web.json_response({"down": True}, status=503)
 
@@ -217,14 +307,14 @@ async def test_console_shows_a_destination_no_longer_configured_and_discards_it(
     settings["sources"][0]["destinations"] = ["hooks", "old"]
     first = await daemon_factory(settings)
     for i in range(2):
-        await post(first.port, "/v1/track", {"userId": "u", "event": "E", "messageId": f"m-{i}"})
+        await post(port(first), "/v1/track", {"userId": "u", "event": "E", "messageId": f"m-{i}"})
     await old.wait_for(2)  # refused and retried: pending
     await first.stop()
     settings["destinations"] = settings["destinations"][:1]
     settings["sources"][0]["destinations"] = ["hooks"]
     daemon = await daemon_factory(settings)  # "old" is no longer configured
 
-    console = Console(browser, f"http://127.0.0.1:{daemon.port}/console", tmp_path / "images")
+    console = Console(browser, f"http://127.0.0.1:{port(daemon)}/console", tmp_path / "images")
     await console.open()
     try:
         await console.log_in()
@@ -248,12 +338,12 @@ async def test_console_shows_a_destination_no_longer_configured_and_discards_it(
 
 
 async def test_console_shows_an_ordered_destinations_blocked_lane_until_its_head_goes_through(
-    db_url,
-    tmp_path,
-    browser,  # noqa: F811
-    receiver_factory,
-    daemon_factory,
-):
+    db_url: str,
+    tmp_path: Path,
+    browser: Browser,  # noqa: F811
+    receiver_factory: ReceiverFactory,
+    daemon_factory: DaemonFactory,
+) -> None:
     state = ByUser("stuck")
     receiver = await receiver_factory(state)
     settings = settings_dict(db_url, [receiver.url])
@@ -263,10 +353,10 @@ async def test_console_shows_an_ordered_destinations_blocked_lane_until_its_head
     # until a probe: here only the lane may hold.
     settings["delivery"]["circuit_failures"] = 1000
     daemon = await daemon_factory(settings)
-    await post(daemon.port, "/v1/track", {"userId": "fine", "event": "E", "messageId": "fine-1"})
+    await post(port(daemon), "/v1/track", {"userId": "fine", "event": "E", "messageId": "fine-1"})
     await eventually(lambda: state.seen["fine"] == ["fine-1"])
 
-    console = Console(browser, f"http://127.0.0.1:{daemon.port}/console", tmp_path / "images")
+    console = Console(browser, f"http://127.0.0.1:{port(daemon)}/console", tmp_path / "images")
     await console.open()
     try:
         await console.log_in()
@@ -281,7 +371,7 @@ async def test_console_shows_an_ordered_destinations_blocked_lane_until_its_head
             {"type": "track", "userId": u, "event": "E", "messageId": m}
             for u, m in (("stuck", "stuck-1"), ("stuck", "stuck-2"), ("fine", "fine-2"))
         ]
-        status, _ = await post(daemon.port, "/v1/batch", {"batch": batch})
+        status, _ = await post(port(daemon), "/v1/batch", {"batch": batch})
         assert status == 200
         # A second request for the head: its first attempt's outcome is stored.
         await eventually(lambda: state.seen["stuck"][:2] == ["stuck-1", "stuck-1"])
@@ -303,11 +393,13 @@ async def test_console_shows_an_ordered_destinations_blocked_lane_until_its_head
         await console.close()
 
 
-async def test_console_is_off_without_an_admin_token(tmp_path, daemon_factory):
+async def test_console_is_off_without_an_admin_token(
+    tmp_path: Path, daemon_factory: DaemonFactory
+) -> None:
     daemon = await daemon_factory(settings_dict(f"sqlite:///{tmp_path}/efd.db"))
     async with (
         aiohttp.ClientSession() as session,
-        session.get(f"http://127.0.0.1:{daemon.port}/console") as response,
+        session.get(f"http://127.0.0.1:{port(daemon)}/console") as response,
     ):
         assert response.status == 403
         answer = await response.json()
@@ -315,20 +407,25 @@ async def test_console_is_off_without_an_admin_token(tmp_path, daemon_factory):
     assert "admin_token" in answer["message"]
 
 
-async def test_console_serves_its_files_and_nothing_else(tmp_path, daemon_factory):
+async def test_console_serves_its_files_and_nothing_else(
+    tmp_path: Path, daemon_factory: DaemonFactory
+) -> None:
     settings = settings_dict(f"sqlite:///{tmp_path}/efd.db")
     settings["server"]["admin_token"] = TOKEN
     daemon = await daemon_factory(settings)
-    base = f"http://127.0.0.1:{daemon.port}/console"
+    base = f"http://127.0.0.1:{port(daemon)}/console"
     async with aiohttp.ClientSession() as session:
         async with session.get(base) as response:
             assert response.status == 200
             assert response.content_type == "text/html"
             assert "script-src 'self'" in response.headers["Content-Security-Policy"]
-            assert "/console/console.js" in await response.text()
-        for name, kind in (("console.js", "text/javascript"), ("console.css", "text/css")):
+            page = await response.text()
+            assert '<script type="module" src="/console/console.js"></script>' in page
+        files = [(name, "text/javascript") for name in SCRIPTS] + [("console.css", "text/css")]
+        for name, kind in files:
             async with session.get(f"{base}/{name}") as response:
                 assert (response.status, response.content_type) == (200, kind)
-        for name in ("..%2Fapp.py", "console.py", "nothing.js"):
+                assert response.headers["X-Content-Type-Options"] == "nosniff"
+        for name in ("..%2Fapp.py", "console.py", "nothing.js", "console.html"):
             async with session.get(f"{base}/{name}") as response:
                 assert response.status == 404

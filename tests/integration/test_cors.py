@@ -4,15 +4,17 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+from multidict import CIMultiDictProxy
 
 from efd.http.cors import MAX_AGE_SECONDS
 from efd.http.ingest import SINGLE_TYPES
 from efd.segment.messages import MAX_REQUEST_BYTES
-from tests.conftest import WRITE_KEY, basic, metric, settings_dict, sql
+from tests.conftest import WRITE_KEY, DaemonFactory, basic, metric, settings_dict, sql
 from tests.unit.test_origins import SHOP_ACCEPTED, SHOP_PATTERNS, SHOP_REFUSED
 
 PAGE = "http://localhost:5173"
@@ -24,7 +26,7 @@ REQUESTED = "authorization,content-type,x-retry-count"
 
 async def request(
     method: str, port: int, path: str, body: Any = None, headers: dict[str, str] | None = None
-) -> tuple[int, aiohttp.typedefs.LooseHeaders, Any]:
+) -> tuple[int, CIMultiDictProxy[str], Any]:
     data = body if body is None or isinstance(body, bytes) else json.dumps(body).encode()
     async with (
         aiohttp.ClientSession() as session,
@@ -42,7 +44,7 @@ def stored(db_url: str) -> list[tuple[str, str]]:
 
 
 @pytest.fixture
-def sqlite_url(tmp_path) -> str:  # type: ignore[no-untyped-def]
+def sqlite_url(tmp_path: Path) -> str:
     """For tests of HTTP headers alone, which need a store but not both backends."""
     return f"sqlite:///{tmp_path / 'efd.db'}"
 
@@ -50,7 +52,9 @@ def sqlite_url(tmp_path) -> str:  # type: ignore[no-untyped-def]
 # -- preflights and headers ------------------------------------------------------------------
 
 
-async def test_every_ingestion_route_answers_a_preflight(sqlite_url, daemon_factory):
+async def test_every_ingestion_route_answers_a_preflight(
+    sqlite_url: str, daemon_factory: DaemonFactory
+) -> None:
     daemon = await daemon_factory(settings_dict(sqlite_url))
     for path in INGEST_PATHS:
         status, headers, _ = await request(
@@ -78,7 +82,9 @@ async def test_every_ingestion_route_answers_a_preflight(sqlite_url, daemon_fact
     assert "Access-Control-Allow-Origin" not in headers
 
 
-async def test_every_answer_to_a_page_carries_its_origin(sqlite_url, daemon_factory):
+async def test_every_answer_to_a_page_carries_its_origin(
+    sqlite_url: str, daemon_factory: DaemonFactory
+) -> None:
     daemon = await daemon_factory(settings_dict(sqlite_url))
     port = daemon.port
     origin = {"Origin": PAGE}
@@ -93,8 +99,8 @@ async def test_every_answer_to_a_page_carries_its_origin(sqlite_url, daemon_fact
         (404, "POST", "/v1/nope", TRACK, origin),
         (405, "GET", "/v1/t", None, origin),
     ]
-    for expected, method, path, body, headers in cases:
-        status, answer_headers, answer = await request(method, port, path, body, headers)
+    for expected, method, path, body, sent in cases:
+        status, answer_headers, answer = await request(method, port, path, body, sent)
         assert status == expected, (path, answer)
         assert answer_headers["Access-Control-Allow-Origin"] == PAGE, (path, status)
         assert answer_headers["Vary"] == "Origin"
@@ -106,7 +112,9 @@ async def test_every_answer_to_a_page_carries_its_origin(sqlite_url, daemon_fact
     assert "Vary" not in headers
 
 
-async def test_a_store_failure_carries_the_origin(db_url, daemon_factory):
+async def test_a_store_failure_carries_the_origin(
+    db_url: str, daemon_factory: DaemonFactory
+) -> None:
     daemon = await daemon_factory(settings_dict(db_url))
     # The store fails for real: the table efd writes to is gone.
     sql(db_url, "ALTER TABLE messages RENAME TO messages_away")
@@ -134,7 +142,9 @@ def restricted(db_url: str, **server: Any) -> dict[str, Any]:
 
 # One origin of each table end to end, on both backends; every one: tests/unit/test_origins.py.
 @pytest.mark.parametrize("origin", SHOP_ACCEPTED[:1])
-async def test_a_listed_origin_is_accepted(db_url, daemon_factory, origin):
+async def test_a_listed_origin_is_accepted(
+    db_url: str, daemon_factory: DaemonFactory, origin: str
+) -> None:
     daemon = await daemon_factory(restricted(db_url))
     status, headers, answer = await request(
         "POST", daemon.port, "/v1/t", TRACK, {"Origin": origin, **basic()}
@@ -146,7 +156,9 @@ async def test_a_listed_origin_is_accepted(db_url, daemon_factory, origin):
 
 # One origin of each table end to end, on both backends; every one: tests/unit/test_origins.py.
 @pytest.mark.parametrize("origin", SHOP_REFUSED[:1])
-async def test_another_origin_is_403_and_nothing_is_stored(db_url, daemon_factory, origin):
+async def test_another_origin_is_403_and_nothing_is_stored(
+    db_url: str, daemon_factory: DaemonFactory, origin: str
+) -> None:
     daemon = await daemon_factory(restricted(db_url))
     status, headers, answer = await request(
         "POST", daemon.port, "/v1/t", TRACK, {"Origin": origin, **basic()}
@@ -158,7 +170,9 @@ async def test_another_origin_is_403_and_nothing_is_stored(db_url, daemon_factor
     assert stored(db_url) == []
 
 
-async def test_origins_are_checked_whichever_way_the_key_and_body_arrive(db_url, daemon_factory):
+async def test_origins_are_checked_whichever_way_the_key_and_body_arrive(
+    db_url: str, daemon_factory: DaemonFactory
+) -> None:
     """Key in the body (text/plain, as older analytics.js sends) and large bodies parsed in
     a parser process name the source differently; both are checked."""
     daemon = await daemon_factory(restricted(db_url, parse_processes=1))
@@ -179,7 +193,9 @@ async def test_origins_are_checked_whichever_way_the_key_and_body_arrive(db_url,
     assert len(stored(db_url)) == 1
 
 
-async def test_requests_without_an_origin_and_open_sources_are_unaffected(db_url, daemon_factory):
+async def test_requests_without_an_origin_and_open_sources_are_unaffected(
+    db_url: str, daemon_factory: DaemonFactory
+) -> None:
     daemon = await daemon_factory(restricted(db_url))
     status, headers, _ = await request("POST", daemon.port, "/v1/t", TRACK, basic())
     assert status == 200  # a server-side library
@@ -191,7 +207,9 @@ async def test_requests_without_an_origin_and_open_sources_are_unaffected(db_url
     assert [source for source, _ in stored(db_url)] == ["web", "open"]
 
 
-async def test_preflights_are_answered_for_any_origin(sqlite_url, daemon_factory):
+async def test_preflights_are_answered_for_any_origin(
+    sqlite_url: str, daemon_factory: DaemonFactory
+) -> None:
     """A preflight carries no write key, so it cannot know the source: it is answered, and
     the POST that follows is the one refused (see efd.http.cors)."""
     daemon = await daemon_factory(restricted(sqlite_url))
@@ -208,7 +226,7 @@ async def test_preflights_are_answered_for_any_origin(sqlite_url, daemon_factory
 # -- the routes analytics.js uses ------------------------------------------------------------
 
 
-async def test_batching_mode_posts_to_v1_b(db_url, daemon_factory):
+async def test_batching_mode_posts_to_v1_b(db_url: str, daemon_factory: DaemonFactory) -> None:
     daemon = await daemon_factory(settings_dict(db_url))
     # analytics.js's batching mode: text/plain, the key in the body and in Basic auth.
     body = {
@@ -228,7 +246,9 @@ async def test_batching_mode_posts_to_v1_b(db_url, daemon_factory):
     assert [m for _, m in stored(db_url)] == ["b0", "b1", "b2"]
 
 
-async def test_telemetry_is_accepted_counted_and_dropped(db_url, daemon_factory):
+async def test_telemetry_is_accepted_counted_and_dropped(
+    db_url: str, daemon_factory: DaemonFactory
+) -> None:
     daemon = await daemon_factory(settings_dict(db_url))
     series = {
         "series": [

@@ -7,6 +7,7 @@ import datetime as dt
 import ssl
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trustme
@@ -15,7 +16,10 @@ from aiohttp import web
 from efd.segment import webhooks
 from tests.conftest import (
     SECRET,
+    Behaviour,
+    DaemonFactory,
     Receiver,
+    ReceiverFactory,
     eventually,
     free_port,
     metric,
@@ -28,7 +32,7 @@ from tests.conftest import (
 TRACK = {"userId": "u-1", "event": "Order Completed", "properties": {"revenue": 39.95}}
 
 
-def statuses(*codes: int, headers: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+def statuses(*codes: int, headers: dict[str, str] | None = None) -> Behaviour:
     """A behaviour answering the n-th request with codes[n-1] (the last one repeats)."""
 
     async def behaviour(_request: web.Request, n: int) -> web.StreamResponse:
@@ -48,7 +52,9 @@ def attempt_rows(db_url: str) -> list[tuple[str, str, int | None, str | None]]:
     )
 
 
-async def test_delivers_signed_body_with_headers(db_url, receiver_factory, daemon_factory):
+async def test_delivers_signed_body_with_headers(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     receiver = await receiver_factory()
     settings = settings_dict(db_url, [receiver.url])
     settings["destinations"][0]["hooks"][0]["headers"] = {"X-Env": "test"}
@@ -71,8 +77,8 @@ async def test_delivers_signed_body_with_headers(db_url, receiver_factory, daemo
 
 
 async def test_a_corrected_timestamp_keeps_the_client_one_in_store_and_body(
-    db_url, receiver_factory, daemon_factory
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     receiver = await receiver_factory()
     daemon = await daemon_factory(settings_dict(db_url, [receiver.url]))
     # The device's clock is a day behind: by it, the batch left 30 s after the first event.
@@ -115,7 +121,9 @@ async def test_a_corrected_timestamp_keeps_the_client_one_in_store_and_body(
     assert bodies["as-sent"]["timestamp"] == "2026-11-23T12:00:00.000Z"
 
 
-async def test_no_signature_without_secret(db_url, receiver_factory, daemon_factory):
+async def test_no_signature_without_secret(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     receiver = await receiver_factory()
     settings = settings_dict(db_url, [receiver.url])
     del settings["destinations"][0]["shared_secret"]
@@ -126,8 +134,8 @@ async def test_no_signature_without_secret(db_url, receiver_factory, daemon_fact
 
 
 async def test_first_success_wins_and_other_hooks_are_not_retried(
-    db_url, receiver_factory, daemon_factory
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     failing = await receiver_factory(statuses(500))
     succeeding = await receiver_factory(statuses(200))
     daemon = await daemon_factory(settings_dict(db_url, [failing.url, succeeding.url]))
@@ -140,7 +148,9 @@ async def test_first_success_wins_and_other_hooks_are_not_retried(
     assert len(succeeding.received) == 1
 
 
-async def test_5xx_is_retried_until_success(db_url, receiver_factory, daemon_factory):
+async def test_5xx_is_retried_until_success(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     receiver = await receiver_factory(statuses(500, 503, 200))
     daemon = await daemon_factory(settings_dict(db_url, [receiver.url]))
     await post(daemon.port, "/v1/track", {**TRACK, "messageId": "retry-me"})
@@ -156,7 +166,9 @@ async def test_5xx_is_retried_until_success(db_url, receiver_factory, daemon_fac
 
 
 @pytest.mark.parametrize("code", [400, 401, 404, 410, 301, 302])
-async def test_4xx_and_3xx_fail_without_retry(code, db_url, receiver_factory, daemon_factory):
+async def test_4xx_and_3xx_fail_without_retry(
+    code: int, db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     headers = {"Location": "http://127.0.0.1:1/elsewhere"} if 300 <= code < 400 else None
     receiver = await receiver_factory(statuses(code, headers=headers))
     daemon = await daemon_factory(settings_dict(db_url, [receiver.url]))
@@ -169,7 +181,9 @@ async def test_4xx_and_3xx_fail_without_retry(code, db_url, receiver_factory, da
 
 
 @pytest.mark.parametrize("code", [408, 429, 502, 504])
-async def test_retryable_statuses(code, db_url, receiver_factory, daemon_factory):
+async def test_retryable_statuses(
+    code: int, db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     receiver = await receiver_factory(statuses(code, 200))
     daemon = await daemon_factory(settings_dict(db_url, [receiver.url]))
     await post(daemon.port, "/v1/track", TRACK)
@@ -177,7 +191,9 @@ async def test_retryable_statuses(code, db_url, receiver_factory, daemon_factory
     await eventually(lambda: delivery_rows(db_url) == [("delivered", 2, None)])
 
 
-async def test_429_retry_after_is_honoured(db_url, receiver_factory, daemon_factory):
+async def test_429_retry_after_is_honoured(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     receiver = await receiver_factory(statuses(429, 200, headers={"Retry-After": "2"}))
     daemon = await daemon_factory(settings_dict(db_url, [receiver.url]))
     await post(daemon.port, "/v1/track", TRACK)
@@ -186,7 +202,9 @@ async def test_429_retry_after_is_honoured(db_url, receiver_factory, daemon_fact
     assert second.at - first.at >= 1.9
 
 
-async def test_retry_after_beyond_window_expires(db_url, receiver_factory, daemon_factory):
+async def test_retry_after_beyond_window_expires(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     receiver = await receiver_factory(statuses(429, headers={"Retry-After": "3600"}))
     settings = settings_dict(db_url, [receiver.url], delivery={"retry_window_seconds": 60})
     daemon = await daemon_factory(settings)
@@ -195,7 +213,9 @@ async def test_retry_after_beyond_window_expires(db_url, receiver_factory, daemo
     assert len(receiver.received) == 1
 
 
-async def test_window_closes_and_delivery_expires(db_url, receiver_factory, daemon_factory):
+async def test_window_closes_and_delivery_expires(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     receiver = await receiver_factory(statuses(503))
     settings = settings_dict(
         db_url,
@@ -222,8 +242,8 @@ async def test_window_closes_and_delivery_expires(db_url, receiver_factory, daem
 
 @pytest.mark.slow
 async def test_slow_receiver_times_out_at_exactly_5_seconds_and_is_retried(
-    db_url, receiver_factory, daemon_factory
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     async def slow_then_fast(_request: web.Request, n: int) -> web.StreamResponse:
         if n == 1:
             await asyncio.sleep(6)
@@ -242,7 +262,9 @@ async def test_slow_receiver_times_out_at_exactly_5_seconds_and_is_retried(
     assert 4800 <= duration_ms <= 5200
 
 
-async def test_dead_receiver_is_retried_then_delivered(db_url, receiver_factory, daemon_factory):
+async def test_dead_receiver_is_retried_then_delivered(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     port = free_port()  # nothing listens here yet: connection refused
     url = f"http://127.0.0.1:{port}/hook"
     daemon = await daemon_factory(settings_dict(db_url, [url]))
@@ -254,7 +276,7 @@ async def test_dead_receiver_is_retried_then_delivered(db_url, receiver_factory,
     await eventually(lambda: delivery_rows(db_url)[0][0] == "delivered")
 
 
-async def test_dns_failure_is_retried(db_url, daemon_factory):
+async def test_dns_failure_is_retried(db_url: str, daemon_factory: DaemonFactory) -> None:
     settings = settings_dict(db_url, ["http://does-not-exist.invalid/hook"])
     daemon = await daemon_factory(settings)
     await post(daemon.port, "/v1/track", TRACK)
@@ -264,7 +286,9 @@ async def test_dns_failure_is_retried(db_url, daemon_factory):
     assert {(r[1], r[3]) for r in rows} == {("retry", "dns")}
 
 
-async def test_reset_connection_is_retried(db_url, daemon_factory, receiver_factory):
+async def test_reset_connection_is_retried(
+    db_url: str, daemon_factory: DaemonFactory, receiver_factory: ReceiverFactory
+) -> None:
     async def reset_then_ok(request: web.Request, n: int) -> web.StreamResponse:
         if n == 1:
             assert request.transport is not None
@@ -331,7 +355,9 @@ def _self_signed(tmp_path: Path) -> ssl.SSLContext:
     return context
 
 
-async def _assert_tls_refused(db_url: str, receiver: Receiver, daemon_factory, **delivery) -> str:  # type: ignore[no-untyped-def]
+async def _assert_tls_refused(
+    db_url: str, receiver: Receiver, daemon_factory: DaemonFactory, **delivery: Any
+) -> str:
     daemon = await daemon_factory(settings_dict(db_url, [receiver.url], delivery=delivery))
     await post(daemon.port, "/v1/track", TRACK)
     rows = await eventually(lambda: [r for r in delivery_rows(db_url) if r[0] == "failed"])
@@ -342,14 +368,19 @@ async def _assert_tls_refused(db_url: str, receiver: Receiver, daemon_factory, *
 
 
 async def test_self_signed_certificate_is_refused(
-    db_url, receiver_factory, daemon_factory, tmp_path
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
     receiver = await receiver_factory(ssl_context=_self_signed(tmp_path))
     error = await _assert_tls_refused(db_url, receiver, daemon_factory)
     assert "self-signed" in error or "self signed" in error
 
 
-async def test_untrusted_ca_is_refused(db_url, receiver_factory, daemon_factory, ca):
+async def test_untrusted_ca_is_refused(
+    db_url: str,
+    receiver_factory: ReceiverFactory,
+    daemon_factory: DaemonFactory,
+    ca: tuple[trustme.CA, Path],
+) -> None:
     authority, _ = ca
     receiver = await receiver_factory(
         ssl_context=_server_context(authority.issue_cert("localhost"))
@@ -357,7 +388,12 @@ async def test_untrusted_ca_is_refused(db_url, receiver_factory, daemon_factory,
     await _assert_tls_refused(db_url, receiver, daemon_factory)
 
 
-async def test_trusted_ca_delivers(db_url, receiver_factory, daemon_factory, ca):
+async def test_trusted_ca_delivers(
+    db_url: str,
+    receiver_factory: ReceiverFactory,
+    daemon_factory: DaemonFactory,
+    ca: tuple[trustme.CA, Path],
+) -> None:
     authority, ca_path = ca
     receiver = await receiver_factory(
         ssl_context=_server_context(authority.issue_cert("localhost"))
@@ -369,7 +405,12 @@ async def test_trusted_ca_delivers(db_url, receiver_factory, daemon_factory, ca)
     await eventually(lambda: delivery_rows(db_url) == [("delivered", 1, None)])
 
 
-async def test_wrong_hostname_is_refused(db_url, receiver_factory, daemon_factory, ca):
+async def test_wrong_hostname_is_refused(
+    db_url: str,
+    receiver_factory: ReceiverFactory,
+    daemon_factory: DaemonFactory,
+    ca: tuple[trustme.CA, Path],
+) -> None:
     authority, ca_path = ca
     receiver = await receiver_factory(
         ssl_context=_server_context(authority.issue_cert("other.example.com"))
@@ -378,7 +419,12 @@ async def test_wrong_hostname_is_refused(db_url, receiver_factory, daemon_factor
     assert "hostname" in error.lower() or "mismatch" in error.lower()
 
 
-async def test_expired_certificate_is_refused(db_url, receiver_factory, daemon_factory, ca):
+async def test_expired_certificate_is_refused(
+    db_url: str,
+    receiver_factory: ReceiverFactory,
+    daemon_factory: DaemonFactory,
+    ca: tuple[trustme.CA, Path],
+) -> None:
     authority, ca_path = ca
     now = dt.datetime.now(dt.UTC)
     cert = authority.issue_cert(
@@ -392,7 +438,9 @@ async def test_expired_certificate_is_refused(db_url, receiver_factory, daemon_f
 # -- address guard ------------------------------------------------------------------------
 
 
-async def test_private_addresses_are_blocked_by_default(db_url, receiver_factory, daemon_factory):
+async def test_private_addresses_are_blocked_by_default(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     receiver = await receiver_factory()
     settings = settings_dict(db_url, [receiver.url], delivery={"allowed_networks": []})
     daemon = await daemon_factory(settings)
@@ -404,8 +452,8 @@ async def test_private_addresses_are_blocked_by_default(db_url, receiver_factory
 
 
 async def test_guard_checks_the_resolved_address_not_the_name(
-    db_url, receiver_factory, daemon_factory
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     # "localhost" is a name, not an IP literal: the check must see the address it resolves to.
     receiver = await receiver_factory()
     url = receiver.url.replace("127.0.0.1", "localhost")
@@ -417,7 +465,7 @@ async def test_guard_checks_the_resolved_address_not_the_name(
     assert receiver.received == []
 
 
-async def test_ipv4_mapped_loopback_is_blocked(db_url, daemon_factory):
+async def test_ipv4_mapped_loopback_is_blocked(db_url: str, daemon_factory: DaemonFactory) -> None:
     settings = settings_dict(
         db_url, ["http://[::ffff:127.0.0.1]:9/hook"], delivery={"allowed_networks": []}
     )
@@ -431,8 +479,8 @@ async def test_ipv4_mapped_loopback_is_blocked(db_url, daemon_factory):
 
 
 async def test_slow_hook_does_not_starve_another_destination(
-    db_url, receiver_factory, daemon_factory
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     async def slow(_request: web.Request, _n: int) -> web.StreamResponse:
         await asyncio.sleep(2)
         return web.Response(text="ok")
@@ -454,7 +502,9 @@ async def test_slow_hook_does_not_starve_another_destination(
     assert len(slow_receiver.received) <= 4  # the slow hook holds at most its own slots
 
 
-async def test_attempt_log_answers_the_operator_questions(db_url, receiver_factory, daemon_factory):
+async def test_attempt_log_answers_the_operator_questions(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     receiver = await receiver_factory(statuses(500, 200))
     daemon = await daemon_factory(settings_dict(db_url, [receiver.url]))
     await post(daemon.port, "/v1/track", {**TRACK, "messageId": "audit-me"})
@@ -482,8 +532,8 @@ async def test_attempt_log_answers_the_operator_questions(db_url, receiver_facto
 
 
 async def test_a_binary_answer_is_logged_readably_and_the_outcome_recorded(
-    db_url, receiver_factory, daemon_factory
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     """A receiver's answer may hold NUL bytes (a binary body), which PostgreSQL's text
     cannot store: the attempt log shows them as U+FFFD, and the outcome is recorded."""
 
@@ -498,7 +548,9 @@ async def test_a_binary_answer_is_logged_readably_and_the_outcome_recorded(
     assert heads == [("ok\ufffd\ufffd\ufffdend",), ("ok\ufffd\ufffd\ufffdend",)]
 
 
-async def test_claims_ahead_are_bounded_and_all_delivered(db_url, receiver_factory, daemon_factory):
+async def test_claims_ahead_are_bounded_and_all_delivered(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     in_flight = 0
     most = 0
 
@@ -523,7 +575,7 @@ async def test_claims_ahead_are_bounded_and_all_delivered(db_url, receiver_facto
     # but for the two rounds just answered whose outcomes wait a moment for the recorder's
     # next transaction (efd/delivery/recorder.py) with their leases still on the rows.
     leased = "SELECT count(*) FROM deliveries WHERE status = 'pending' AND lease_owner IS NOT NULL"
-    seen = set()
+    seen: set[int] = set()
     while (count := sql(db_url, leased)[0][0]) or not seen:
         seen.add(count)
         await asyncio.sleep(0.05)
@@ -542,8 +594,8 @@ async def test_claims_ahead_are_bounded_and_all_delivered(db_url, receiver_facto
 
 
 async def test_an_idle_daemon_sends_what_it_stores_without_claiming_it(
-    db_url, receiver_factory, daemon_factory
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     """Stored while the destination has free slots: leased to the daemon in the insert's
     transaction and sent from there (efd/delivery/handoff.py), each once, the lease ending
     with the outcome; while older deliveries wait, new ones queue behind them instead."""

@@ -19,7 +19,9 @@ import pytest
 
 from efd.http.server import MAX_PIPELINED
 from tests.conftest import (
+    DaemonFactory,
     DaemonProcess,
+    content_length,
     eventually,
     free_port,
     post,
@@ -84,8 +86,8 @@ async def status_of(port: int, path: str, token: str | None = None) -> int:
 
 
 async def test_clients_that_pipeline_and_never_read_are_cut_off_and_others_served(
-    tmp_path, daemon_factory
-):
+    tmp_path: Path, daemon_factory: DaemonFactory
+) -> None:
     # Every connection goes to a client that pipelines large answers and never reads them.
     # Each connection is closed after MAX_PIPELINED answers, or when an answer has waited
     # request_timeout_seconds (whichever comes first), so another client is served again
@@ -114,7 +116,9 @@ async def test_clients_that_pipeline_and_never_read_are_cut_off_and_others_serve
     assert (await post(daemon.port, "/v1/track", TRACK))[0] == 200
 
 
-async def test_an_answer_left_untaken_closes_its_connection(tmp_path, daemon_factory):
+async def test_an_answer_left_untaken_closes_its_connection(
+    tmp_path: Path, daemon_factory: DaemonFactory
+) -> None:
     # One answer larger than the kernel's socket buffers take, to a client that never
     # reads it: efd closes the connection request_timeout_seconds after the answer stalls
     # and serves the next client on the only connection there is.
@@ -156,11 +160,13 @@ async def test_an_answer_left_untaken_closes_its_connection(tmp_path, daemon_fac
     sock.close()
     head, _, body = received.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200")
-    length = int(re.search(rb"Content-Length: (\d+)", head)[1])  # type: ignore[index]
+    length = content_length(head)
     assert len(body) < length  # cut off, not finished
 
 
-async def test_one_address_cannot_take_every_connection(tmp_path, daemon_factory):
+async def test_one_address_cannot_take_every_connection(
+    tmp_path: Path, daemon_factory: DaemonFactory
+) -> None:
     # The default bound for one address is half of max_connections. The attack's
     # connections stay open for the whole test (request_timeout_seconds is long): the
     # other client is served while the attack goes on, not after it.
@@ -199,8 +205,8 @@ async def test_one_address_cannot_take_every_connection(tmp_path, daemon_factory
 
 
 async def test_pipelined_requests_are_answered_up_to_the_bound_then_the_connection_closes(
-    tmp_path, daemon_factory
-):
+    tmp_path: Path, daemon_factory: DaemonFactory
+) -> None:
     daemon = await daemon_factory(door_settings(tmp_path, keepalive_timeout_seconds=1))
     reader, writer = await asyncio.open_connection("127.0.0.1", daemon.port)
     writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" * (MAX_PIPELINED + 24))
@@ -218,7 +224,7 @@ async def test_pipelined_requests_are_answered_up_to_the_bound_then_the_connecti
         head = await reader.readuntil(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 200")
         assert b"Connection: close" not in head
-        length = int(re.search(rb"Content-Length: (\d+)", head)[1])  # type: ignore[index]
+        length = content_length(head)
         await reader.readexactly(length)
     writer.close()
 
@@ -260,7 +266,7 @@ def _open_files(limit: int) -> Any:
     return apply
 
 
-async def test_max_connections_is_lowered_to_what_the_open_file_limit_holds(tmp_path):
+async def test_max_connections_is_lowered_to_what_the_open_file_limit_holds(tmp_path: Path) -> None:
     # 1024 connections (the default) cannot fit in 200 open files: efd serves what fits and
     # answers the rest 503, and says so once at start. Before, connections beyond the
     # limit were never accepted: their clients hung without an answer or a log line.
@@ -305,7 +311,7 @@ async def test_max_connections_is_lowered_to_what_the_open_file_limit_holds(tmp_
         daemon.ensure_stopped()
 
 
-async def test_the_open_file_limit_is_raised_when_the_hard_limit_allows(tmp_path):
+async def test_the_open_file_limit_is_raised_when_the_hard_limit_allows(tmp_path: Path) -> None:
     def low_soft_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (200, 4096))
 
@@ -321,7 +327,9 @@ async def test_the_open_file_limit_is_raised_when_the_hard_limit_allows(tmp_path
         daemon.ensure_stopped()
 
 
-async def test_an_open_file_limit_without_room_for_connections_refuses_to_start(tmp_path):
+async def test_an_open_file_limit_without_room_for_connections_refuses_to_start(
+    tmp_path: Path,
+) -> None:
     port = free_port()
     config = write_toml(tmp_path / "efd.toml", door_settings(tmp_path, port=port))
     daemon = DaemonProcess(config, port, tmp_path / "efd.log", preexec_fn=_open_files(100))

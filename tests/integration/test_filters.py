@@ -12,7 +12,17 @@ from standardwebhooks.webhooks import Webhook
 from efd import config
 from efd.segment import webhooks
 from efd.store import Store
-from tests.conftest import SECRET, eventually, metric, metrics_text, post, settings_dict, sql
+from tests.conftest import (
+    SECRET,
+    DaemonFactory,
+    ReceiverFactory,
+    eventually,
+    metric,
+    metrics_text,
+    post,
+    settings_dict,
+    sql,
+)
 from tests.integration.test_operators import Switch
 from tests.integration.test_regulations import api, finished, regulate, request
 
@@ -57,8 +67,8 @@ def deliveries(db_url: str) -> dict[str, tuple[str, int, str | None]]:
 
 
 async def test_a_dropped_message_gets_a_filtered_row_and_no_request(
-    db_url, receiver_factory, daemon_factory
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     receiver = await receiver_factory()
     daemon = await daemon_factory(with_filters(db_url, [receiver.url], [DROP_PING]))
     assert (await post(daemon.port, "/v1/track", track("ping", "Debug Ping")))[0] == 200
@@ -93,8 +103,8 @@ async def test_a_dropped_message_gets_a_filtered_row_and_no_request(
 
 
 async def test_drop_fields_changes_the_body_before_it_is_signed(
-    db_url, receiver_factory, daemon_factory
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     receiver = await receiver_factory()
     other = await receiver_factory()
     settings = with_filters(db_url, [receiver.url], [DROP_PII])
@@ -132,7 +142,9 @@ def point(message_id: str) -> float:
     return int.from_bytes(hashlib.sha256(message_id.encode()).digest()[:8], "big") / 2**64
 
 
-async def test_sampling_is_deterministic_per_message_id(db_url, receiver_factory, daemon_factory):
+async def test_sampling_is_deterministic_per_message_id(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     receiver = await receiver_factory()
     sample = {"if": 'event = "Page Scrolled"', "action": "sample", "percent": 40}
     daemon = await daemon_factory(with_filters(db_url, [receiver.url], [sample]))
@@ -162,10 +174,10 @@ async def test_sampling_is_deterministic_per_message_id(db_url, receiver_factory
 
 
 async def test_a_large_batch_in_a_parser_process_is_filtered_as_a_small_one(
-    db_url, receiver_factory, daemon_factory
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     receiver = await receiver_factory()
-    filters = [
+    filters: list[dict[str, Any]] = [
         DROP_PING,
         DROP_PII,
         {"if": 'event = "Page Scrolled"', "action": "sample", "percent": 50},
@@ -213,7 +225,9 @@ async def test_a_large_batch_in_a_parser_process_is_filtered_as_a_small_one(
     assert {b["event"] for b in bodies} <= {"Order Completed", "Page Scrolled"}
 
 
-async def test_a_reload_leaves_queued_messages_as_routed(db_url, receiver_factory, daemon_factory):
+async def test_a_reload_leaves_queued_messages_as_routed(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     switch = Switch(503)
     receiver = await receiver_factory(switch)
     settings = with_filters(db_url, [receiver.url], [DROP_PII, DROP_PING])
@@ -233,8 +247,8 @@ async def test_a_reload_leaves_queued_messages_as_routed(db_url, receiver_factor
 
 
 async def test_a_deletion_request_purges_a_delivery_body_and_retention_filtered_rows(
-    db_url, receiver_factory, daemon_factory
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     receiver = await receiver_factory()
     daemon = await daemon_factory(with_filters(db_url, [receiver.url], [DROP_PII, DROP_PING]))
     assert (await post(daemon.port, "/v1/track", track("m1")))[0] == 200
@@ -266,8 +280,8 @@ async def test_a_deletion_request_purges_a_delivery_body_and_retention_filtered_
 
 
 async def test_a_pattern_from_the_message_gets_its_documented_answer(
-    db_url, receiver_factory, daemon_factory
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     # docs/filters.md, "The work of a message": no backtracking, false beyond the step budget,
     # the same in the daemon and in a parser process (the body over 8 KiB).
     receiver = await receiver_factory()

@@ -19,10 +19,12 @@ from typing import Any
 
 from efd.languages.filters import FqlError, compile_condition, evaluate, parse, to_fql
 from efd.languages.filters.evaluate import equal
-from efd.languages.filters.fql import (
+from efd.languages.filters.tree import (
     And,
     Call,
     Compare,
+    CompareOp,
+    FunctionName,
     In,
     ListExpr,
     Literal,
@@ -110,7 +112,8 @@ def operand(rnd: random.Random, depth: int = 0) -> Node:
         return scalar(rnd)
     if kind == 7:
         return ListExpr(items=tuple(scalar(rnd) for _ in range(rnd.randrange(3))))
-    name = rnd.choice(["lowercase", "length", "typeof"])
+    names: list[FunctionName] = ["lowercase", "length", "typeof"]
+    name = rnd.choice(names)
     inner = operand(rnd, depth + 1) if depth == 0 and rnd.random() < 0.2 else path(rnd)
     return Call(name=name, args=(inner,))
 
@@ -118,7 +121,8 @@ def operand(rnd: random.Random, depth: int = 0) -> Node:
 def atom(rnd: random.Random) -> Node:
     kind = rnd.randrange(8)
     if kind < 3:
-        op = rnd.choice(["=", "!=", "=", "<", "<=", ">", ">="])
+        ops: list[CompareOp] = ["=", "!=", "=", "<", "<=", ">", ">="]
+        op = rnd.choice(ops)
         return Compare(op=op, left=operand(rnd), right=operand(rnd))
     if kind == 3:
         collection: Node = path(rnd)
@@ -126,7 +130,8 @@ def atom(rnd: random.Random) -> Node:
             collection = ListExpr(items=tuple(scalar(rnd) for _ in range(rnd.randrange(4))))
         return In(item=operand(rnd), collection=collection)
     if kind == 4:
-        first = rnd.choice([path(rnd), Call(name="lowercase", args=(path(rnd),))])
+        firsts: list[Node] = [path(rnd), Call(name="lowercase", args=(path(rnd),))]
+        first = rnd.choice(firsts)
         return Call(name="contains", args=(first, rnd.choice([path(rnd), scalar(rnd)])))
     if kind < 7:
         pattern: Node = Path(segments=("properties", "p"))

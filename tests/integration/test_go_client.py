@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import ROOT, WRITE_KEY, settings_dict
+from tests.conftest import ROOT, WRITE_KEY, DaemonFactory, ReceiverFactory, settings_dict
 
 GO = shutil.which("go")
 
@@ -24,7 +24,9 @@ def go() -> str:
     return GO
 
 
-async def test_go_client_example_delivers_every_type(go, db_url, receiver_factory, daemon_factory):
+async def test_go_client_example_delivers_every_type(
+    go: str, db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     receiver = await receiver_factory()
     daemon = await daemon_factory(settings_dict(db_url, [receiver.url]))
     env = {

@@ -21,7 +21,17 @@ from efd.delivery.sender import Sender
 from efd.jsonjs import MAX_DEPTH
 from efd.segment.messages import MAX_MESSAGE_BYTES
 from efd.segment.webhooks import Route
-from tests.conftest import WRITE_KEY, basic, eventually, post, settings_dict, sql
+from tests.conftest import (
+    WRITE_KEY,
+    DaemonFactory,
+    ReceiverFactory,
+    StartedDaemon,
+    basic,
+    eventually,
+    post,
+    settings_dict,
+    sql,
+)
 from tests.unit.test_config import NUMERIC_HOSTS_ACCEPTED, NUMERIC_HOSTS_REFUSED
 from tests.unit.test_payload import BAD_TIMESTAMPS, GZIP_VARIANTS, LONE_SURROGATES, MALFORMED_BASIC
 
@@ -48,6 +58,12 @@ async def raw_post(
         return response.status, json.loads(text)
 
 
+def parser_pids(daemon: StartedDaemon) -> list[int]:
+    """The daemon fixture's parser processes: it has one."""
+    assert daemon.parsers is not None
+    return daemon.parsers.pids
+
+
 def nested(depth: int) -> Any:
     """An array nested `depth` levels deep."""
     value: Any = []
@@ -57,7 +73,9 @@ def nested(depth: int) -> Any:
 
 
 @pytest.fixture
-async def daemon(db_url, receiver_factory, daemon_factory):  # type: ignore[no-untyped-def]
+async def daemon(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> StartedDaemon:
     receiver = await receiver_factory()
     settings = settings_dict(db_url, [receiver.url])
     settings["server"].update(parse_processes=1, admin_token=ADMIN_TOKEN)
@@ -69,8 +87,10 @@ async def daemon(db_url, receiver_factory, daemon_factory):  # type: ignore[no-u
 
 @pytest.mark.parametrize("auth", [True, False], ids=["write key", "no write key"])
 @pytest.mark.parametrize("padding", [0, 20_000], ids=["small", "parser process"])
-async def test_nesting_deeper_than_the_limit_is_refused_everywhere(db_url, daemon, auth, padding):
-    pids = daemon.parsers.pids
+async def test_nesting_deeper_than_the_limit_is_refused_everywhere(
+    db_url: str, daemon: StartedDaemon, auth: bool, padding: int
+) -> None:
+    pids = parser_pids(daemon)
     # The message itself is depth 1: properties at MAX_DEPTH - 1 more levels is the limit.
     ok = {**TRACK, "properties": {"p": "x" * padding, "deep": nested(MAX_DEPTH - 2)}}
     too_deep = {**TRACK, "properties": {"p": "x" * padding, "deep": nested(MAX_DEPTH - 1)}}
@@ -88,11 +108,11 @@ async def test_nesting_deeper_than_the_limit_is_refused_everywhere(db_url, daemo
     # it neither died nor had to be restarted (a restart delays later large requests).
     status, _ = await raw_post(daemon.port, "/v1/track", json.dumps(ok).encode(), basic())
     assert status == 200
-    assert daemon.parsers.pids == pids
+    assert parser_pids(daemon) == pids
     assert stored_count(db_url) == 1
 
 
-async def test_deep_regulation_bodies_are_refused(db_url, daemon):
+async def test_deep_regulation_bodies_are_refused(db_url: str, daemon: StartedDaemon) -> None:
     body = b'{"regulationType": "DELETE_ONLY", "subjectType": "USER_ID", "subjectIds": ' + (
         b"[" * 10_000 + b"]" * 10_000 + b"}"
     )
@@ -115,9 +135,9 @@ _RANGE = "out of range: numbers are limited to a double's range, about ±1.8e308
     ids=["1e999", "10000 digits"],
 )
 async def test_numbers_past_a_double_are_refused_naming_the_field(
-    db_url, daemon, padding, number, spelling
-):
-    pids = daemon.parsers.pids
+    db_url: str, daemon: StartedDaemon, padding: int, number: bytes, spelling: str
+) -> None:
+    pids = parser_pids(daemon)
     message = json.dumps({**TRACK, "properties": {"p": "x" * padding, "n": 0}}).encode()
     message = message.replace(b'"n": 0', b'"n": ' + number)
     status, answer = await raw_post(daemon.port, "/v1/track", message, basic())
@@ -143,10 +163,10 @@ async def test_numbers_past_a_double_are_refused_naming_the_field(
         },
     )
     assert stored_count(db_url) == 0
-    assert daemon.parsers.pids == pids
+    assert parser_pids(daemon) == pids
 
 
-async def test_regulations_refuse_numbers_past_a_double(db_url, daemon):
+async def test_regulations_refuse_numbers_past_a_double(db_url: str, daemon: StartedDaemon) -> None:
     body = b'{"regulationType": "DELETE_ONLY", "subjectType": "USER_ID", "subjectIds": [1e999]}'
     status, answer = await raw_post(
         daemon.port, "/regulations", body, {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -161,7 +181,9 @@ async def test_regulations_refuse_numbers_past_a_double(db_url, daemon):
 
 # One case of the table end to end, on both backends; every case: tests/unit/test_payload.py.
 @pytest.mark.parametrize(("message", "field"), LONE_SURROGATES[:1])
-async def test_unpaired_surrogates_in_identifiers_are_refused(db_url, daemon, message, field):
+async def test_unpaired_surrogates_in_identifiers_are_refused(
+    db_url: str, daemon: StartedDaemon, message: dict[str, Any], field: str
+) -> None:
     body = json.dumps({"batch": [message]}).encode()  # ASCII: "\ud800" travels as an escape
     assert b"\\ud" in body
     status, answer = await raw_post(daemon.port, "/v1/batch", body, basic())
@@ -174,7 +196,7 @@ async def test_unpaired_surrogates_in_identifiers_are_refused(db_url, daemon, me
     assert stored_count(db_url) == 0
 
 
-async def test_invalid_utf8_is_refused(db_url, daemon):
+async def test_invalid_utf8_is_refused(db_url: str, daemon: StartedDaemon) -> None:
     # ED A0 80 would be U+D800 in UTF-8, which is not allowed to encode surrogates.
     body = b'{"userId": "\xed\xa0\x80", "event": "E"}'
     status, answer = await raw_post(daemon.port, "/v1/track", body, basic())
@@ -184,8 +206,8 @@ async def test_invalid_utf8_is_refused(db_url, daemon):
 
 
 async def test_unpaired_surrogates_inside_properties_become_replacement_characters(
-    db_url, receiver_factory, daemon_factory
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     receiver = await receiver_factory()
     daemon = await daemon_factory(settings_dict(db_url, [receiver.url]))
     message = {**TRACK, "properties": {"name": "cut \ud83d", "\udc00key": ["\ud800"]}}
@@ -203,7 +225,9 @@ async def test_unpaired_surrogates_inside_properties_become_replacement_characte
 
 # One case of the table end to end, on both backends; every case: tests/unit/test_payload.py.
 @pytest.mark.parametrize("header", MALFORMED_BASIC[:1])
-async def test_malformed_basic_credentials_are_401(db_url, daemon, header):
+async def test_malformed_basic_credentials_are_401(
+    db_url: str, daemon: StartedDaemon, header: str
+) -> None:
     # The header's UTF-8 bytes, sent as they are (aiohttp sends header text as Latin-1).
     async with (
         aiohttp.ClientSession() as session,
@@ -218,7 +242,7 @@ async def test_malformed_basic_credentials_are_401(db_url, daemon, header):
     assert stored_count(db_url) == 0
 
 
-async def test_admin_token_on_metrics_is_checked_whatever_its_form(daemon):
+async def test_admin_token_on_metrics_is_checked_whatever_its_form(daemon: StartedDaemon) -> None:
     async with aiohttp.ClientSession() as session:
         for header in (
             f"Bearer {ADMIN_TOKEN}x",
@@ -241,7 +265,9 @@ async def test_admin_token_on_metrics_is_checked_whatever_its_form(daemon):
 # -- the 32 KiB limit holds after merging -------------------------------------------------------
 
 
-async def test_message_limit_applies_after_the_batch_context_is_merged(db_url, daemon):
+async def test_message_limit_applies_after_the_batch_context_is_merged(
+    db_url: str, daemon: StartedDaemon
+) -> None:
     shared = {"page": {"title": "x" * 40_000}}
     body = {"context": shared, "batch": [{**TRACK, "messageId": f"m{i}"} for i in range(100)]}
     status, answer = await raw_post(daemon.port, "/v1/batch", json.dumps(body).encode(), basic())
@@ -257,8 +283,10 @@ async def test_message_limit_applies_after_the_batch_context_is_merged(db_url, d
     assert longest < 1000
 
 
-async def test_a_message_just_under_the_limit_as_delivered_is_stored(db_url, daemon):
-    message = {**TRACK, "messageId": "fits", "properties": {"p": ""}}
+async def test_a_message_just_under_the_limit_as_delivered_is_stored(
+    db_url: str, daemon: StartedDaemon
+) -> None:
+    message: dict[str, Any] = {**TRACK, "messageId": "fits", "properties": {"p": ""}}
     base = len(json.dumps(message, separators=(",", ":")))
     message["properties"]["p"] = "x" * (MAX_MESSAGE_BYTES - base - 200)
     status, answer = await raw_post(daemon.port, "/v1/track", json.dumps(message).encode(), basic())
@@ -272,7 +300,7 @@ async def test_a_message_just_under_the_limit_as_delivered_is_stored(db_url, dae
 
 # One case of the table end to end, on both backends; every case: tests/unit/test_payload.py.
 @pytest.mark.parametrize("case", list(GZIP_VARIANTS)[:1])
-async def test_gzip_bodies_are_read_exactly(db_url, daemon, case):
+async def test_gzip_bodies_are_read_exactly(db_url: str, daemon: StartedDaemon, case: str) -> None:
     body = GZIP_VARIANTS[case]
     headers = {**basic(), "Content-Encoding": "gzip"}
     status, answer = await raw_post(daemon.port, "/v1/track", body, headers)
@@ -288,13 +316,17 @@ async def test_gzip_bodies_are_read_exactly(db_url, daemon, case):
 
 # One case of the table end to end, on both backends; every case: tests/unit/test_payload.py.
 @pytest.mark.parametrize(("message", "field"), BAD_TIMESTAMPS[:1])
-async def test_every_timestamp_is_validated(db_url, daemon, message, field):
+async def test_every_timestamp_is_validated(
+    db_url: str, daemon: StartedDaemon, message: dict[str, Any], field: str
+) -> None:
     status, answer = await raw_post(daemon.port, "/v1/track", json.dumps(message).encode(), basic())
     assert (status, answer["code"], answer["field"]) == (400, "invalid_field", field)
     assert stored_count(db_url) == 0
 
 
-async def test_a_batch_sent_at_is_validated_without_message_timestamps(db_url, daemon):
+async def test_a_batch_sent_at_is_validated_without_message_timestamps(
+    db_url: str, daemon: StartedDaemon
+) -> None:
     body = {"sentAt": "not a time", "batch": [TRACK]}
     status, answer = await raw_post(daemon.port, "/v1/batch", json.dumps(body).encode(), basic())
     assert (status, answer["code"], answer["field"]) == (400, "invalid_field", "sentAt")
@@ -315,8 +347,8 @@ def _limited(db_url: str, receiver_url: str, **server: Any) -> dict[str, Any]:
 
 
 async def test_slow_headers_and_slow_bodies_get_408_while_others_are_served(
-    db_url, receiver_factory, daemon_factory
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     receiver = await receiver_factory()
     daemon = await daemon_factory(_limited(db_url, receiver.url, request_timeout_seconds=1.0))
     # Headers that never finish.
@@ -342,8 +374,8 @@ async def test_slow_headers_and_slow_bodies_get_408_while_others_are_served(
 
 
 async def test_connections_beyond_the_limit_are_refused_with_503(
-    db_url, receiver_factory, daemon_factory
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     receiver = await receiver_factory()
     daemon = await daemon_factory(
         _limited(db_url, receiver.url, max_connections=2, max_connections_per_address=2)
@@ -371,7 +403,9 @@ async def test_connections_beyond_the_limit_are_refused_with_503(
     assert daemon.metrics.connections_refused >= 1
 
 
-async def test_idle_keep_alive_connections_are_closed(db_url, receiver_factory, daemon_factory):
+async def test_idle_keep_alive_connections_are_closed(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     receiver = await receiver_factory()
     daemon = await daemon_factory(_limited(db_url, receiver.url, keepalive_timeout_seconds=0.5))
     reader, writer = await _open(daemon.port)
@@ -381,7 +415,9 @@ async def test_idle_keep_alive_connections_are_closed(db_url, receiver_factory, 
     writer.close()
 
 
-async def test_disconnects_and_non_http_are_logged_quietly(db_url, daemon, caplog):
+async def test_disconnects_and_non_http_are_logged_quietly(
+    db_url: str, daemon: StartedDaemon, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     # A client that goes away halfway through its body.
     reader, writer = await _open(daemon.port)
@@ -403,8 +439,8 @@ async def test_disconnects_and_non_http_are_logged_quietly(db_url, daemon, caplo
 
 
 async def test_every_answer_names_efd_and_no_other_software(
-    db_url, receiver_factory, daemon_factory
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     receiver = await receiver_factory()
     daemon = await daemon_factory(
         _limited(db_url, receiver.url, max_connections=2, request_timeout_seconds=1.0)
@@ -453,8 +489,11 @@ async def test_every_answer_names_efd_and_no_other_software(
 
 
 async def test_start_warns_once_when_postgresql_runs_without_autovacuum(
-    db_url, receiver_factory, daemon_factory, caplog
-):
+    db_url: str,
+    receiver_factory: ReceiverFactory,
+    daemon_factory: DaemonFactory,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     caplog.set_level(logging.WARNING)
     receiver = await receiver_factory()
     await daemon_factory(settings_dict(db_url, [receiver.url]))
@@ -467,12 +506,16 @@ async def test_start_warns_once_when_postgresql_runs_without_autovacuum(
         assert "\n" not in warnings[0]
 
 
-async def test_an_empty_token_can_no_longer_open_the_regulations_api(db_url, daemon_factory):
+async def test_an_empty_token_can_no_longer_open_the_regulations_api(
+    db_url: str, daemon_factory: DaemonFactory
+) -> None:
     with pytest.raises(config.ConfigError):
         await daemon_factory(settings_dict(db_url, server={"admin_token": ""}))
 
 
-async def test_one_hook_that_cannot_be_built_leaves_the_others_delivered(receiver_factory):
+async def test_one_hook_that_cannot_be_built_leaves_the_others_delivered(
+    receiver_factory: ReceiverFactory,
+) -> None:
     """A request that cannot be built fails for its own hook only: the other hooks' answers
     stand, so the round is a success and nobody gets the message again."""
     receivers = [await receiver_factory() for _ in range(5)]
@@ -494,8 +537,8 @@ async def test_one_hook_that_cannot_be_built_leaves_the_others_delivered(receive
 
 
 async def test_the_hook_hosts_check_config_refuses_are_those_the_sender_never_reaches(
-    receiver_factory,
-):
+    receiver_factory: ReceiverFactory,
+) -> None:
     """The load rule for numeric hosts is the sender's own: each host is sent to for real
     (127.0.0.0/8 allowed), and check-config refuses exactly those that never connect."""
     receiver = await receiver_factory()
@@ -527,7 +570,7 @@ async def test_the_hook_hosts_check_config_refuses_are_those_the_sender_never_re
     }, seen
 
 
-async def test_a_store_failure_is_503_on_every_backend(db_url, daemon):
+async def test_a_store_failure_is_503_on_every_backend(db_url: str, daemon: StartedDaemon) -> None:
     # The store fails for real: the table efd writes to is gone. On SQLite the hot path
     # runs on the driver's cursor, whose errors must surface as the store's, not as a 500.
     sql(db_url, "ALTER TABLE messages RENAME TO messages_away")

@@ -6,12 +6,23 @@ import asyncio
 import base64
 import gzip
 import json
+from typing import Any
 
 import aiohttp
 import pytest
 
 from efd.segment.messages import MAX_BATCH_MESSAGES, MAX_MESSAGE_BYTES, MAX_REQUEST_BYTES
-from tests.conftest import WRITE_KEY, eventually, metric, post, settings_dict, sql
+from tests.conftest import (
+    WRITE_KEY,
+    DaemonFactory,
+    ReceiverFactory,
+    StartedDaemon,
+    eventually,
+    metric,
+    post,
+    settings_dict,
+    sql,
+)
 from tests.unit.test_messages import MISSING_FIELDS
 
 TRACK = {"type": "track", "userId": "u-1", "event": "Signed Up"}
@@ -22,7 +33,9 @@ def stored(db_url: str) -> list[tuple[str, str, str]]:
 
 
 @pytest.fixture
-async def daemon(db_url, receiver_factory, daemon_factory):  # type: ignore[no-untyped-def]
+async def daemon(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> StartedDaemon:
     receiver = await receiver_factory()
     return await daemon_factory(settings_dict(db_url, [receiver.url]))
 
@@ -40,7 +53,9 @@ async def daemon(db_url, receiver_factory, daemon_factory):  # type: ignore[no-u
         ("/v1/i", {"userId": "u"}, "identify"),
     ],
 )
-async def test_single_endpoints_store_one_message(db_url, daemon, path, payload, type_):
+async def test_single_endpoints_store_one_message(
+    db_url: str, daemon: StartedDaemon, path: str, payload: dict[str, Any], type_: str
+) -> None:
     status, answer = await post(daemon.port, path, payload)
     assert (status, answer) == (200, {"success": True})
     [(_, stored_type, body)] = stored(db_url)
@@ -49,13 +64,13 @@ async def test_single_endpoints_store_one_message(db_url, daemon, path, payload,
 
 
 @pytest.mark.parametrize("path", ["/v1/batch", "/v1/import"])
-async def test_batch_and_import(db_url, daemon, path):
+async def test_batch_and_import(db_url: str, daemon: StartedDaemon, path: str) -> None:
     batch = [{**TRACK, "messageId": f"m{i}"} for i in range(3)]
     assert (await post(daemon.port, path, {"batch": batch}))[0] == 200
     assert [row[0] for row in stored(db_url)] == ["m0", "m1", "m2"]
 
 
-async def test_write_key_in_body_and_text_plain(db_url, daemon):
+async def test_write_key_in_body_and_text_plain(db_url: str, daemon: StartedDaemon) -> None:
     async with (
         aiohttp.ClientSession() as session,
         session.post(
@@ -77,7 +92,9 @@ async def test_write_key_in_body_and_text_plain(db_url, daemon):
         {"Authorization": "Basic !!!"},
     ],
 )
-async def test_missing_or_unknown_write_key_is_401(db_url, daemon, headers):
+async def test_missing_or_unknown_write_key_is_401(
+    db_url: str, daemon: StartedDaemon, headers: dict[str, str]
+) -> None:
     async with (
         aiohttp.ClientSession() as session,
         session.post(
@@ -100,14 +117,16 @@ async def test_missing_or_unknown_write_key_is_401(db_url, daemon, headers):
     ],
 )
 @pytest.mark.parametrize("scheme", ["Basic ", "basic  "])
-async def test_basic_auth_forms_name_the_source(db_url, daemon, scheme, credentials):
+async def test_basic_auth_forms_name_the_source(
+    db_url: str, daemon: StartedDaemon, scheme: str, credentials: str
+) -> None:
     header = scheme + base64.b64encode(credentials.encode()).decode()
     status, _ = await post(daemon.port, "/v1/track", TRACK, {"Authorization": header})
     assert status == 200
     assert len(stored(db_url)) == 1
 
 
-async def test_unknown_write_key_in_body_is_401(db_url, daemon):
+async def test_unknown_write_key_in_body_is_401(db_url: str, daemon: StartedDaemon) -> None:
     async with (
         aiohttp.ClientSession() as session,
         session.post(
@@ -118,26 +137,28 @@ async def test_unknown_write_key_in_body_is_401(db_url, daemon):
     assert stored(db_url) == []
 
 
-async def test_gzip_body(db_url, daemon):
+async def test_gzip_body(db_url: str, daemon: StartedDaemon) -> None:
     body = gzip.compress(json.dumps({"batch": [TRACK, TRACK]}).encode())
     status, _ = await post(daemon.port, "/v1/batch", body, {"Content-Encoding": "gzip"})
     assert status == 200
     assert len(stored(db_url)) == 2
 
 
-async def test_invalid_gzip_is_400(db_url, daemon):
+async def test_invalid_gzip_is_400(db_url: str, daemon: StartedDaemon) -> None:
     status, answer = await post(daemon.port, "/v1/batch", b"not gzip", {"Content-Encoding": "gzip"})
     assert (status, answer["code"]) == (400, "invalid_body")
     assert stored(db_url) == []
 
 
-async def test_gzip_bomb_is_refused_without_inflating_it(db_url, daemon):
+async def test_gzip_bomb_is_refused_without_inflating_it(
+    db_url: str, daemon: StartedDaemon
+) -> None:
     bomb = gzip.compress(b'{"batch": [' + b" " * (50 * 1024 * 1024) + b"]}")
     status, answer = await post(daemon.port, "/v1/batch", bomb, {"Content-Encoding": "gzip"})
     assert (status, answer["code"]) == (400, "request_too_large")
 
 
-async def test_invalid_json_is_400(db_url, daemon):
+async def test_invalid_json_is_400(db_url: str, daemon: StartedDaemon) -> None:
     for payload in (b"{", b"[1,2]", b'{"batch": [NaN]}', b"\xff\xfe"):
         status, answer = await post(daemon.port, "/v1/batch", payload)
         assert status == 400, payload
@@ -145,7 +166,7 @@ async def test_invalid_json_is_400(db_url, daemon):
     assert stored(db_url) == []
 
 
-async def test_a_batch_is_all_or_nothing(db_url, daemon):
+async def test_a_batch_is_all_or_nothing(db_url: str, daemon: StartedDaemon) -> None:
     batch = [TRACK, TRACK, {"type": "track", "userId": "u"}, TRACK]
     status, answer = await post(daemon.port, "/v1/batch", {"batch": batch})
     assert status == 400
@@ -162,13 +183,17 @@ async def test_a_batch_is_all_or_nothing(db_url, daemon):
 
 # One case of the table end to end, on both backends; every case: tests/unit/test_messages.py.
 @pytest.mark.parametrize(("message", "field"), MISSING_FIELDS[:1])
-async def test_missing_required_field_is_named(db_url, daemon, message, field):
+async def test_missing_required_field_is_named(
+    db_url: str, daemon: StartedDaemon, message: dict[str, Any], field: str
+) -> None:
     status, answer = await post(daemon.port, "/v1/batch", {"batch": [message]})
     assert (status, answer["field"], answer["index"]) == (400, field, 0)
     assert stored(db_url) == []
 
 
-async def test_message_over_32_kib_is_refused_with_its_index(db_url, daemon):
+async def test_message_over_32_kib_is_refused_with_its_index(
+    db_url: str, daemon: StartedDaemon
+) -> None:
     big = {**TRACK, "properties": {"blob": "x" * MAX_MESSAGE_BYTES}}
     status, answer = await post(daemon.port, "/v1/batch", {"batch": [TRACK, big]})
     assert (status, answer["code"], answer["index"]) == (400, "message_too_large", 1)
@@ -176,7 +201,7 @@ async def test_message_over_32_kib_is_refused_with_its_index(db_url, daemon):
     assert stored(db_url) == []
 
 
-async def test_request_over_500_kib_is_refused(db_url, daemon):
+async def test_request_over_500_kib_is_refused(db_url: str, daemon: StartedDaemon) -> None:
     batch = [{**TRACK, "properties": {"blob": "x" * 30000}} for _ in range(20)]
     status, answer = await post(daemon.port, "/v1/batch", {"batch": batch})
     assert (status, answer["code"]) == (400, "request_too_large")
@@ -184,14 +209,16 @@ async def test_request_over_500_kib_is_refused(db_url, daemon):
     assert stored(db_url) == []
 
 
-async def test_batch_over_2500_messages_is_refused(db_url, daemon):
+async def test_batch_over_2500_messages_is_refused(db_url: str, daemon: StartedDaemon) -> None:
     batch = [{"type": "track", "userId": "u", "event": "E"}] * (MAX_BATCH_MESSAGES + 1)
     status, answer = await post(daemon.port, "/v1/batch", {"batch": batch})
     assert (status, answer["code"]) == (400, "batch_too_large")
     assert stored(db_url) == []
 
 
-async def test_batch_context_integrations_and_sent_at_apply_to_each_message(db_url, daemon):
+async def test_batch_context_integrations_and_sent_at_apply_to_each_message(
+    db_url: str, daemon: StartedDaemon
+) -> None:
     payload = {
         "batch": [
             {**TRACK, "messageId": "a", "timestamp": "2026-01-01T00:00:10Z"},
@@ -212,8 +239,8 @@ async def test_batch_context_integrations_and_sent_at_apply_to_each_message(db_u
 
 
 async def test_repeated_message_id_is_acknowledged_but_not_delivered_again(
-    db_url, receiver_factory, daemon_factory
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     receiver = await receiver_factory()
     daemon = await daemon_factory(settings_dict(db_url, [receiver.url]))
     message = {**TRACK, "messageId": "once"}
@@ -229,7 +256,9 @@ async def test_repeated_message_id_is_acknowledged_but_not_delivered_again(
     assert sql(db_url, "SELECT count(*) FROM deliveries") == [(1,)]
 
 
-async def test_integrations_map_routes(db_url, receiver_factory, daemon_factory):
+async def test_integrations_map_routes(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     receiver = await receiver_factory()
     daemon = await daemon_factory(settings_dict(db_url, [receiver.url]))
     messages = [
@@ -254,7 +283,7 @@ async def test_integrations_map_routes(db_url, receiver_factory, daemon_factory)
     assert len(stored(db_url)) == 5
 
 
-async def test_healthz_and_metrics(db_url, daemon):
+async def test_healthz_and_metrics(db_url: str, daemon: StartedDaemon) -> None:
     await post(daemon.port, "/v1/track", TRACK)
     await post(daemon.port, "/v1/track", {"userId": "u"})
     await eventually(lambda: sql(db_url, "SELECT status FROM deliveries") == [("delivered",)])
@@ -271,7 +300,9 @@ async def test_healthz_and_metrics(db_url, daemon):
     assert metric(text, "efd_attempt_duration_seconds_count", destination="hooks") == 1
 
 
-async def test_metrics_need_the_admin_token_when_one_is_set(db_url, daemon_factory):
+async def test_metrics_need_the_admin_token_when_one_is_set(
+    db_url: str, daemon_factory: DaemonFactory
+) -> None:
     daemon = await daemon_factory(
         settings_dict(
             db_url, server={"host": "127.0.0.1", "port": 0, "admin_token": "s3cret-metrics-token"}
@@ -287,7 +318,7 @@ async def test_metrics_need_the_admin_token_when_one_is_set(db_url, daemon_facto
             assert response.status == 200
 
 
-async def test_concurrent_requests_are_all_stored(db_url, daemon):
+async def test_concurrent_requests_are_all_stored(db_url: str, daemon: StartedDaemon) -> None:
     async def one(i: int) -> int:
         batch = [{**TRACK, "messageId": f"c{i}-{j}"} for j in range(10)]
         return (await post(daemon.port, "/v1/batch", {"batch": batch}))[0]
@@ -298,7 +329,9 @@ async def test_concurrent_requests_are_all_stored(db_url, daemon):
     assert sql(db_url, "SELECT count(DISTINCT message_pk) FROM deliveries") == [(500,)]
 
 
-async def test_retention_purges_old_finished_messages_once_per_cluster(db_url, daemon):
+async def test_retention_purges_old_finished_messages_once_per_cluster(
+    db_url: str, daemon: StartedDaemon
+) -> None:
     await post(daemon.port, "/v1/track", {**TRACK, "messageId": "old"})
     await eventually(lambda: sql(db_url, "SELECT status FROM deliveries") == [("delivered",)])
     long_ago = 30 * 86400

@@ -13,7 +13,15 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from efd.delivery.lanes import Lanes
-from efd.records import AttemptRow, Claimed, DeliveryQuery, DeliveryStatus, NewMessage, Outcome
+from efd.records import (
+    AttemptRow,
+    Claimed,
+    ClaimRequest,
+    DeliveryQuery,
+    DeliveryStatus,
+    NewMessage,
+    Outcome,
+)
 from efd.store import Steps, Store, migrate
 from efd.store.operations import OperationsStore
 from tests.conftest import sql
@@ -61,7 +69,9 @@ def message(
 
 def claim(store: Store, destination: str = ORDERED, now: float | None = None) -> list[Claimed]:
     now = time.time() if now is None else now
-    return store.queue.claim(destination, 1000, owner="t", now=now, lease_until=now + 60)
+    return store.queue.claim(
+        ClaimRequest(destination, 1000, owner="t", now=now, lease_until=now + 60)
+    )
 
 
 def outcome(c: Claimed, status: DeliveryStatus, *, retry_at: float | None = None) -> Outcome:
@@ -186,9 +196,11 @@ def test_any_outcome_of_the_head_hands_the_lane_on(
 def test_a_stale_outcome_hands_nothing_on(store: Store) -> None:
     now = time.time()
     store.ingestion.insert_messages([message("m1", "u"), message("m2", "u")], now)
-    [first] = store.queue.claim(ORDERED, 10, owner="A", now=now, lease_until=now + 1)
+    [first] = store.queue.claim(ClaimRequest(ORDERED, 10, owner="A", now=now, lease_until=now + 1))
     # A's lease lapses; B claims the head again and still holds it.
-    [again] = store.queue.claim(ORDERED, 10, owner="B", now=now + 2, lease_until=now + 60)
+    [again] = store.queue.claim(
+        ClaimRequest(ORDERED, 10, owner="B", now=now + 2, lease_until=now + 60)
+    )
     assert again.delivery_id == first.delivery_id
     assert store.queue.record([outcome(first, DeliveryStatus.DELIVERED)], []) == 1  # stale
     assert claim(store, now=now + 3) == []  # m2 still waits for B's outcome

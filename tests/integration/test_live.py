@@ -7,6 +7,7 @@ import asyncio
 import json
 import socket
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -14,10 +15,16 @@ import pytest
 from aiohttp import web
 
 from efd import config
-from efd.daemon import Daemon
 from efd.observe.stream import MAX_SUBSCRIBERS, Hub
 from efd.segment import webhooks
-from tests.conftest import eventually, post, settings_dict
+from tests.conftest import (
+    DaemonFactory,
+    ReceiverFactory,
+    StartedDaemon,
+    eventually,
+    post,
+    settings_dict,
+)
 from tests.integration.test_regulations import api
 
 TOKEN = "live-secret-0123456789"
@@ -34,8 +41,8 @@ async def fails(_request: web.Request, _n: int) -> web.StreamResponse:
 
 
 async def test_destinations_show_backlog_health_and_an_open_circuit(
-    db_url, receiver_factory, daemon_factory
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     failing = await receiver_factory(fails)
     healthy = await receiver_factory()
     # No probe and no retry within the test: the failing hook's attempts are those that
@@ -109,14 +116,18 @@ async def test_destinations_show_backlog_health_and_an_open_circuit(
 
 
 @pytest.mark.parametrize(("token", "status"), [(None, 401), ("wrong", 401)])
-async def test_live_endpoints_need_the_token(tmp_path, daemon_factory, token, status):
+async def test_live_endpoints_need_the_token(
+    tmp_path: Path, daemon_factory: DaemonFactory, token: str | None, status: int
+) -> None:
     daemon = await daemon_factory(live_settings(f"sqlite:///{tmp_path}/efd.db", []))
     for path in ("/admin/destinations", "/admin/stream"):
         got, answer = await api(daemon.port, "GET", path, token=token)
         assert (got, answer["code"]) == (status, "unauthorized")
 
 
-async def test_live_endpoints_and_console_are_off_without_a_token(tmp_path, daemon_factory):
+async def test_live_endpoints_and_console_are_off_without_a_token(
+    tmp_path: Path, daemon_factory: DaemonFactory
+) -> None:
     daemon = await daemon_factory(settings_dict(f"sqlite:///{tmp_path}/efd.db"))
     for path in ("/admin/destinations", "/admin/stream", "/console"):
         got, answer = await api(daemon.port, "GET", path, token="anything")
@@ -136,8 +147,8 @@ async def events(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, A
 
 
 async def test_stream_shows_accepted_messages_and_their_attempts(
-    db_url, receiver_factory, daemon_factory
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     receiver = await receiver_factory()
     daemon = await daemon_factory(live_settings(db_url, [receiver.url]))
     async with (
@@ -173,11 +184,11 @@ async def test_stream_shows_accepted_messages_and_their_attempts(
     await eventually(lambda: daemon.hub.subscribers == 0)
 
 
-async def test_a_consumer_that_never_reads_is_dropped_and_ingestion_goes_on(tmp_path):
+async def test_a_consumer_that_never_reads_is_dropped_and_ingestion_goes_on(tmp_path: Path) -> None:
     settings = live_settings(f"sqlite:///{tmp_path}/efd.db", ["http://127.0.0.1:9/unused"])
     settings["sources"][0]["destinations"] = []  # messages only: no delivery work
     # A small buffer: dropped after little traffic.
-    daemon = Daemon(config.load(None, **settings), hub=Hub(buffer=50, rate=100_000))
+    daemon = StartedDaemon(config.load(None, **settings), hub=Hub(buffer=50, rate=100_000))
     await daemon.start()
     try:
         stalled = socket.socket()
@@ -210,10 +221,10 @@ def stream_request(token: str) -> bytes:
     ).encode()
 
 
-async def test_open_streams_end_when_the_admin_token_changes_or_is_removed(tmp_path):
+async def test_open_streams_end_when_the_admin_token_changes_or_is_removed(tmp_path: Path) -> None:
     settings = live_settings(f"sqlite:///{tmp_path}/efd.db", ["http://127.0.0.1:9/unused"])
     settings["sources"][0]["destinations"] = []  # messages only: no delivery work
-    daemon = Daemon(config.load(None, **settings))
+    daemon = StartedDaemon(config.load(None, **settings))
     await daemon.start()
     try:
         async with aiohttp.ClientSession() as session:
@@ -271,7 +282,9 @@ async def test_open_streams_end_when_the_admin_token_changes_or_is_removed(tmp_p
         await daemon.stop()
 
 
-async def test_streams_beyond_the_bound_are_refused_with_503(tmp_path, daemon_factory):
+async def test_streams_beyond_the_bound_are_refused_with_503(
+    tmp_path: Path, daemon_factory: DaemonFactory
+) -> None:
     daemon = await daemon_factory(live_settings(f"sqlite:///{tmp_path}/efd.db", []))
     streams = []
     for _ in range(MAX_SUBSCRIBERS):

@@ -15,6 +15,7 @@ from aiohttp import web
 
 from tests.conftest import (
     DaemonProcess,
+    content_length,
     eventually,
     free_port,
     post,
@@ -55,12 +56,12 @@ async def hostile_receiver() -> tuple[web.AppRunner, str]:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port = runner.addresses[0][1]
     return runner, f"http://127.0.0.1:{port}/hook"
 
 
 @pytest.mark.parametrize("fmt", ["text", "json"])
-async def test_hostile_ids_and_answers_stay_inside_one_record(tmp_path: Path, fmt: str):
+async def test_hostile_ids_and_answers_stay_inside_one_record(tmp_path: Path, fmt: str) -> None:
     runner, hook = await hostile_receiver()
     daemon = start_daemon(tmp_path, [hook], logging={"format": fmt})
     try:
@@ -142,7 +143,7 @@ async def exchange(port: int, first: bytes | None, malformed: bytes) -> bytes:
         if first is not None:
             writer.write(first)
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=30)
-            length = int(re.search(rb"Content-Length: (\d+)", head).group(1))  # type: ignore[union-attr]
+            length = content_length(head)
             await reader.readexactly(length)
         writer.write(malformed)
         return await asyncio.wait_for(reader.read(), timeout=30)
@@ -150,7 +151,7 @@ async def exchange(port: int, first: bytes | None, malformed: bytes) -> bytes:
         writer.close()
 
 
-async def test_malformed_http_is_one_quiet_line_each(tmp_path: Path):
+async def test_malformed_http_is_one_quiet_line_each(tmp_path: Path) -> None:
     daemon = start_daemon(tmp_path, ["http://127.0.0.1:9/unused"])
     try:
         for name, (first, malformed) in MALFORMED.items():

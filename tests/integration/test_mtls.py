@@ -14,7 +14,7 @@ import trustme
 from aiohttp import web
 
 from efd import config
-from tests.conftest import eventually, post, settings_dict, sql
+from tests.conftest import DaemonFactory, ReceiverFactory, eventually, post, settings_dict, sql
 
 TRACK = {"userId": "u-1", "event": "Order Completed"}
 
@@ -79,8 +79,11 @@ def statuses(db_url: str) -> list[tuple[str, int]]:
 
 
 async def test_the_hook_gets_the_certificate_and_delivery_succeeds(
-    db_url, receiver_factory, daemon_factory, authority
-):
+    db_url: str,
+    receiver_factory: ReceiverFactory,
+    daemon_factory: DaemonFactory,
+    authority: Authority,
+) -> None:
     presented = Presented()
     receiver = await receiver_factory(presented, ssl_context=authority.server_context())
     files = authority.client_files("efd-client.example")
@@ -92,8 +95,11 @@ async def test_the_hook_gets_the_certificate_and_delivery_succeeds(
 
 
 async def test_without_a_certificate_the_receiver_refuses_the_connection(
-    db_url, receiver_factory, daemon_factory, authority
-):
+    db_url: str,
+    receiver_factory: ReceiverFactory,
+    daemon_factory: DaemonFactory,
+    authority: Authority,
+) -> None:
     receiver = await receiver_factory(ssl_context=authority.server_context())
     daemon = await daemon_factory(mtls_settings(db_url, receiver.url, authority))
     await post(daemon.port, "/v1/track", TRACK)
@@ -110,8 +116,12 @@ async def test_without_a_certificate_the_receiver_refuses_the_connection(
 
 @pytest.mark.parametrize("sender_processes", [0, 1])
 async def test_a_reload_presents_the_renewed_certificate_and_keeps_rounds_in_flight(
-    db_url, receiver_factory, daemon_factory, authority, sender_processes
-):
+    db_url: str,
+    receiver_factory: ReceiverFactory,
+    daemon_factory: DaemonFactory,
+    authority: Authority,
+    sender_processes: int,
+) -> None:
     presented = Presented()
     presented.release[1] = asyncio.Event()  # the first request waits through the reload
     receiver = await receiver_factory(presented, ssl_context=authority.server_context())

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import WRITE_KEY, settings_dict
+from tests.conftest import WRITE_KEY, DaemonFactory, ReceiverFactory, settings_dict
 from tests.jsclients import JS, delivered_once, node
 
 COUNT = 100
@@ -29,8 +29,12 @@ def node_program() -> str:
     ],
 )
 async def test_node_library_delivers_every_event_once(
-    library, node_program, db_url, receiver_factory, daemon_factory
-):
+    library: str,
+    node_program: str,
+    db_url: str,
+    receiver_factory: ReceiverFactory,
+    daemon_factory: DaemonFactory,
+) -> None:
     receiver = await receiver_factory()
     daemon = await daemon_factory(settings_dict(db_url, [receiver.url]))
     done = await asyncio.to_thread(

@@ -23,7 +23,16 @@ from hypothesis import HealthCheck, settings
 
 from efd import __version__
 from efd.http import openapi
-from tests.conftest import DaemonProcess, basic, free_port, post, settings_dict, write_toml
+from tests.conftest import (
+    DaemonFactory,
+    DaemonProcess,
+    ReceiverFactory,
+    basic,
+    free_port,
+    post,
+    settings_dict,
+    write_toml,
+)
 from tests.jsclients import JS, NODE_MODULES, need, node
 from tests.unit.test_openapi import ALIASES
 
@@ -83,7 +92,7 @@ def session() -> Iterator[requests.Session]:
 # routes get random inputs in tests/integration/test_fuzz.py.
 @settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 def test_every_operation_answers_as_described(
-    case: schemathesis.Case, served: str, session: requests.Session
+    case: schemathesis.Case[Any], served: str, session: requests.Session
 ) -> None:
     credentials = basic() if case.path.startswith("/v1/") else {"Authorization": f"Bearer {TOKEN}"}
     case.call_and_validate(base_url=served, session=session, headers=credentials, timeout=10)
@@ -122,7 +131,7 @@ async def unavailable(_request: web.Request, _n: int) -> web.StreamResponse:
 
 
 async def test_answers_in_states_schemathesis_does_not_reach_conform(
-    tmp_path: Path, receiver_factory, daemon_factory
+    tmp_path: Path, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
 ) -> None:
     """A finished regulation, a destination no longer configured, a discarded delivery, the
     404 and 409 of the admin API: each answer is checked against the served description."""

@@ -12,13 +12,24 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp import web
 
 from efd import cli
 from efd.delivery import dispatcher
 from efd.segment import webhooks
 from efd.store import operations
-from tests.conftest import ROOT, SECRET, eventually, post, settings_dict, sql, write_toml
+from tests.conftest import (
+    ROOT,
+    SECRET,
+    DaemonFactory,
+    ReceiverFactory,
+    eventually,
+    post,
+    settings_dict,
+    sql,
+    write_toml,
+)
 from tests.integration.test_regulations import api
 
 TOKEN = "adm-secret-0123456789"
@@ -61,8 +72,8 @@ class Switch:
 
 
 async def test_inspect_shows_the_message_its_deliveries_and_attempts(
-    db_url, daemon_factory, receiver_factory
-):
+    db_url: str, daemon_factory: DaemonFactory, receiver_factory: ReceiverFactory
+) -> None:
     receiver = await receiver_factory()
     daemon = await daemon_factory(ops_settings(db_url, [receiver.url]))
     await send(daemon.port, "m-1")
@@ -97,7 +108,9 @@ async def test_inspect_shows_the_message_its_deliveries_and_attempts(
     assert status == 404
 
 
-async def test_the_list_filters_and_pages_newest_first(db_url, daemon_factory, receiver_factory):
+async def test_the_list_filters_and_pages_newest_first(
+    db_url: str, daemon_factory: DaemonFactory, receiver_factory: ReceiverFactory
+) -> None:
     receiver = await receiver_factory()
     daemon = await daemon_factory(ops_settings(db_url, [receiver.url]))
     for n in range(5):
@@ -161,8 +174,11 @@ async def test_the_list_filters_and_pages_newest_first(db_url, daemon_factory, r
 
 
 async def test_redrive_sends_failed_deliveries_again_and_leaves_purged_ones(
-    db_url, daemon_factory, receiver_factory, monkeypatch
-):
+    db_url: str,
+    daemon_factory: DaemonFactory,
+    receiver_factory: ReceiverFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # Far beyond the test's waits: a redriven delivery arrives because the API woke the
     # dispatcher, not because it polled.
     monkeypatch.setattr(dispatcher, "_IDLE_POLL", 600.0)
@@ -207,8 +223,11 @@ async def test_redrive_sends_failed_deliveries_again_and_leaves_purged_ones(
 
 
 async def test_a_redrive_larger_than_a_chunk_moves_and_counts_every_delivery(
-    db_url, daemon_factory, receiver_factory, monkeypatch
-):
+    db_url: str,
+    daemon_factory: DaemonFactory,
+    receiver_factory: ReceiverFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(operations, "REDRIVE_CHUNK", 3)
     switch = Switch(400)  # final: each delivery fails at once
     receiver = await receiver_factory(switch)
@@ -230,8 +249,11 @@ async def test_a_redrive_larger_than_a_chunk_moves_and_counts_every_delivery(
 
 
 async def test_replay_sends_a_delivered_message_again_under_its_webhook_id(
-    db_url, daemon_factory, receiver_factory, monkeypatch
-):
+    db_url: str,
+    daemon_factory: DaemonFactory,
+    receiver_factory: ReceiverFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(dispatcher, "_IDLE_POLL", 600.0)
     receiver = await receiver_factory()
     settings = ops_settings(db_url, [receiver.url])
@@ -303,7 +325,9 @@ ENDPOINTS = (
 )
 
 
-async def test_admin_endpoints_need_the_token(db_url, daemon_factory, tmp_path):
+async def test_admin_endpoints_need_the_token(
+    db_url: str, daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
     off = await daemon_factory(ops_settings(db_url, [], token=None))
     for method, path, body in ENDPOINTS:
         status, answer = await api(off.port, method, path, body, token="anything")
@@ -343,7 +367,9 @@ BAD = [
 ]
 
 
-async def test_bad_input_is_a_400_that_names_the_field(db_url, daemon_factory):
+async def test_bad_input_is_a_400_that_names_the_field(
+    db_url: str, daemon_factory: DaemonFactory
+) -> None:
     daemon = await daemon_factory(ops_settings(db_url, []))
     await send(daemon.port, "m-1")
     sql(db_url, "UPDATE deliveries SET status = 'failed'")
@@ -355,7 +381,9 @@ async def test_bad_input_is_a_400_that_names_the_field(db_url, daemon_factory):
     assert statuses(db_url) == {"m-1": "failed"}
 
 
-async def test_names_of_nothing_are_404_and_what_the_state_refuses_409(db_url, daemon_factory):
+async def test_names_of_nothing_are_404_and_what_the_state_refuses_409(
+    db_url: str, daemon_factory: DaemonFactory
+) -> None:
     """Rules that depend on what is configured or stored, which no schema can state: never
     a 400, so that a request valid by /openapi.json is never refused as malformed."""
     daemon = await daemon_factory(ops_settings(db_url, []))
@@ -405,8 +433,8 @@ def run_cli(*args: str) -> tuple[int, str, str]:
 
 
 async def test_the_cli_inspects_lists_redrives_and_replays(
-    db_url, daemon_factory, receiver_factory, tmp_path: Path
-):
+    db_url: str, daemon_factory: DaemonFactory, receiver_factory: ReceiverFactory, tmp_path: Path
+) -> None:
     switch = Switch(400)
     receiver = await receiver_factory(switch)
     settings = ops_settings(db_url, [receiver.url])

@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.conftest import eventually, metric, post, sql, write_toml
+from tests.conftest import DaemonFactory, ReceiverFactory, eventually, metric, post, sql, write_toml
 from tests.integration.test_operators import TOKEN, ops_settings, run_cli
 from tests.integration.test_regulations import api
 
@@ -68,8 +68,8 @@ def statuses(db_url: str) -> dict[str, str]:
 
 
 async def test_a_failing_user_holds_only_their_own_lane(
-    db_url, daemon_factory, receiver_factory, tmp_path: Path
-):
+    db_url: str, daemon_factory: DaemonFactory, receiver_factory: ReceiverFactory, tmp_path: Path
+) -> None:
     receiver_state = ByMessage()
     receiver_state.failing_users = {"bad"}
     receiver = await receiver_factory(receiver_state)
@@ -131,8 +131,8 @@ async def test_a_failing_user_holds_only_their_own_lane(
 
 
 async def test_one_users_failing_head_does_not_open_the_hooks_circuit(
-    db_url, daemon_factory, receiver_factory
-):
+    db_url: str, daemon_factory: DaemonFactory, receiver_factory: ReceiverFactory
+) -> None:
     receiver_state = ByMessage()
     receiver_state.failing_users = {"bad"}
     receiver = await receiver_factory(receiver_state)
@@ -166,8 +166,8 @@ async def _metrics(port: int) -> tuple[int, str]:
 
 
 async def test_each_lane_arrives_in_order_through_random_failures(
-    db_url, daemon_factory, receiver_factory
-):
+    db_url: str, daemon_factory: DaemonFactory, receiver_factory: ReceiverFactory
+) -> None:
     rng = random.Random(27)
 
     async def flaky(request: web.Request, n: int) -> web.StreamResponse:
@@ -192,8 +192,8 @@ async def test_each_lane_arrives_in_order_through_random_failures(
 
 
 async def test_redrive_rejoins_the_lane_and_replay_is_out_of_order(
-    db_url, daemon_factory, receiver_factory
-):
+    db_url: str, daemon_factory: DaemonFactory, receiver_factory: ReceiverFactory
+) -> None:
     state = ByMessage()
     state.answer = {"r-1": 400, "r-3": 503}  # r-1 fails for good, r-3 keeps retrying
     receiver = await receiver_factory(state)
@@ -225,8 +225,8 @@ async def test_redrive_rejoins_the_lane_and_replay_is_out_of_order(
 
 
 async def test_an_unordered_destination_says_so_and_replays_in_no_lane(
-    db_url, daemon_factory, receiver_factory
-):
+    db_url: str, daemon_factory: DaemonFactory, receiver_factory: ReceiverFactory
+) -> None:
     receiver = await receiver_factory()
     daemon = await daemon_factory(ops_settings(db_url, [receiver.url]))
     await batch(daemon.port, [("u", "m-1"), ("u", "m-2")])
@@ -246,8 +246,8 @@ async def test_an_unordered_destination_says_so_and_replays_in_no_lane(
 
 
 async def test_turning_ordering_off_by_reload_sends_what_waited(
-    db_url, daemon_factory, receiver_factory
-):
+    db_url: str, daemon_factory: DaemonFactory, receiver_factory: ReceiverFactory
+) -> None:
     state = ByMessage()
     state.failing_users = {"u"}
     receiver = await receiver_factory(state)

@@ -4,15 +4,18 @@ transaction, on real SQLite files and real PostgreSQL databases."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
+from sqlalchemy import Connection
 
 from efd.config import SourceConfig
 from efd.personas.capture import Capture
-from efd.records import NewMessage
+from efd.records import InsertStatus, NewMessage
 from efd.segment.messages import normalise
 from efd.segment.payload import message_row
 from efd.store import Steps, Store, migrate
@@ -21,7 +24,7 @@ from efd.store.regulations import RegulationsStore
 from efd.store.suppressions import Suppressions
 from tests.conftest import sql
 
-WEB = SourceConfig(name="web", write_key="k", destinations=["d"])
+WEB = SourceConfig(name="web", write_key=SecretStr("k"), destinations=["d"])
 
 
 class Configured:
@@ -41,7 +44,7 @@ def configured() -> Configured:
 
 
 @pytest.fixture
-def store(db_url, configured):  # type: ignore[no-untyped-def]
+def store(db_url: str, configured: Configured) -> Iterator[Store]:
     migrate.upgrade(db_url)
     s = Store(db_url, steps=configured)
     yield s
@@ -55,7 +58,7 @@ class Stores:
 
 
 @pytest.fixture
-def stores(store, configured):  # type: ignore[no-untyped-def]
+def stores(store: Store, configured: Configured) -> Stores:
     """The store as the daemon sets it up while audiences or traits are configured."""
     suppressions = Suppressions(store)
     profiles = ProfilesStore(store)
@@ -73,7 +76,7 @@ def row(raw: dict[str, Any]) -> NewMessage:
     return message_row(WEB, normalise(raw, received_at=received), received, False)
 
 
-def ingest(store: Store, *raws: dict[str, Any]) -> list[str]:
+def ingest(store: Store, *raws: dict[str, Any]) -> list[InsertStatus]:
     return store.ingestion.insert_messages([row(r) for r in raws], time.time())
 
 
@@ -81,7 +84,9 @@ def event_rows(db_url: str) -> list[tuple[str, str]]:
     return sql(db_url, "SELECT identity, name FROM events ORDER BY id")
 
 
-def test_identify_traits_merge_and_the_later_message_wins(store, stores, db_url):
+def test_identify_traits_merge_and_the_later_message_wins(
+    store: Store, stores: Stores, db_url: str
+) -> None:
     t = time.time() - 1000
     ingest(
         store,
@@ -114,7 +119,9 @@ def test_identify_traits_merge_and_the_later_message_wins(store, stores, db_url)
         store,
         {"type": "identify", "userId": "u1", "traits": {"plan": "team"}, "timestamp": iso(t + 10)},
     )
-    assert stores.profiles.profile("u1")[2]["plan"] == "team"  # type: ignore[index]
+    profile = stores.profiles.profile("u1")
+    assert profile is not None
+    assert profile[2]["plan"] == "team"
     # Within one batch, in order.
     ingest(
         store,
@@ -124,7 +131,9 @@ def test_identify_traits_merge_and_the_later_message_wins(store, stores, db_url)
     assert stores.profiles.profile("u2") == ("u2", "user", {"plan": "b"})
 
 
-def test_anonymous_activity_joins_the_user_once_identified(store, stores, db_url):
+def test_anonymous_activity_joins_the_user_once_identified(
+    store: Store, stores: Stores, db_url: str
+) -> None:
     ingest(
         store,
         {"type": "track", "anonymousId": "a1", "event": "Viewed Item", "properties": {"sku": 1}},
@@ -154,7 +163,9 @@ def test_anonymous_activity_joins_the_user_once_identified(store, stores, db_url
     ]
 
 
-def test_an_anonymous_id_already_linked_to_a_user_is_not_merged_into_another(store, stores, db_url):
+def test_an_anonymous_id_already_linked_to_a_user_is_not_merged_into_another(
+    store: Store, stores: Stores, db_url: str
+) -> None:
     ingest(store, {"type": "identify", "userId": "u1", "anonymousId": "shared", "traits": {"n": 1}})
     ingest(store, {"type": "identify", "userId": "u2", "anonymousId": "shared", "traits": {"n": 2}})
     assert stores.profiles.profile("u1") == ("u1", "user", {"n": 1})
@@ -162,7 +173,9 @@ def test_an_anonymous_id_already_linked_to_a_user_is_not_merged_into_another(sto
     assert stores.profiles.resolve("shared") == "u1"
 
 
-def test_alias_joins_the_previous_identity_to_the_new_one(store, stores, db_url):
+def test_alias_joins_the_previous_identity_to_the_new_one(
+    store: Store, stores: Stores, db_url: str
+) -> None:
     t = time.time() - 100
     ingest(
         store,
@@ -195,7 +208,7 @@ def test_alias_joins_the_previous_identity_to_the_new_one(store, stores, db_url)
     assert stores.profiles.resolve("never-seen") == "newest"
 
 
-def test_alias_in_the_same_batch_as_the_activity(store, stores, db_url):
+def test_alias_in_the_same_batch_as_the_activity(store: Store, stores: Stores, db_url: str) -> None:
     ingest(
         store,
         {"type": "track", "anonymousId": "a9", "event": "E"},
@@ -206,7 +219,9 @@ def test_alias_in_the_same_batch_as_the_activity(store, stores, db_url):
     assert sql(db_url, "SELECT id, kind FROM profiles") == [("u9", "user")]
 
 
-def test_nothing_is_captured_when_no_audience_or_trait_is_configured(store, db_url):
+def test_nothing_is_captured_when_no_audience_or_trait_is_configured(
+    store: Store, db_url: str
+) -> None:
     ingest(
         store,
         {"type": "identify", "userId": "u1", "anonymousId": "a1", "traits": {"plan": "pro"}},
@@ -217,8 +232,10 @@ def test_nothing_is_captured_when_no_audience_or_trait_is_configured(store, db_u
         assert sql(db_url, f"SELECT count(*) FROM {table}") == [(0,)]
 
 
-def test_capture_shares_the_ingestion_transaction(store, stores, configured, db_url):
-    def broken(conn, rows):  # type: ignore[no-untyped-def]
+def test_capture_shares_the_ingestion_transaction(
+    store: Store, stores: Stores, configured: Configured, db_url: str
+) -> None:
+    def broken(conn: Connection, rows: Sequence[NewMessage]) -> None:
         raise RuntimeError("capture failed")
 
     configured.steps = Steps(capture=broken)
@@ -228,7 +245,9 @@ def test_capture_shares_the_ingestion_transaction(store, stores, configured, db_
     assert sql(db_url, "SELECT count(*) FROM deliveries") == [(0,)]
 
 
-def test_suppressed_users_are_acknowledged_and_dropped_until_unsuppressed(store, stores, db_url):
+def test_suppressed_users_are_acknowledged_and_dropped_until_unsuppressed(
+    store: Store, stores: Stores, db_url: str
+) -> None:
     ingest(store, {"type": "identify", "userId": "u1", "anonymousId": "a1", "traits": {}})
     stores.regulations.create_regulation("r1", "SUPPRESS_ONLY", None, ["u1"], time.time())
     # The userId, and the anonymousId the profile store links to it, are both suppressed.
@@ -247,7 +266,9 @@ def test_suppressed_users_are_acknowledged_and_dropped_until_unsuppressed(store,
     assert ingest(store, {"type": "track", "userId": "u1", "event": "E"}) == ["stored"]
 
 
-def test_old_events_are_purged_beyond_the_lookback(store, stores, db_url):
+def test_old_events_are_purged_beyond_the_lookback(
+    store: Store, stores: Stores, db_url: str
+) -> None:
     now = time.time()
     ingest(
         store,
@@ -263,7 +284,9 @@ def add_events(store: Store, stores: Stores, *stamps: tuple[str, float]) -> None
         stores.profiles.add_events(conn, [("u1", name, t, "{}") for name, t in stamps])
 
 
-def test_events_purge_in_steps_each_from_where_the_last_stopped(store, stores, db_url):
+def test_events_purge_in_steps_each_from_where_the_last_stopped(
+    store: Store, stores: Stores, db_url: str
+) -> None:
     # Three share a timestamp across a step's boundary: the next step, from that timestamp
     # on, still finds the two left.
     old = [(f"old{i}", 1000.0 + t) for i, t in enumerate([5, 1, 3, 3, 3, 2, 4, 0])]
@@ -280,7 +303,9 @@ def test_events_purge_in_steps_each_from_where_the_last_stopped(store, stores, d
     assert event_rows(db_url) == [("u1", "new0"), ("u1", "new1")]
 
 
-def test_an_events_step_leaves_what_is_older_than_its_start(store, stores, db_url):
+def test_an_events_step_leaves_what_is_older_than_its_start(
+    store: Store, stores: Stores, db_url: str
+) -> None:
     add_events(store, stores, ("a", 10.0), ("b", 20.0), ("c", 30.0))
     assert stores.profiles.purge_events(100.0, 10, 20.0) == (2, 30.0)
     assert event_rows(db_url) == [("u1", "a")]

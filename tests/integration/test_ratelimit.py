@@ -6,13 +6,23 @@ SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import bisect
+from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
 
 from efd import config
-from tests.conftest import eventually, metric, metrics_text, post, settings_dict, sql
+from tests.conftest import (
+    DaemonFactory,
+    ReceiverFactory,
+    eventually,
+    metric,
+    metrics_text,
+    post,
+    settings_dict,
+    sql,
+)
 from tests.integration.test_filters import TOKEN
 from tests.integration.test_regulations import api
 
@@ -48,8 +58,8 @@ def delivered(db_url: str) -> int:
 
 
 async def test_a_backlog_reaches_the_receiver_no_faster_than_the_limit(
-    db_url, receiver_factory, daemon_factory
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     receiver = await receiver_factory()
     daemon = await daemon_factory(limited(db_url, receiver.url))
     await send_batch(daemon.port, 40)
@@ -72,8 +82,8 @@ async def test_a_backlog_reaches_the_receiver_no_faster_than_the_limit(
 
 
 async def test_daemons_on_one_postgresql_store_share_the_limit(
-    db_url, receiver_factory, daemon_factory
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     if db_url.startswith("sqlite"):
         pytest.skip("one daemon per SQLite file: the test above covers it")
     receiver = await receiver_factory()
@@ -94,8 +104,8 @@ async def test_daemons_on_one_postgresql_store_share_the_limit(
 
 
 async def test_retry_after_is_honoured_and_logged_with_the_attempt(
-    db_url, receiver_factory, daemon_factory
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     async def busy_once(_request: web.Request, n: int) -> web.StreamResponse:
         if n == 1:
             return web.Response(status=429, headers={"Retry-After": "1"})
@@ -113,7 +123,7 @@ async def test_retry_after_is_honoured_and_logged_with_the_attempt(
     assert view["deliveries"][0]["attempts"][0]["error"] == "Retry-After: 1 s"
 
 
-def test_bad_limits_are_refused_naming_the_key(tmp_path):
+def test_bad_limits_are_refused_naming_the_key(tmp_path: Path) -> None:
     settings = settings_dict(f"sqlite:///{tmp_path}/efd.db", ["http://127.0.0.1:9/h"])
     hooks = settings["destinations"][0]["hooks"]
     hooks.append({"url": "http://127.0.0.1:9/b", "burst": 5})
@@ -130,7 +140,7 @@ def test_bad_limits_are_refused_naming_the_key(tmp_path):
     assert "destinations[0].hooks[3].burst" in text
 
 
-def test_the_burst_defaults_to_a_second_s_worth_and_at_least_one():
+def test_the_burst_defaults_to_a_second_s_worth_and_at_least_one() -> None:
     assert config.HookConfig(url="http://127.0.0.1:9/x").limit() is None
     assert config.HookConfig(url="http://127.0.0.1:9/x", max_per_second=0.5).limit() == (0.5, 1)
     assert config.HookConfig(url="http://127.0.0.1:9/x", max_per_second=50).limit() == (50, 50)

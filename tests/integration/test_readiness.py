@@ -14,7 +14,7 @@ import aiohttp
 import psycopg
 
 from efd.http.status import FAILURE_MEMORY, PROBE_EVERY
-from tests.conftest import PG_ADMIN_URL, basic, post, settings_dict, sql
+from tests.conftest import PG_ADMIN_URL, ReceiverFactory, basic, post, settings_dict, sql
 from tests.integration.test_doors import serve
 
 TRACK = {"type": "track", "userId": "u-1", "event": "Signed Up"}
@@ -70,7 +70,9 @@ def _pg_reconnect(database: str) -> None:
     )
 
 
-async def test_readiness_is_503_while_writes_fail_and_200_once_they_succeed(db_url, tmp_path):
+async def test_readiness_is_503_while_writes_fail_and_200_once_they_succeed(
+    db_url: str, tmp_path: Path
+) -> None:
     settings = settings_dict(db_url, delivery={"sender_processes": 0})
     settings["sources"][0]["destinations"] = []  # messages only: no delivery work
     daemon = serve(tmp_path, settings)
@@ -117,7 +119,7 @@ async def test_readiness_is_503_while_writes_fail_and_200_once_they_succeed(db_u
             _pg_admin(f'ALTER DATABASE "{database}" RESET default_transaction_read_only')
 
 
-async def test_readiness_is_answered_by_a_write_of_its_own(db_url, tmp_path: Path):
+async def test_readiness_is_answered_by_a_write_of_its_own(db_url: str, tmp_path: Path) -> None:
     settings = settings_dict(db_url, delivery={"sender_processes": 0})
     daemon = serve(tmp_path, settings)
     try:
@@ -141,11 +143,11 @@ NUL_REQUESTS = [
 
 
 async def test_a_nul_in_a_column_field_is_a_400_that_leaves_the_rest_stored_and_ready(
-    db_url, tmp_path: Path, receiver_factory
-):
+    db_url: str, tmp_path: Path, receiver_factory: ReceiverFactory
+) -> None:
     receiver = await receiver_factory()
     daemon = serve(tmp_path, settings_dict(db_url, [receiver.url]))
-    good = [
+    good: list[dict[str, Any]] = [
         {**TRACK, "messageId": f"good-{i}", "properties": {"note": "n\x00ul"}} for i in range(6)
     ]
     try:

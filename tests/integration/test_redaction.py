@@ -52,7 +52,7 @@ async def start_receiver() -> tuple[web.AppRunner, int, list[str]]:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    return runner, site._server.sockets[0].getsockname()[1], called  # type: ignore[union-attr]
+    return runner, runner.addresses[0][1], called
 
 
 async def start_garbled() -> asyncio.Server:
@@ -115,7 +115,9 @@ def found(text: str) -> list[str]:
     return [secret for secret in SECRETS if secret in text]
 
 
-async def test_no_secret_of_a_hook_url_is_logged_stored_or_shown(tmp_path: Path, db_url: str):
+async def test_no_secret_of_a_hook_url_is_logged_stored_or_shown(
+    tmp_path: Path, db_url: str
+) -> None:
     receiver, port, called = await start_receiver()
     garbled = await start_garbled()
     garbled_port = garbled.sockets[0].getsockname()[1]

@@ -21,7 +21,11 @@ from efd.store.regulations import RegulationsStore
 from efd.store.suppressions import Suppressions
 from tests.conftest import (
     SECRET,
+    DaemonFactory,
     DaemonProcess,
+    Received,
+    Receiver,
+    ReceiverFactory,
     eventually,
     free_port,
     metric,
@@ -94,9 +98,9 @@ async def finished(port: int, reg_id: str, timeout: float = 15) -> dict[str, Any
     raise AssertionError(f"regulation {reg_id} did not finish")
 
 
-def deletes(receiver) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
+def deletes(receiver: Receiver) -> list[Received]:
     """Delete notifications a receiver got, each signature checked."""
-    found = []
+    found: list[Received] = []
     for r in receiver.received:
         assert webhooks.verify(SECRET, r.body, r.headers["X-Signature"])
         if r.json()["type"] == "delete":
@@ -108,8 +112,8 @@ def deletes(receiver) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
 
 
 async def test_without_an_admin_token_the_endpoints_are_off_and_say_so(
-    db_url, daemon_factory, receiver_factory
-):
+    db_url: str, daemon_factory: DaemonFactory, receiver_factory: ReceiverFactory
+) -> None:
     receiver = await receiver_factory()
     daemon = await daemon_factory(reg_settings(db_url, [receiver.url], receiver.url, token=None))
     for method, path, body in (
@@ -125,7 +129,9 @@ async def test_without_an_admin_token_the_endpoints_are_off_and_say_so(
 
 
 @pytest.mark.parametrize("token", [None, "wrong", ""])
-async def test_a_missing_or_wrong_token_is_401(db_url, daemon_factory, token):
+async def test_a_missing_or_wrong_token_is_401(
+    db_url: str, daemon_factory: DaemonFactory, token: str | None
+) -> None:
     daemon = await daemon_factory(reg_settings(db_url, [], "http://127.0.0.1:9/x"))
     status, answer = await api(
         daemon.port, "POST", "/regulations", request("DELETE_ONLY", "u1"), token=token
@@ -146,13 +152,15 @@ async def test_a_missing_or_wrong_token_is_401(db_url, daemon_factory, token):
         ({"regulationType": "DELETE_ONLY", "subjectType": "USER_ID"}, "subjectIds"),
         ({**request("DELETE_ONLY"), "subjectIds": "u1"}, "subjectIds"),
         (request("DELETE_ONLY"), "subjectIds"),
-        (request("DELETE_ONLY", "u1", 7), "subjectIds[1]"),  # type: ignore[arg-type]
+        ({**request("DELETE_ONLY"), "subjectIds": ["u1", 7]}, "subjectIds[1]"),
         (request("DELETE_ONLY", "u1", ""), "subjectIds[1]"),
         (request("DELETE_ONLY", "u1", "u\x00x"), "subjectIds[1]"),
         ({**request("DELETE_ONLY", "u1"), "subjectID": ["x"]}, "subjectID"),
     ],
 )
-async def test_a_bad_body_is_400_naming_the_field(db_url, daemon_factory, body, field):
+async def test_a_bad_body_is_400_naming_the_field(
+    db_url: str, daemon_factory: DaemonFactory, body: dict[str, Any], field: str
+) -> None:
     daemon = await daemon_factory(reg_settings(db_url, [], "http://127.0.0.1:9/x"))
     status, answer = await api(daemon.port, "POST", "/regulations", body)
     assert status == 400, answer
@@ -161,7 +169,9 @@ async def test_a_bad_body_is_400_naming_the_field(db_url, daemon_factory, body, 
     assert answer["success"] is False
 
 
-async def test_invalid_json_and_unknown_source_and_unknown_id(db_url, daemon_factory):
+async def test_invalid_json_and_unknown_source_and_unknown_id(
+    db_url: str, daemon_factory: DaemonFactory
+) -> None:
     daemon = await daemon_factory(reg_settings(db_url, [], "http://127.0.0.1:9/x"))
     status, answer = await api(daemon.port, "POST", "/regulations", b"{not json")
     assert (status, answer["code"]) == (400, "invalid_json")
@@ -177,7 +187,7 @@ async def test_invalid_json_and_unknown_source_and_unknown_id(db_url, daemon_fac
     assert (status, answer["code"]) == (404, "not_found")
 
 
-async def test_at_most_5000_subject_ids(db_url, daemon_factory):
+async def test_at_most_5000_subject_ids(db_url: str, daemon_factory: DaemonFactory) -> None:
     daemon = await daemon_factory(reg_settings(db_url, [], "http://127.0.0.1:9/x"))
     ids = [f"user-{i}" for i in range(5001)]
     status, answer = await api(daemon.port, "POST", "/regulations", request("UNSUPPRESS", *ids))
@@ -193,8 +203,8 @@ async def test_at_most_5000_subject_ids(db_url, daemon_factory):
 
 
 async def test_one_delete_notification_per_user_to_each_affected_source(
-    db_url, daemon_factory, receiver_factory
-):
+    db_url: str, daemon_factory: DaemonFactory, receiver_factory: ReceiverFactory
+) -> None:
     hooks, mobile = await receiver_factory(), await receiver_factory()
     daemon = await daemon_factory(reg_settings(db_url, [hooks.url], mobile.url))
     before = time.time()
@@ -244,8 +254,8 @@ async def test_one_delete_notification_per_user_to_each_affected_source(
 
 
 async def test_a_source_regulation_notifies_only_that_source(
-    db_url, daemon_factory, receiver_factory
-):
+    db_url: str, daemon_factory: DaemonFactory, receiver_factory: ReceiverFactory
+) -> None:
     hooks, mobile = await receiver_factory(), await receiver_factory()
     daemon = await daemon_factory(reg_settings(db_url, [hooks.url], mobile.url))
     reg_id = await regulate(
@@ -260,8 +270,8 @@ async def test_a_source_regulation_notifies_only_that_source(
 
 
 async def test_delete_notifications_follow_the_delivery_rules(
-    db_url, daemon_factory, receiver_factory
-):
+    db_url: str, daemon_factory: DaemonFactory, receiver_factory: ReceiverFactory
+) -> None:
     async def flaky(_request: web.Request, n: int) -> web.StreamResponse:
         return web.Response(status=503 if n <= 2 else 200)
 
@@ -287,8 +297,8 @@ async def test_delete_notifications_follow_the_delivery_rules(
 
 
 async def test_delete_purges_payloads_profiles_and_memberships(
-    db_url, daemon_factory, receiver_factory
-):
+    db_url: str, daemon_factory: DaemonFactory, receiver_factory: ReceiverFactory
+) -> None:
     hooks, mobile = await receiver_factory(), await receiver_factory()
     settings = reg_settings(db_url, [hooks.url], mobile.url)
     settings["audiences"] = [
@@ -348,8 +358,8 @@ async def test_delete_purges_payloads_profiles_and_memberships(
 
 
 async def test_suppression_drops_later_messages_until_unsuppress(
-    db_url, daemon_factory, receiver_factory
-):
+    db_url: str, daemon_factory: DaemonFactory, receiver_factory: ReceiverFactory
+) -> None:
     hooks, mobile = await receiver_factory(), await receiver_factory()
     daemon = await daemon_factory(reg_settings(db_url, [hooks.url], mobile.url))
     reg_id = await regulate(daemon.port, request("SUPPRESS_ONLY", "u1"))
@@ -384,8 +394,8 @@ async def test_suppression_drops_later_messages_until_unsuppress(
 
 
 async def test_suppress_with_delete_notifies_purges_and_suppresses(
-    db_url, daemon_factory, receiver_factory
-):
+    db_url: str, daemon_factory: DaemonFactory, receiver_factory: ReceiverFactory
+) -> None:
     hooks, mobile = await receiver_factory(), await receiver_factory()
     daemon = await daemon_factory(reg_settings(db_url, [hooks.url], mobile.url))
     await post(daemon.port, "/v1/track", {"userId": "u1", "event": "E", "messageId": "before"})
@@ -406,8 +416,8 @@ async def test_suppress_with_delete_notifies_purges_and_suppresses(
 
 
 async def test_a_regulation_left_running_by_a_dead_process_resumes_without_resending(
-    db_url, daemon_factory, receiver_factory
-):
+    db_url: str, daemon_factory: DaemonFactory, receiver_factory: ReceiverFactory
+) -> None:
     """Deterministic: one source done, the lease lapsed; a new daemon finishes the rest."""
     hooks, mobile = await receiver_factory(), await receiver_factory()
     migrate.upgrade(db_url)
@@ -447,8 +457,8 @@ async def test_a_regulation_left_running_by_a_dead_process_resumes_without_resen
 
 @pytest.mark.slow
 async def test_kill_9_right_after_the_request_and_the_regulation_finishes_after_restart(
-    db_url, receiver_factory, tmp_path: Path
-):
+    db_url: str, receiver_factory: ReceiverFactory, tmp_path: Path
+) -> None:
     hooks, mobile = await receiver_factory(), await receiver_factory()
     port = free_port()
     settings = reg_settings(
@@ -524,8 +534,8 @@ def _texts_naming(db_url: str, needles: tuple[str, ...]) -> list[tuple[str, str,
 
 @pytest.mark.parametrize("kind", ["DELETE_ONLY", "SUPPRESS_WITH_DELETE"])
 async def test_a_finished_deletion_leaves_nothing_of_the_user(
-    db_url, daemon_factory, receiver_factory, kind
-):
+    db_url: str, daemon_factory: DaemonFactory, receiver_factory: ReceiverFactory, kind: str
+) -> None:
     async def echo(request: web.Request, _n: int) -> web.StreamResponse:
         return web.Response(body=await request.read())  # receivers often echo the body
 

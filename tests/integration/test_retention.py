@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 from alembic import command
@@ -13,7 +14,16 @@ from alembic import command
 from efd.store import Store, migrate
 from efd.store.engine import make_engine
 from efd.store.operations import OperationsStore
-from tests.conftest import eventually, metric, metrics_text, post, settings_dict, sql
+from tests.conftest import (
+    DaemonFactory,
+    ReceiverFactory,
+    eventually,
+    metric,
+    metrics_text,
+    post,
+    settings_dict,
+    sql,
+)
 from tests.integration.test_regulations import api
 from tests.support.rows import new_message
 
@@ -22,14 +32,16 @@ TOKEN = "retention-secret-0123456789"
 
 
 @pytest.fixture
-def store(db_url):  # type: ignore[no-untyped-def]
+def store(db_url: str) -> Iterator[Store]:
     migrate.upgrade(db_url)
     s = Store(db_url)
     yield s
     s.dispose()
 
 
-def insert(store: Store, mid: str, received_at: float, destinations: tuple[str, ...] = ("d",)):
+def insert(
+    store: Store, mid: str, received_at: float, destinations: tuple[str, ...] = ("d",)
+) -> None:
     store.ingestion.insert_messages(
         [new_message(mid, destinations=destinations, received_at=received_at)], received_at
     )
@@ -71,7 +83,9 @@ def orphans(db_url: str) -> list[tuple[int, int]]:
     )
 
 
-def test_pending_queued_and_replayed_deliveries_survive_until_they_finish(store, db_url):
+def test_pending_queued_and_replayed_deliveries_survive_until_they_finish(
+    store: Store, db_url: str
+) -> None:
     now = time.time()
     long_ago = now - 30 * DAY
     for mid in ("done", "pending", "queued", "replayed"):
@@ -107,7 +121,9 @@ def test_pending_queued_and_replayed_deliveries_survive_until_they_finish(store,
     assert orphans(db_url) == [(0, 0)]
 
 
-def test_a_message_is_purged_only_once_every_delivery_finished_before_the_horizon(store, db_url):
+def test_a_message_is_purged_only_once_every_delivery_finished_before_the_horizon(
+    store: Store, db_url: str
+) -> None:
     now = time.time()
     long_ago = now - 30 * DAY
     insert(store, "two", long_ago, destinations=("d", "e"))
@@ -123,7 +139,9 @@ def test_a_message_is_purged_only_once_every_delivery_finished_before_the_horizo
     assert orphans(db_url) == [(0, 0)]
 
 
-def test_the_walk_stops_at_a_message_received_after_the_horizon_and_skips_none(store, db_url):
+def test_the_walk_stops_at_a_message_received_after_the_horizon_and_skips_none(
+    store: Store, db_url: str
+) -> None:
     now = time.time()
     long_ago = now - 30 * DAY
     insert(store, "old-1", long_ago)
@@ -140,7 +158,9 @@ def test_the_walk_stops_at_a_message_received_after_the_horizon_and_skips_none(s
     assert stored(db_url) == []
 
 
-def test_daemons_taking_turns_in_small_steps_purge_everything_and_keep_the_pending(store, db_url):
+def test_daemons_taking_turns_in_small_steps_purge_everything_and_keep_the_pending(
+    store: Store, db_url: str
+) -> None:
     now = time.time()
     long_ago = now - 30 * DAY
     names = [f"m{i:02d}" for i in range(24)]
@@ -179,7 +199,7 @@ def test_daemons_taking_turns_in_small_steps_purge_everything_and_keep_the_pendi
         other.dispose()
 
 
-def test_a_step_starts_at_the_cursor(store, db_url):
+def test_a_step_starts_at_the_cursor(store: Store, db_url: str) -> None:
     now = time.time()
     long_ago = now - 30 * DAY
     store.ingestion.insert_messages(
@@ -197,7 +217,7 @@ def test_a_step_starts_at_the_cursor(store, db_url):
     assert kept(db_url) == ["m1", "m2", "m3"]
 
 
-def test_the_lag_is_the_oldest_message_the_walk_has_not_reached(store, db_url):
+def test_the_lag_is_the_oldest_message_the_walk_has_not_reached(store: Store, db_url: str) -> None:
     now = time.time()
     before = now - 7 * DAY
     assert store.retention.lag(before).behind_seconds == 0
@@ -214,7 +234,7 @@ def test_the_lag_is_the_oldest_message_the_walk_has_not_reached(store, db_url):
     assert (lag.oldest_at, lag.behind_seconds, lag.kept) == (None, 0.0, 1)
 
 
-def test_a_replay_of_a_message_retention_purged_creates_nothing(store, db_url):
+def test_a_replay_of_a_message_retention_purged_creates_nothing(store: Store, db_url: str) -> None:
     now = time.time()
     insert(store, "gone", now - 30 * DAY)
     finish(db_url, "gone", now - 30 * DAY)
@@ -239,7 +259,7 @@ def _upgrade_to(url: str, revision: str) -> None:
         engine.dispose()
 
 
-def test_the_migration_keeps_every_row_and_retention_carries_on(db_url):
+def test_the_migration_keeps_every_row_and_retention_carries_on(db_url: str) -> None:
     _upgrade_to(db_url, "0011")
     now = time.time()
     old = Store(db_url)
@@ -274,8 +294,11 @@ def test_the_migration_keeps_every_row_and_retention_carries_on(db_url):
 
 
 async def test_a_daemon_runs_retention_soon_after_start_and_every_interval(
-    db_url, receiver_factory, daemon_factory, caplog
-):
+    db_url: str,
+    receiver_factory: ReceiverFactory,
+    daemon_factory: DaemonFactory,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     caplog.set_level(logging.INFO, logger="efd.services.periodic")
     receiver = await receiver_factory()
     settings = settings_dict(db_url, [receiver.url])
@@ -304,7 +327,9 @@ async def test_a_daemon_runs_retention_soon_after_start_and_every_interval(
     assert metric(text, "efd_retention_behind_seconds") == 0
 
 
-async def test_the_admin_api_and_metrics_tell_how_far_behind_retention_is(db_url, daemon_factory):
+async def test_the_admin_api_and_metrics_tell_how_far_behind_retention_is(
+    db_url: str, daemon_factory: DaemonFactory
+) -> None:
     settings = settings_dict(db_url)
     settings["server"]["admin_token"] = TOKEN
     daemon = await daemon_factory(settings)
@@ -343,7 +368,9 @@ async def test_the_admin_api_and_metrics_tell_how_far_behind_retention_is(db_url
     assert stored(db_url) == ["pending"]
 
 
-def test_messages_stored_after_the_newest_was_purged_are_purged_in_turn(store, db_url):
+def test_messages_stored_after_the_newest_was_purged_are_purged_in_turn(
+    store: Store, db_url: str
+) -> None:
     # SQLite gives the ids of purged newest rows again: the cursor must not pass them by.
     now = time.time()
     for round_ in range(3):

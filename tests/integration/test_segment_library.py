@@ -9,13 +9,13 @@ import pytest
 from segment.analytics.client import Client
 
 from efd.segment import webhooks
-from tests.conftest import SECRET, WRITE_KEY, settings_dict
+from tests.conftest import SECRET, WRITE_KEY, DaemonFactory, ReceiverFactory, settings_dict
 
 
 @pytest.mark.parametrize("gzip", [False, True])
 async def test_segment_python_library_delivers_every_type(
-    gzip, db_url, receiver_factory, daemon_factory
-):
+    gzip: bool, db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     receiver = await receiver_factory()
     daemon = await daemon_factory(settings_dict(db_url, [receiver.url]))
     errors: list[Exception] = []

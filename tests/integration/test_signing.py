@@ -10,6 +10,7 @@ import base64
 import json
 import re
 import time
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -17,7 +18,16 @@ from standardwebhooks.webhooks import Webhook
 
 from efd.cli.listen import describe, verify
 from efd.segment import webhooks
-from tests.conftest import SECRET, basic, eventually, post, settings_dict, sql
+from tests.conftest import (
+    SECRET,
+    DaemonFactory,
+    ReceiverFactory,
+    basic,
+    eventually,
+    post,
+    settings_dict,
+    sql,
+)
 from tests.jsclients import JS, node
 
 OLD = "whsec_" + base64.b64encode(b"old-secret-of-24-bytes!!").decode()
@@ -27,13 +37,17 @@ WEBHOOK_ID = re.compile(r"msg_[a-z2-7]{26}")
 TRACK = {"userId": "u", "event": "E"}
 
 
-def signed_settings(db_url: str, url: str, signing: list[str], secrets: list[str]) -> dict:  # type: ignore[type-arg]
+def signed_settings(
+    db_url: str, url: str, signing: list[str], secrets: list[str]
+) -> dict[str, Any]:
     settings = settings_dict(db_url, [url])
     settings["destinations"][0].update(signing=signing, standard_webhooks_secrets=secrets)
     return settings
 
 
-async def test_both_schemes_verify_through_a_rotation(db_url, receiver_factory, daemon_factory):
+async def test_both_schemes_verify_through_a_rotation(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     receiver = await receiver_factory()
     daemon = await daemon_factory(
         signed_settings(db_url, receiver.url, ["x-signature", "standard-webhooks"], [NEW, OLD])
@@ -60,8 +74,8 @@ async def test_both_schemes_verify_through_a_rotation(db_url, receiver_factory, 
 
 
 async def test_standard_webhooks_alone_and_the_same_id_on_every_retry(
-    db_url, receiver_factory, daemon_factory
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     async def fail_twice(_request: web.Request, n: int) -> web.StreamResponse:
         return web.Response(status=503 if n <= 2 else 200)
 
@@ -80,8 +94,8 @@ async def test_standard_webhooks_alone_and_the_same_id_on_every_retry(
 
 
 async def test_delete_notifications_are_signed_the_same_way(
-    db_url, receiver_factory, daemon_factory
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     receiver = await receiver_factory()
     settings = signed_settings(db_url, receiver.url, ["x-signature", "standard-webhooks"], [NEW])
     settings["server"]["admin_token"] = TOKEN
@@ -113,8 +127,8 @@ async def test_delete_notifications_are_signed_the_same_way(
 
 
 async def test_the_same_message_id_from_two_sources_arrives_under_two_webhook_ids(
-    db_url, receiver_factory, daemon_factory
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     receiver = await receiver_factory()
     settings = signed_settings(db_url, receiver.url, ["x-signature", "standard-webhooks"], [NEW])
     settings["sources"].append({"name": "app", "write_key": "wk_app", "destinations": ["hooks"]})
@@ -131,8 +145,8 @@ async def test_the_same_message_id_from_two_sources_arrives_under_two_webhook_id
 
 
 async def test_x_signature_receivers_get_the_webhook_id_too(
-    db_url, receiver_factory, daemon_factory
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     receiver = await receiver_factory()
     settings = settings_dict(db_url, [receiver.url])
     settings["sources"].append({"name": "app", "write_key": "wk_app", "destinations": ["hooks"]})
@@ -149,8 +163,8 @@ async def test_x_signature_receivers_get_the_webhook_id_too(
 
 
 async def test_a_retry_keeps_its_webhook_id_across_a_restart(
-    db_url, receiver_factory, daemon_factory
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     answer = {"status": 503}
 
     async def behaviour(_request: web.Request, _n: int) -> web.StreamResponse:
@@ -177,8 +191,8 @@ async def test_a_retry_keeps_its_webhook_id_across_a_restart(
 
 @pytest.mark.parametrize("message_id", ["m\r\nX-Injected: 1", "m\x1b[2J", "m\x7f", "é\x85"])
 async def test_a_message_id_with_a_control_character_is_refused_not_stored(
-    db_url, receiver_factory, daemon_factory, message_id
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory, message_id: str
+) -> None:
     receiver = await receiver_factory()
     daemon = await daemon_factory(
         signed_settings(db_url, receiver.url, ["x-signature", "standard-webhooks"], [NEW])
@@ -200,8 +214,8 @@ def node_program() -> str:
 
 
 async def test_node_verifiers_accept_every_delivery_whatever_the_message_id(
-    node_program, db_url, daemon_factory
-):
+    node_program: str, db_url: str, daemon_factory: DaemonFactory
+) -> None:
     """The npm `standardwebhooks` and `svix` verifiers, behind Node's own HTTP server, which
     reads header bytes as Latin-1: a webhook-id that was not ASCII would never verify."""
     proc = await asyncio.create_subprocess_exec(

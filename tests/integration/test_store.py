@@ -11,8 +11,9 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Self
 
 import psycopg
 import pytest
@@ -20,12 +21,22 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from psycopg import sql as psql
-from sqlalchemy import create_engine, event, inspect, text
+from sqlalchemy import ForeignKeyConstraint, create_engine, event, inspect, text
+from sqlalchemy.sql.schema import SchemaItem
 
 from efd.errors import StoreUnavailable
-from efd.records import AttemptRow, DeliveryQuery, DeliveryStatus, NewMessage, Outcome
+from efd.records import (
+    AttemptRow,
+    Claimed,
+    ClaimRequest,
+    DeliveryQuery,
+    DeliveryStatus,
+    NewMessage,
+    Outcome,
+)
 from efd.store import Store, migrate
 from efd.store.backends import sqlite as sqlite_backend
+from efd.store.backends.base import MESSAGE_COLUMNS
 from efd.store.dedupe import message_key
 from efd.store.engine import make_engine, normalise_url
 from efd.store.operations import REDRIVABLE, OperationsStore
@@ -38,14 +49,14 @@ from tests.support.rows import outcome_row
 
 
 @pytest.fixture
-def store(db_url):  # type: ignore[no-untyped-def]
+def store(db_url: str) -> Iterator[Store]:
     migrate.upgrade(db_url)
     s = Store(db_url)
     yield s
     s.dispose()
 
 
-def test_insert_stores_messages_and_one_delivery_per_destination(store, db_url):
+def test_insert_stores_messages_and_one_delivery_per_destination(store: Store, db_url: str) -> None:
     assert store.ingestion.insert_messages(
         [message("a", destinations=("d", "e")), message("b")], time.time()
     ) == ["stored", "stored"]
@@ -53,7 +64,7 @@ def test_insert_stores_messages_and_one_delivery_per_destination(store, db_url):
     assert sql(db_url, "SELECT destination FROM deliveries ORDER BY id") == [("d",), ("e",), ("d",)]
 
 
-def test_dedupe_within_24_hours_per_source(store, db_url):
+def test_dedupe_within_24_hours_per_source(store: Store, db_url: str) -> None:
     now = time.time()
     assert store.ingestion.insert_messages([message("a"), message("a")], now) == [
         "stored",
@@ -66,48 +77,50 @@ def test_dedupe_within_24_hours_per_source(store, db_url):
     assert store.ingestion.insert_messages([message("a")], now) == ["stored"]
 
 
-def test_claim_leases_and_hides_rows_until_the_lease_lapses(store):
+def test_claim_leases_and_hides_rows_until_the_lease_lapses(store: Store) -> None:
     now = time.time()
     store.ingestion.insert_messages([message(f"m{i}") for i in range(5)], now)
-    first = store.queue.claim("d", 3, owner="A", now=now, lease_until=now + 60)
+    first = store.queue.claim(ClaimRequest("d", 3, owner="A", now=now, lease_until=now + 60))
     assert len(first) == 3
     assert all(c.lease_token == 1 for c in first)
-    second = store.queue.claim("d", 10, owner="B", now=now, lease_until=now + 60)
+    second = store.queue.claim(ClaimRequest("d", 10, owner="B", now=now, lease_until=now + 60))
     assert len(second) == 2
     assert not {c.delivery_id for c in first} & {c.delivery_id for c in second}
-    assert store.queue.claim("d", 10, owner="C", now=now + 1, lease_until=now + 61) == []
+    assert (
+        store.queue.claim(ClaimRequest("d", 10, owner="C", now=now + 1, lease_until=now + 61)) == []
+    )
     # The lease lapses: the rows are due again, and the token moves on.
-    again = store.queue.claim("d", 10, owner="C", now=now + 61, lease_until=now + 121)
+    again = store.queue.claim(ClaimRequest("d", 10, owner="C", now=now + 61, lease_until=now + 121))
     assert len(again) == 5
     assert all(c.lease_token == 2 for c in again)
 
 
-def test_a_claim_past_now_never_takes_a_row_under_a_live_lease(store):
+def test_a_claim_past_now_never_takes_a_row_under_a_live_lease(store: Store) -> None:
     # A circuit's probe claims the earliest pending delivery, due or not; a delivery another
     # daemon holds must stay its own, or both send it at once.
     now = time.time()
     store.ingestion.insert_messages([message("held")], now)
-    [held] = store.queue.claim("d", 1, owner="A", now=now, lease_until=now + 60)
+    [held] = store.queue.claim(ClaimRequest("d", 1, owner="A", now=now, lease_until=now + 60))
     store.ingestion.insert_messages([message("later")], now + 5)  # due at now + 5
     probe = store.queue.claim(
-        "d", 10, owner="B", now=now + 1, lease_until=now + 100, due_by=math.inf
+        ClaimRequest("d", 10, owner="B", now=now + 1, lease_until=now + 100, due_by=math.inf)
     )
     assert [c.message_id for c in probe] == ["later"]
     assert held.message_id == "held"
     # Once A's lease lapses, the row is anyone's again.
     again = store.queue.claim(
-        "d", 10, owner="C", now=now + 61, lease_until=now + 121, due_by=math.inf
+        ClaimRequest("d", 10, owner="C", now=now + 61, lease_until=now + 121, due_by=math.inf)
     )
     assert [c.message_id for c in again] == ["held"]
 
 
-def test_fencing_token_rejects_a_stale_outcome(store, db_url):
+def test_fencing_token_rejects_a_stale_outcome(store: Store, db_url: str) -> None:
     now = time.time()
     store.ingestion.insert_messages([message("m")], now)
-    [stale] = store.queue.claim("d", 1, owner="A", now=now, lease_until=now + 1)
-    [fresh] = store.queue.claim("d", 1, owner="B", now=now + 2, lease_until=now + 62)
+    [stale] = store.queue.claim(ClaimRequest("d", 1, owner="A", now=now, lease_until=now + 1))
+    [fresh] = store.queue.claim(ClaimRequest("d", 1, owner="B", now=now + 2, lease_until=now + 62))
 
-    def outcome(claim, status):  # type: ignore[no-untyped-def]
+    def outcome(claim: Claimed, status: DeliveryStatus) -> Outcome:
         return Outcome(
             delivery_id=claim.delivery_id,
             lease_token=claim.lease_token,
@@ -128,12 +141,14 @@ def test_fencing_token_rejects_a_stale_outcome(store, db_url):
     assert sql(db_url, "SELECT status, lease_owner FROM deliveries") == [("delivered", None)]
 
 
-def test_a_batch_of_outcomes_writes_each_row_and_skips_only_the_stale(store, db_url):
+def test_a_batch_of_outcomes_writes_each_row_and_skips_only_the_stale(
+    store: Store, db_url: str
+) -> None:
     now = time.time()
     store.ingestion.insert_messages([message(f"m{i}") for i in range(6)], now)
-    claimed = store.queue.claim("d", 6, owner="A", now=now, lease_until=now + 1)
+    claimed = store.queue.claim(ClaimRequest("d", 6, owner="A", now=now, lease_until=now + 1))
     # Two leases lapse and another process takes them over: A's outcomes for them are stale.
-    taken = store.queue.claim("d", 2, owner="B", now=now + 2, lease_until=now + 62)
+    taken = store.queue.claim(ClaimRequest("d", 2, owner="B", now=now + 2, lease_until=now + 62))
     stale_ids = {c.delivery_id for c in taken}
     fields = {
         DeliveryStatus.DELIVERED: (1, None, now + 1, frozenset(), None),
@@ -164,7 +179,7 @@ def test_a_batch_of_outcomes_writes_each_row_and_skips_only_the_stale(store, db_
         "SELECT id, status, attempts, first_attempt_at, next_attempt_at, finished_at,"
         " failed_hooks, last_error, lease_owner, lease_token FROM deliveries ORDER BY id",
     )
-    expected = []
+    expected: list[tuple[object, ...]] = []
     for o, claim in zip(outcomes, claimed, strict=True):
         if o.delivery_id in stale_ids:
             [b] = [c for c in taken if c.delivery_id == o.delivery_id]
@@ -172,7 +187,7 @@ def test_a_batch_of_outcomes_writes_each_row_and_skips_only_the_stale(store, db_
                 (o.delivery_id, "pending", 0, None, now + 62, None, None, None, "B", b.lease_token)
             )
             continue
-        failed = json.dumps(sorted(o.failed_hooks)) if o.failed_hooks else None
+        failed_json = json.dumps(sorted(o.failed_hooks)) if o.failed_hooks else None
         expected.append(
             (
                 o.delivery_id,
@@ -181,7 +196,7 @@ def test_a_batch_of_outcomes_writes_each_row_and_skips_only_the_stale(store, db_
                 o.first_attempt_at,
                 o.next_attempt_at,
                 o.finished_at,
-                failed,
+                failed_json,
                 o.last_error,
                 None,
                 claim.lease_token,
@@ -195,10 +210,10 @@ def test_a_batch_of_outcomes_writes_each_row_and_skips_only_the_stale(store, db_
     assert store.queue.record(again, []) == len(again) - retries
 
 
-def test_a_batch_of_attempts_keeps_every_column(store, db_url):
+def test_a_batch_of_attempts_keeps_every_column(store: Store, db_url: str) -> None:
     now = time.time()
     store.ingestion.insert_messages([message(f"m{i}") for i in range(3)], now)
-    claimed = store.queue.claim("d", 3, owner="A", now=now, lease_until=now + 60)
+    claimed = store.queue.claim(ClaimRequest("d", 3, owner="A", now=now, lease_until=now + 60))
     rows = [
         AttemptRow(claimed[0].delivery_id, "http://a/h", now, 1.5, "success", 200, None, None, ""),
         AttemptRow(
@@ -219,7 +234,7 @@ def test_a_batch_of_attempts_keeps_every_column(store, db_url):
     assert [tuple(r) for r in stored] == [dataclasses.astuple(r) for r in rows]
 
 
-def test_concurrent_claimers_never_share_a_delivery(store, db_url):
+def test_concurrent_claimers_never_share_a_delivery(store: Store, db_url: str) -> None:
     now = time.time()
     store.ingestion.insert_messages([message(f"m{i}") for i in range(400)], now)
     claims: list[list[int]] = []
@@ -228,7 +243,9 @@ def test_concurrent_claimers_never_share_a_delivery(store, db_url):
     def worker(name: str) -> None:
         own = Store(db_url)
         try:
-            while batch := own.queue.claim("d", 7, owner=name, now=now, lease_until=now + 60):
+            while batch := own.queue.claim(
+                ClaimRequest("d", 7, owner=name, now=now, lease_until=now + 60)
+            ):
                 with lock:
                     claims.append([c.delivery_id for c in batch])
         finally:
@@ -244,15 +261,17 @@ def test_concurrent_claimers_never_share_a_delivery(store, db_url):
     assert len(set(ids)) == 400
 
 
-def test_release_all_leases_makes_them_due_now(store, db_url):
+def test_release_all_leases_makes_them_due_now(store: Store, db_url: str) -> None:
     now = time.time()
     store.ingestion.insert_messages([message("m")], now)
-    store.queue.claim("d", 1, owner="A", now=now, lease_until=now + 600)
+    store.queue.claim(ClaimRequest("d", 1, owner="A", now=now, lease_until=now + 600))
     assert store.queue.release_all_leases(now + 1) == 1
     assert sql(db_url, "SELECT lease_owner, next_attempt_at FROM deliveries") == [(None, now + 1)]
 
 
-def test_wake_skips_deliveries_whose_failed_hooks_name_the_hook_in_any_form(store, db_url):
+def test_wake_skips_deliveries_whose_failed_hooks_name_the_hook_in_any_form(
+    store: Store, db_url: str
+) -> None:
     """failed_hooks names a hook by its label, or by its raw URL in rows written before
     labels: a circuit's closing wakes neither. A hook that only reads alike (" #2") is
     another hook."""
@@ -277,7 +296,7 @@ def test_wake_skips_deliveries_whose_failed_hooks_name_the_hook_in_any_form(stor
     ]
 
 
-def test_purge_removes_only_finished_old_messages(store, db_url):
+def test_purge_removes_only_finished_old_messages(store: Store, db_url: str) -> None:
     now = time.time()
     store.ingestion.insert_messages(
         [message("done"), message("pending"), message("no-route", destinations=())], now
@@ -294,13 +313,15 @@ def test_purge_removes_only_finished_old_messages(store, db_url):
     assert sql(db_url, "SELECT count(*) FROM deliveries") == [(1,)]
 
 
-def test_a_claim_fails_a_delivery_whose_message_is_gone_and_takes_the_rest(store, db_url):
+def test_a_claim_fails_a_delivery_whose_message_is_gone_and_takes_the_rest(
+    store: Store, db_url: str
+) -> None:
     # PostgreSQL declares no foreign key from deliveries to messages (migration 0011), and an
     # operator's DELETE without efd's own connection settings checks none on SQLite either.
     now = time.time()
     store.ingestion.insert_messages([message("kept"), message("gone"), message("also")], now)
     sql(db_url, "DELETE FROM messages WHERE message_id = 'gone'")
-    claimed = store.queue.claim("d", 10, owner="A", now=now, lease_until=now + 60)
+    claimed = store.queue.claim(ClaimRequest("d", 10, owner="A", now=now, lease_until=now + 60))
     assert [c.message_id for c in claimed] == ["kept", "also"]
     assert sql(
         db_url,
@@ -308,11 +329,11 @@ def test_a_claim_fails_a_delivery_whose_message_is_gone_and_takes_the_rest(store
         " WHERE message_pk NOT IN (SELECT id FROM messages)",
     ) == [("failed", MESSAGE_GONE, None, True)]
     # Failed for good: never claimed again, and the others come back once their lease lapses.
-    again = store.queue.claim("d", 10, owner="B", now=now + 61, lease_until=now + 121)
+    again = store.queue.claim(ClaimRequest("d", 10, owner="B", now=now + 61, lease_until=now + 121))
     assert [c.message_id for c in again] == ["kept", "also"]
 
 
-def test_migration_0011_declares_the_delivery_keys_on_sqlite_only(db_url):
+def test_migration_0011_declares_the_delivery_keys_on_sqlite_only(db_url: str) -> None:
     keys = {("deliveries", "message_pk", "messages"), ("attempts", "delivery_id", "deliveries")}
     sqlite = db_url.startswith("sqlite")
     migrate.upgrade(db_url)
@@ -336,13 +357,13 @@ def _delivery_keys(url: str) -> set[tuple[str, str, str]]:
         engine.dispose()
 
 
-def test_migrations_are_idempotent_and_at_head(db_url):
+def test_migrations_are_idempotent_and_at_head(db_url: str) -> None:
     migrate.upgrade(db_url)
     migrate.upgrade(db_url)
     assert migrate.current_revision(db_url) == migrate.head_revision()
 
 
-def test_a_periodic_job_runs_once_per_interval_across_processes(store, db_url):
+def test_a_periodic_job_runs_once_per_interval_across_processes(store: Store, db_url: str) -> None:
     now = time.time()
     other = Store(db_url)
     try:
@@ -355,7 +376,7 @@ def test_a_periodic_job_runs_once_per_interval_across_processes(store, db_url):
         other.dispose()
 
 
-async def test_stored_work_notifies_listeners_in_other_processes(store, db_url):
+async def test_stored_work_notifies_listeners_in_other_processes(store: Store, db_url: str) -> None:
     if store.backend.name == "sqlite":
         pytest.skip("LISTEN/NOTIFY is PostgreSQL's; SQLite serves one process")
     calls = 0
@@ -382,7 +403,7 @@ async def test_stored_work_notifies_listeners_in_other_processes(store, db_url):
         listener.dispose()
 
 
-async def test_a_lost_listen_connection_raises_store_unavailable(store, db_url):
+async def test_a_lost_listen_connection_raises_store_unavailable(store: Store, db_url: str) -> None:
     """The daemon's Worker listens again after its back-off when this raises."""
     if store.backend.name == "sqlite":
         pytest.skip("LISTEN/NOTIFY is PostgreSQL's; SQLite serves one process")
@@ -408,7 +429,7 @@ async def test_a_lost_listen_connection_raises_store_unavailable(store, db_url):
         listener.dispose()
 
 
-def test_only_acknowledgements_wait_for_the_disk(store):
+def test_only_acknowledgements_wait_for_the_disk(store: Store) -> None:
     if store.backend.name != "sqlite":
         pytest.skip("synchronous is SQLite's setting")
     with store.database.bookkeeping() as conn:
@@ -418,7 +439,9 @@ def test_only_acknowledgements_wait_for_the_disk(store):
     assert (relaxed, durable) == (1, 2)  # NORMAL for claims and outcomes, FULL for ingestion
 
 
-def test_sqlite_writer_checkpoints_every_10000_pages_and_indexes_keys_in_memory(store):
+def test_sqlite_writer_checkpoints_every_10000_pages_and_indexes_keys_in_memory(
+    store: Store,
+) -> None:
     if store.backend.name != "sqlite":
         pytest.skip("SQLite's settings")
     with store.database.writer.begin() as conn:
@@ -429,7 +452,7 @@ def test_sqlite_writer_checkpoints_every_10000_pages_and_indexes_keys_in_memory(
         assert "dedupe" not in {row[1] for row in conn.exec_driver_sql("PRAGMA database_list")}
 
 
-def test_sqlite_binds_none_as_null_through_a_registered_adapter(store):
+def test_sqlite_binds_none_as_null_through_a_registered_adapter(store: Store) -> None:
     """efd/store/engine.py spares the driver its failing adaptation lookup for None; None
     must still reach SQLite as NULL."""
     if store.backend.name != "sqlite":
@@ -440,7 +463,7 @@ def test_sqlite_binds_none_as_null_through_a_registered_adapter(store):
     assert tuple(row) == (1, "null")
 
 
-def test_a_colliding_message_key_never_drops_a_message(store, db_url):
+def test_a_colliding_message_key_never_drops_a_message(store: Store, db_url: str) -> None:
     """Equal keys are candidates only: the store compares source and messageId."""
     now = time.time()
     store.ingestion.insert_messages([message("a")], now)
@@ -453,7 +476,7 @@ def test_a_colliding_message_key_never_drops_a_message(store, db_url):
     ]
 
 
-def test_a_restarted_store_still_knows_the_last_24_hours(db_url):
+def test_a_restarted_store_still_knows_the_last_24_hours(db_url: str) -> None:
     """On SQLite the index is in the writer's memory: a new process rebuilds it."""
     migrate.upgrade(db_url)
     now = time.time()
@@ -474,7 +497,7 @@ def test_a_restarted_store_still_knows_the_last_24_hours(db_url):
         second.dispose()
 
 
-def test_a_rolled_back_fill_is_done_again(db_url):
+def test_a_rolled_back_fill_is_done_again(db_url: str) -> None:
     """A new writer connection fills its in-memory index in its first transaction; if that
     transaction rolls back, the fill goes with it, and the next one must fill again."""
     if not db_url.startswith("sqlite"):
@@ -501,7 +524,7 @@ def test_a_rolled_back_fill_is_done_again(db_url):
         second.dispose()
 
 
-def test_sqlite_drops_keys_from_memory_once_24_hours_old(store):
+def test_sqlite_drops_keys_from_memory_once_24_hours_old(store: Store) -> None:
     if store.backend.name != "sqlite":
         pytest.skip("the in-memory index is SQLite's")
     now = time.time()
@@ -519,7 +542,7 @@ def test_sqlite_drops_keys_from_memory_once_24_hours_old(store):
     assert got == ["stored", "duplicate"]
 
 
-def test_a_message_deleted_then_sent_again_is_stored_once(store, db_url):
+def test_a_message_deleted_then_sent_again_is_stored_once(store: Store, db_url: str) -> None:
     """SQLite numbers messages max(id) + 1, so the new row takes the deleted one's id, and
     its key may still be in the writer's memory."""
     now = time.time()
@@ -535,7 +558,7 @@ def _in_memory_keys(store: Store) -> list[int]:
         return [k for (k,) in conn.exec_driver_sql("SELECT message_key FROM dedupe.recent")]
 
 
-def test_migration_0005_keeps_the_key_index_on_postgresql_only(db_url):
+def test_migration_0005_keeps_the_key_index_on_postgresql_only(db_url: str) -> None:
     migrate.upgrade(db_url)
     sqlite = db_url.startswith("sqlite")
     assert ("ix_messages_message_key" in _indexes(db_url)) is not sqlite
@@ -545,7 +568,7 @@ def test_migration_0005_keeps_the_key_index_on_postgresql_only(db_url):
     assert ("ix_messages_message_key" in _indexes(db_url)) is not sqlite
 
 
-def test_migration_0004_keys_existing_messages(db_url):
+def test_migration_0004_keys_existing_messages(db_url: str) -> None:
     """A database from before the key still deduplicates the messages it already holds."""
     migrate.upgrade(db_url)
     _downgrade(db_url, "0003")
@@ -572,7 +595,7 @@ def test_migration_0004_keys_existing_messages(db_url):
         s.dispose()
 
 
-def _indexes(url: str) -> set[str]:
+def _indexes(url: str) -> set[str | None]:
     engine = create_engine(normalise_url(url))
     try:
         return {i["name"] for i in inspect(engine).get_indexes("messages")}
@@ -600,15 +623,22 @@ def _downgrade(url: str, revision: str) -> None:
         engine.dispose()
 
 
-def test_migrated_schema_matches_the_tables_efd_uses(db_url):
+def test_migrated_schema_matches_the_tables_efd_uses(db_url: str) -> None:
     migrate.upgrade(db_url)
     engine = create_engine(normalise_url(db_url))
     try:
         with engine.connect() as conn:
             # alembic does not read Index.ddl_if: the key index is PostgreSQL's only (0005).
             # Nor ForeignKeyConstraint.ddl_if: the delivery keys are SQLite's only (0011).
-            def include(obj, name, kind, _reflected, _compare_to):  # type: ignore[no-untyped-def]
+            def include(
+                obj: SchemaItem,
+                name: str | None,
+                kind: str,
+                _reflected: bool,
+                _compare_to: SchemaItem | None,
+            ) -> bool:
                 if kind == "foreign_key_constraint" and not sqlite:
+                    assert isinstance(obj, ForeignKeyConstraint)
                     return obj.table.name not in ("deliveries", "attempts")
                 return not (kind == "index" and name == "ix_messages_message_key" and sqlite)
 
@@ -619,20 +649,22 @@ def test_migrated_schema_matches_the_tables_efd_uses(db_url):
         engine.dispose()
 
 
-def _captured(store: Store, needle: str, action: Callable[[], object]) -> tuple[str, dict]:
+def _captured(
+    store: Store, needle: str, action: Callable[[], object]
+) -> tuple[str, dict[str, Any]]:
     """The first statement containing `needle` that `action` makes the store execute on
     psycopg's cursors (SQLAlchemy's and the backend's own), with its parameters."""
-    seen: list[tuple[str, dict]] = []
+    seen: list[tuple[str, dict[str, Any]]] = []
 
-    class Recording(psycopg.Cursor):  # type: ignore[type-arg]
-        def execute(self, query, params=None, **kwargs):  # type: ignore[no-untyped-def]
+    class Recording(psycopg.Cursor[Any]):
+        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Self:
             if needle in str(query) and not seen:
                 seen.append((str(query), params))
             return super().execute(query, params, **kwargs)
 
-    touched: list[Any] = []
+    touched: list[psycopg.Connection[Any]] = []
 
-    def record(dbapi_connection, _record, _proxy):  # type: ignore[no-untyped-def]
+    def record(dbapi_connection: psycopg.Connection[Any], _record: object, _proxy: object) -> None:
         dbapi_connection.cursor_factory = Recording
         touched.append(dbapi_connection)
 
@@ -647,7 +679,9 @@ def _captured(store: Store, needle: str, action: Callable[[], object]) -> tuple[
     return seen[0]
 
 
-def _plan_nodes(db_url: str, statement: str, params: dict, *, generic: bool) -> list[dict]:
+def _plan_nodes(
+    db_url: str, statement: str, params: dict[str, Any], *, generic: bool
+) -> list[dict[str, Any]]:
     """EXPLAIN of a statement as a prepared statement, the way psycopg runs a statement it has
     seen often; with `generic`, under plan_cache_mode = force_generic_plan (the plan
     PostgreSQL may cache and reuse whatever the parameters)."""
@@ -670,9 +704,10 @@ def _parameter_order(statement: str) -> list[str]:
     return list(dict.fromkeys(re.findall(r"%\((\w+)\)s", statement)))
 
 
-def _nodes(plan: Any) -> list[dict]:
+def _nodes(plan: Any) -> list[dict[str, Any]]:
     """Every node of an EXPLAIN (FORMAT JSON) plan."""
-    nodes, todo = [], [plan[0]["Plan"]]
+    nodes: list[dict[str, Any]] = []
+    todo = [plan[0]["Plan"]]
     while todo:
         node = todo.pop()
         nodes.append(node)
@@ -733,7 +768,7 @@ def test_postgresql_claim_probes_the_due_index_and_the_primary_key_never_scans(
     statement, params = _captured(
         store,
         "UPDATE deliveries SET",
-        lambda: store.queue.claim("d", 100, owner="t", now=1.0, lease_until=100.0),
+        lambda: store.queue.claim(ClaimRequest("d", 100, owner="t", now=1.0, lease_until=100.0)),
     )
     nodes = _plan_nodes(db_url, statement, params, generic=generic)
     scans = {(n["Node Type"], n.get("Relation Name"), n.get("Index Name")) for n in nodes}
@@ -749,7 +784,7 @@ def test_postgresql_outcome_update_finds_its_row_by_primary_key(
     if store.backend.name == "sqlite":
         pytest.skip("PostgreSQL's plans")
     _fill_unanalyzed(db_url, 5000)
-    [claimed] = store.queue.claim("d", 1, owner="t", now=1.0, lease_until=100.0)
+    [claimed] = store.queue.claim(ClaimRequest("d", 1, owner="t", now=1.0, lease_until=100.0))
     outcome = outcome_row(claimed.delivery_id, token=claimed.lease_token)
     statement, params = _captured(
         store, "UPDATE deliveries", lambda: store.queue.record([outcome], [])
@@ -770,7 +805,7 @@ def test_postgresql_outcome_update_planned_on_a_small_table_still_probes_the_key
     if store.backend.name == "sqlite":
         pytest.skip("PostgreSQL's plans")
     _fill_unanalyzed(db_url, 12)
-    claimed = store.queue.claim("d", 12, owner="t", now=1.0, lease_until=100.0)
+    claimed = store.queue.claim(ClaimRequest("d", 12, owner="t", now=1.0, lease_until=100.0))
     outcomes = [outcome_row(c.delivery_id, token=c.lease_token) for c in claimed]
     statement, params = _captured(
         store, "UPDATE deliveries", lambda: store.queue.record(outcomes[:1], [])
@@ -785,6 +820,7 @@ def test_postgresql_outcome_update_planned_on_a_small_table_still_probes_the_key
     order = _parameter_order(statement)
     with store.database.bookkeeping() as conn:  # efd's writer connection, as it records
         pg = conn.connection.driver_connection
+        assert pg is not None
         [(name,)] = pg.execute(
             "SELECT name FROM pg_prepared_statements WHERE statement LIKE 'UPDATE deliveries AS d%'"
         ).fetchall()
@@ -796,7 +832,9 @@ def test_postgresql_outcome_update_planned_on_a_small_table_still_probes_the_key
     assert any(index == "deliveries_pkey" for _, _, index in scans), scans
 
 
-def test_a_large_batch_keeps_each_message_with_its_body_and_deliveries(store, db_url):
+def test_a_large_batch_keeps_each_message_with_its_body_and_deliveries(
+    store: Store, db_url: str
+) -> None:
     rows = [
         dataclasses.replace(
             message(f"m{i}", destinations=tuple(f"d{j}" for j in range(i % 3))),
@@ -816,7 +854,7 @@ def test_a_large_batch_keeps_each_message_with_its_body_and_deliveries(store, db
     assert sorted(pairs) == sorted(expected)
 
 
-def test_claims_and_duplicate_checks_of_any_size_find_each_row_once(store):
+def test_claims_and_duplicate_checks_of_any_size_find_each_row_once(store: Store) -> None:
     """Sizes around the IN lists' lengths (padded to powers of two on SQLite, chunked at
     512): every claimed delivery carries its own message's body, and a batch's duplicates
     are found whatever its size."""
@@ -829,7 +867,9 @@ def test_claims_and_duplicate_checks_of_any_size_find_each_row_once(store):
     bodies = {r.message_id: r.body for r in rows}
     seen: list[str] = []
     for size in sizes:
-        claimed = store.queue.claim("d", size, owner="A", now=now, lease_until=now + 60)
+        claimed = store.queue.claim(
+            ClaimRequest("d", size, owner="A", now=now, lease_until=now + 60)
+        )
         assert len(claimed) == size
         assert all(c.body == bodies[c.message_id] for c in claimed)
         seen += [c.message_id for c in claimed]
@@ -839,7 +879,9 @@ def test_claims_and_duplicate_checks_of_any_size_find_each_row_once(store):
         assert store.ingestion.insert_messages(again, now) == ["duplicate"] * size + ["stored"]
 
 
-def test_a_redrive_moves_every_matching_delivery_in_chunks_each_its_own_transaction(store, db_url):
+def test_a_redrive_moves_every_matching_delivery_in_chunks_each_its_own_transaction(
+    store: Store, db_url: str
+) -> None:
     now = time.time()
     store.ingestion.insert_messages(
         [message(f"m{i}", destinations=("d", "e")) for i in range(20)], now
@@ -894,7 +936,9 @@ def test_a_redrive_moves_every_matching_delivery_in_chunks_each_its_own_transact
     assert operations.redrive(query, now + 2, chunk=4) == 0
 
 
-def test_postgresql_bookkeeping_commits_without_waiting_for_the_wal_and_writes_do(store):
+def test_postgresql_bookkeeping_commits_without_waiting_for_the_wal_and_writes_do(
+    store: Store,
+) -> None:
     if store.backend.name == "sqlite":
         pytest.skip("PostgreSQL's commit setting")
     with store.database.bookkeeping() as conn:
@@ -903,7 +947,7 @@ def test_postgresql_bookkeeping_commits_without_waiting_for_the_wal_and_writes_d
         assert conn.execute(text("SHOW synchronous_commit")).scalar() == "on"
 
 
-def test_suppressed_ids_are_found_whatever_characters_they_hold(store, db_url):
+def test_suppressed_ids_are_found_whatever_characters_they_hold(store: Store, db_url: str) -> None:
     odd = ['a"b', "c\\d", "{e,f}", "ünï 😀", "NULL", "g'h", " "]
     plain = [f"u{i}" for i in range(300)]
     with store.database.write() as conn:
@@ -920,7 +964,7 @@ def test_suppressed_ids_are_found_whatever_characters_they_hold(store, db_url):
     assert found == {*odd, *plain[::2]}
 
 
-def test_sqlite_inserts_take_rows_in_the_table_order_and_refuse_any_other(tmp_path) -> None:
+def test_sqlite_inserts_take_rows_in_the_table_order_and_refuse_any_other(tmp_path: Path) -> None:
     """The hot inserts hand their tuples to SQLite as they are: columns named out of the
     table's order are a mistake to refuse, not rows to shuffle one by one."""
     messages = metadata.tables["messages"]
@@ -930,7 +974,9 @@ def test_sqlite_inserts_take_rows_in_the_table_order_and_refuse_any_other(tmp_pa
     metadata.create_all(engine)
     row = (1, "web", "m-1", "track", "u", None, "E", 1.0, None, 2.0, "{}", 7)
     with engine.begin() as conn:
-        cursor = conn.connection.driver_connection.cursor()
-        sqlite_backend.insert_many(cursor, messages, ("id", *sqlite_backend.MESSAGE_COLUMNS), [row])
+        driver = conn.connection.driver_connection
+        assert driver is not None
+        cursor = driver.cursor()
+        sqlite_backend.insert_many(cursor, messages, ("id", *MESSAGE_COLUMNS), [row])
         stored = conn.execute(text("SELECT * FROM messages")).one()
     assert tuple(stored) == row

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -15,7 +16,7 @@ from sqlalchemy import make_url, text
 
 from efd.errors import StoreDataError, StoreError, StoreUnavailable
 from efd.groupcommit import GroupCommit
-from efd.records import InsertStatus, NewMessage
+from efd.records import ClaimRequest, InsertStatus, NewMessage
 from efd.store import Store, engine, migrate
 from efd.store.health import HealthStore
 from efd.store.regulations import RegulationsStore
@@ -26,7 +27,7 @@ from tests.support.rows import new_message, outcome_row
 
 
 @pytest.fixture
-def store(db_url):  # type: ignore[no-untyped-def]
+def store(db_url: str) -> Iterator[Store]:
     migrate.upgrade(db_url)
     s = Store(db_url)
     yield s
@@ -44,7 +45,7 @@ def test_an_unreachable_database_is_store_unavailable() -> None:
         store.dispose()
 
 
-def test_an_unopenable_database_file_is_store_unavailable(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_an_unopenable_database_file_is_store_unavailable(tmp_path: Path) -> None:
     (tmp_path / "efd.db").mkdir()  # a directory where the file should be
     store = Store(f"sqlite:///{tmp_path / 'efd.db'}")
     try:
@@ -54,7 +55,7 @@ def test_an_unopenable_database_file_is_store_unavailable(tmp_path) -> None:  # 
         store.dispose()
 
 
-def test_a_violated_constraint_is_a_store_error_not_unavailability(store) -> None:  # type: ignore[no-untyped-def]
+def test_a_violated_constraint_is_a_store_error_not_unavailability(store: Store) -> None:
     regulations = RegulationsStore(store, Suppressions(store))
     regulations.create_regulation("r1", "DELETE_ONLY", None, ["u1"], time.time())
     with pytest.raises(StoreError) as raised:
@@ -62,7 +63,7 @@ def test_a_violated_constraint_is_a_store_error_not_unavailability(store) -> Non
     assert not isinstance(raised.value, StoreUnavailable)
 
 
-async def test_the_runner_raises_store_errors_and_notes_failed_writes(store) -> None:  # type: ignore[no-untyped-def]
+async def test_the_runner_raises_store_errors_and_notes_failed_writes(store: Store) -> None:
     db = AsyncStore(store)
 
     def bad_statement() -> None:
@@ -72,9 +73,10 @@ async def test_the_runner_raises_store_errors_and_notes_failed_writes(store) -> 
             conn.execute(text("SELECT * FROM no_such_table"))
 
     try:
-        assert db.write_failed is None
+        failed_before = db.write_failed
         with pytest.raises(StoreError):
             await db.write(bad_statement)
+        assert failed_before is None
         assert db.write_failed is not None
         with pytest.raises(StoreError):
             await db.read(bad_statement)
@@ -103,16 +105,16 @@ def _sessions_ended_after_use(store: Store, db_url: str) -> HealthStore:
     return health
 
 
-def test_a_connection_dropped_while_idle_is_replaced_before_use(  # type: ignore[no-untyped-def]
-    store, db_url, monkeypatch
+def test_a_connection_dropped_while_idle_is_replaced_before_use(
+    store: Store, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     health = _sessions_ended_after_use(store, db_url)
     monkeypatch.setattr(engine, "PING_AFTER_IDLE", 0.0)  # it has been idle long enough
     health.ping()  # the pooled connection is found dead at checkout and replaced
 
 
-def test_a_connection_dropped_while_busy_fails_one_call_then_reconnects(  # type: ignore[no-untyped-def]
-    store, db_url, monkeypatch
+def test_a_connection_dropped_while_busy_fails_one_call_then_reconnects(
+    store: Store, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     health = _sessions_ended_after_use(store, db_url)
     monkeypatch.setattr(engine, "PING_AFTER_IDLE", 3600.0)  # in steady use: no ping
@@ -122,8 +124,8 @@ def test_a_connection_dropped_while_busy_fails_one_call_then_reconnects(  # type
 
 
 @pytest.mark.parametrize("step", ["ingest", "claim", "record"])
-def test_a_session_ended_under_a_hot_statement_fails_one_call_then_reconnects(  # type: ignore[no-untyped-def]
-    store, db_url, monkeypatch, step
+def test_a_session_ended_under_a_hot_statement_fails_one_call_then_reconnects(
+    store: Store, db_url: str, monkeypatch: pytest.MonkeyPatch, step: str
 ) -> None:
     """Ingestion, claims and outcomes run on the driver's own cursor: a session the server
     ended is StoreUnavailable for that call, as for any other statement, and the next call
@@ -133,10 +135,12 @@ def test_a_session_ended_under_a_hot_statement_fails_one_call_then_reconnects(  
     monkeypatch.setattr(engine, "PING_AFTER_IDLE", 3600.0)  # in steady use: no ping
     now = time.time()
     store.ingestion.insert_messages([new_message("m1"), new_message("m2")], now)
-    [claimed] = store.queue.claim("d", 1, owner="t", now=now, lease_until=now + 60)
-    calls = {
+    [claimed] = store.queue.claim(ClaimRequest("d", 1, owner="t", now=now, lease_until=now + 60))
+    calls: dict[str, Callable[[int], object]] = {
         "ingest": lambda n: store.ingestion.insert_messages([new_message(f"new{n}")], now),
-        "claim": lambda n: store.queue.claim("d", 1, owner="t", now=now, lease_until=now + 60),
+        "claim": lambda n: store.queue.claim(
+            ClaimRequest("d", 1, owner="t", now=now, lease_until=now + 60)
+        ),
         "record": lambda n: store.queue.record(
             [outcome_row(claimed.delivery_id, token=claimed.lease_token)], []
         ),
@@ -160,7 +164,7 @@ def test_a_session_ended_under_a_hot_statement_fails_one_call_then_reconnects(  
 SECRET_VALUE = "u\x00client-secret-value"
 
 
-def test_a_value_the_database_refuses_is_a_data_error_that_quotes_no_value(store) -> None:  # type: ignore[no-untyped-def]
+def test_a_value_the_database_refuses_is_a_data_error_that_quotes_no_value(store: Store) -> None:
     rows = [new_message("m1", user=SECRET_VALUE)]
     if store.backend.name == "sqlite":
         # SQLite's text holds U+0000: stored as given.
@@ -178,7 +182,9 @@ def test_a_value_the_database_refuses_is_a_data_error_that_quotes_no_value(store
     assert "client-secret-value" not in shown
 
 
-async def test_a_refused_value_fails_its_own_submission_only(store, caplog) -> None:  # type: ignore[no-untyped-def]
+async def test_a_refused_value_fails_its_own_submission_only(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
     """In one group commit beside good submissions, as the daemon's ingestion writes them:
     the good ones are stored, only the bad one fails, and readiness hears of no failure."""
     db = AsyncStore(store)

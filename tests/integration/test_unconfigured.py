@@ -18,7 +18,9 @@ import pytest
 from aiohttp import web
 
 from tests.conftest import (
+    DaemonFactory,
     DaemonProcess,
+    ReceiverFactory,
     eventually,
     free_port,
     metric,
@@ -85,8 +87,8 @@ async def send(port: int, *message_ids: str) -> None:
 
 @pytest.mark.slow
 async def test_removed_destination_is_shown_warned_of_and_discarded(
-    db_url, receiver_factory, tmp_path: Path
-):
+    db_url: str, receiver_factory: ReceiverFactory, tmp_path: Path
+) -> None:
     hooks, old = await receiver_factory(), await receiver_factory(unavailable)
     settings = two_destinations(db_url, hooks.url, old.url)
     port = free_port()
@@ -192,8 +194,12 @@ async def test_removed_destination_is_shown_warned_of_and_discarded(
 
 
 async def test_the_cli_discards_and_retention_purges_what_was_discarded(
-    db_url, receiver_factory, daemon_factory, tmp_path: Path, caplog
-):
+    db_url: str,
+    receiver_factory: ReceiverFactory,
+    daemon_factory: DaemonFactory,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     hooks, old = await receiver_factory(), await receiver_factory(unavailable)
     settings = two_destinations(db_url, hooks.url, old.url)
     first = await daemon_factory(settings)

@@ -8,6 +8,8 @@ import signal
 import sys
 import time
 from collections import Counter
+from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -17,7 +19,9 @@ from efd.daemon.startup import usable_cpus
 from efd.segment import webhooks
 from tests.conftest import (
     SECRET,
+    DaemonFactory,
     DaemonProcess,
+    ReceiverFactory,
     eventually,
     free_port,
     post,
@@ -45,8 +49,8 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.parametrize("processes", [0, 2])
 async def test_rounds_from_any_number_of_sender_processes(
-    processes, db_url, receiver_factory, daemon_factory
-):
+    processes: int, db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     receiver = await receiver_factory()
     settings = settings_dict(db_url, [receiver.url], delivery={"sender_processes": processes})
     daemon = await daemon_factory(settings)
@@ -70,8 +74,11 @@ async def test_rounds_from_any_number_of_sender_processes(
 
 
 async def test_killed_sender_process_is_replaced_and_its_round_retried(
-    db_url, receiver_factory, daemon_factory, caplog
-):
+    db_url: str,
+    receiver_factory: ReceiverFactory,
+    daemon_factory: DaemonFactory,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     arrived = asyncio.Event()
 
     async def slow_first(_request: web.Request, n: int) -> web.StreamResponse:
@@ -110,8 +117,13 @@ async def test_killed_sender_process_is_replaced_and_its_round_retried(
     ],
 )
 async def test_child_process_that_cannot_start_stops_the_daemon(
-    server, delivery, which, db_url, daemon_factory, monkeypatch
-):
+    server: dict[str, int],
+    delivery: dict[str, int],
+    which: str,
+    db_url: str,
+    daemon_factory: DaemonFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(sys, "executable", "/bin/false")  # the child exits at once
     settings = settings_dict(db_url, delivery=delivery)
     settings["server"].update(server)
@@ -119,7 +131,7 @@ async def test_child_process_that_cannot_start_stops_the_daemon(
         await daemon_factory(settings)
 
 
-def _big_batch(prefix: str, count: int = 60) -> list[dict]:  # type: ignore[type-arg]
+def _big_batch(prefix: str, count: int = 60) -> list[dict[str, Any]]:
     """A batch well over the size parsed in a parser process, fully determined by its input."""
     return [
         {
@@ -136,8 +148,8 @@ def _big_batch(prefix: str, count: int = 60) -> list[dict]:  # type: ignore[type
 
 
 async def test_parser_processes_store_what_the_daemon_itself_would(
-    db_url, receiver_factory, daemon_factory
-):
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
     receiver = await receiver_factory()
     bodies = {}
     for processes in (0, 1):
@@ -164,7 +176,9 @@ async def test_parser_processes_store_what_the_daemon_itself_would(
     assert all(r.headers["X-Signature"] == webhooks.sign(SECRET, r.body) for r in received)
 
 
-async def test_parser_processes_reject_like_the_daemon(db_url, daemon_factory):
+async def test_parser_processes_reject_like_the_daemon(
+    db_url: str, daemon_factory: DaemonFactory
+) -> None:
     batch = _big_batch("r")
     batch[37]["type"] = "bogus"
     answers = []
@@ -182,8 +196,8 @@ async def test_parser_processes_reject_like_the_daemon(db_url, daemon_factory):
 
 
 async def test_killed_parser_process_is_replaced_and_nothing_is_refused(
-    db_url, daemon_factory, caplog
-):
+    db_url: str, daemon_factory: DaemonFactory, caplog: pytest.LogCaptureFixture
+) -> None:
     settings = settings_dict(db_url)
     settings["server"]["parse_processes"] = 1
     daemon = await daemon_factory(settings)
@@ -203,8 +217,8 @@ async def test_killed_parser_process_is_replaced_and_nothing_is_refused(
 @pytest.mark.slow
 @pytest.mark.parametrize("cpus", [1, 2])
 async def test_helper_processes_by_default_follow_the_cpus_the_daemon_may_run_on(
-    sqlite_url, receiver_factory, tmp_path, cpus
-):
+    sqlite_url: str, receiver_factory: ReceiverFactory, tmp_path: Path, cpus: int
+) -> None:
     # Unset, sender_processes and parse_processes are one each, or none on one CPU (taskset,
     # CPUAffinity=, a cpuset), where a child could only take turns with the daemon.
     available = sorted(os.sched_getaffinity(0))
@@ -276,8 +290,8 @@ def _cpu_quota_cgroup(tmp_name: str) -> str | None:
 
 @pytest.mark.slow
 async def test_helper_processes_by_default_follow_a_cpu_quota(
-    sqlite_url, receiver_factory, tmp_path
-):
+    sqlite_url: str, receiver_factory: ReceiverFactory, tmp_path: Path
+) -> None:
     # systemd's CPUQuota=100% (or a container's one-CPU limit) on a host with more CPUs: a
     # child process could only take turns with the daemon, as on one CPU.
     if len(os.sched_getaffinity(0)) < 2:
@@ -326,7 +340,9 @@ async def test_helper_processes_by_default_follow_a_cpu_quota(
 
 
 @pytest.mark.slow
-async def test_child_processes_exit_when_the_daemon_is_killed(sqlite_url, tmp_path):
+async def test_child_processes_exit_when_the_daemon_is_killed(
+    sqlite_url: str, tmp_path: Path
+) -> None:
     port = free_port()
     settings = settings_dict(sqlite_url, delivery={"sender_processes": 2})
     settings["server"] = {"host": "127.0.0.1", "port": port, "parse_processes": 1}
@@ -347,8 +363,8 @@ async def test_child_processes_exit_when_the_daemon_is_killed(sqlite_url, tmp_pa
 
 @pytest.mark.slow
 async def test_sigterm_to_the_whole_group_lets_the_daemon_drain(
-    sqlite_url, receiver_factory, tmp_path
-):
+    sqlite_url: str, receiver_factory: ReceiverFactory, tmp_path: Path
+) -> None:
     # systemd signals every process of the service; the sender processes must not die
     # before the daemon has finished the rounds in flight.
     arrived = asyncio.Event()

@@ -8,11 +8,11 @@ import asyncio
 import math
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from efd.errors import StoreUnavailable
-from efd.records import AttemptRow, Claimed, DeliveryStatus, Outcome
+from efd.records import AttemptRow, Claimed, ClaimRequest, DeliveryStatus, Outcome
 from efd.store.ingestion import Handoff
 
 
@@ -59,6 +59,8 @@ class MemoryDeliveries:
     rounds: Completed | None = None
     clock: float = 1_000_000.0
     down: bool = False  # every call fails, as with a database that stopped
+    # the rate-limited hooks' token buckets, by key: (tokens, when last refilled)
+    buckets: dict[str, tuple[float, float]] = field(default_factory=dict)
     slow_outcomes: asyncio.Event | None = None  # outcome writes wait for it; the rest not
 
     def _reach(self) -> None:
@@ -141,34 +143,23 @@ class MemoryDeliveries:
             if destination is None or r.destination == destination
         )
 
-    async def claim(
-        self,
-        destination: str,
-        limit: int,
-        *,
-        owner: str,
-        now: float,
-        lease_until: float,
-        due_by: float | None = None,
-        lapsed_before: float | None = None,
-    ) -> list[Claimed]:
+    async def claim(self, request: ClaimRequest) -> list[Claimed]:
         self._reach()
         self.calls["claim"] += 1
-        bound = now if due_by is None else due_by
-        lapsed = math.nextafter(now, math.inf) if lapsed_before is None else lapsed_before
+        destination = request.destination
         due = sorted(
             (
                 r
                 for r in self.rows.values()
                 if r.destination == destination
                 and r.status is DeliveryStatus.PENDING
-                and r.next_attempt_at <= bound
-                and (not r.leased or r.next_attempt_at < lapsed)
+                and r.next_attempt_at <= request.due
+                and (not r.leased or r.next_attempt_at < request.lapsed)
             ),
             key=lambda r: r.next_attempt_at,
-        )[:limit]
+        )[: request.limit]
         for r in due:
-            r.next_attempt_at, r.token, r.leased = lease_until, r.token + 1, True
+            r.next_attempt_at, r.token, r.leased = request.lease_until, r.token + 1, True
         leased = sum(1 for r in self.rows.values() if r.destination == destination and r.leased)
         self.most_leased[destination] = max(self.most_leased[destination], leased)
         if self.rounds is not None:
@@ -176,6 +167,26 @@ class MemoryDeliveries:
             held = leased - awaiting_record
             self.most_held[destination] = max(self.most_held[destination], held)
         return [self._claimed(r) for r in sorted(due, key=lambda r: r.id)]
+
+    async def claim_limited(
+        self, request: ClaimRequest, buckets: Sequence[tuple[str, float, float, float]]
+    ) -> tuple[list[Claimed], float]:
+        """`claim` under token buckets, as efd/store/ratelimit.py keeps them: each refilled
+        for the time since it was last touched (a new one starts full), at most what the
+        fewest-stocked one holds beyond its reserve claimed, that many taken from each."""
+        now = request.now
+        left = math.inf
+        for key, rate, burst, reserve in buckets:
+            tokens, then = self.buckets.get(key, (burst, now))
+            tokens = min(burst, tokens + max(0.0, now - then) * rate)
+            self.buckets[key] = (tokens, max(now, then))
+            left = min(left, tokens - reserve)
+        limit = max(0, min(request.limit, math.floor(left + 1e-9)))
+        claimed = await self.claim(replace(request, limit=limit)) if limit else []
+        for key, _, _, _ in buckets:
+            tokens, then = self.buckets[key]
+            self.buckets[key] = (tokens - len(claimed), then)
+        return claimed, left - len(claimed)
 
     async def renew(self, leases: Sequence[tuple[int, int]], until: float) -> list[int]:
         self._reach()

@@ -13,7 +13,7 @@ class Clock:
         return self.t
 
 
-def rounds(ahead: Ahead, clock: Clock, destination: str, per_second: float, seconds: float):
+def rounds(ahead: Ahead, clock: Clock, destination: str, per_second: float, seconds: float) -> None:
     """Rounds to `destination` ending evenly at `per_second` for `seconds`."""
     step = 1 / per_second
     for _ in range(int(per_second * seconds)):
@@ -21,13 +21,13 @@ def rounds(ahead: Ahead, clock: Clock, destination: str, per_second: float, seco
         ahead.answered(destination)
 
 
-def test_a_destination_starts_at_the_floor():
+def test_a_destination_starts_at_the_floor() -> None:
     ahead = Ahead(64, 1024, Clock())
     assert (ahead.floor, ahead.ceiling) == (256, 1024)
     assert ahead.size("a") == 256
 
 
-def test_a_fast_destination_holds_up_to_the_ceiling_and_a_slow_one_the_floor():
+def test_a_fast_destination_holds_up_to_the_ceiling_and_a_slow_one_the_floor() -> None:
     clock = Clock()
     ahead = Ahead(64, 1024, clock)
     rounds(ahead, clock, "fast", 8000, 2 * WINDOW)
@@ -39,7 +39,7 @@ def test_a_fast_destination_holds_up_to_the_ceiling_and_a_slow_one_the_floor():
     assert ahead.size("fast") == 256  # no round ended for two windows: back to the floor
 
 
-def test_the_ceiling_and_floor_stay_within_max_in_flight():
+def test_the_ceiling_and_floor_stay_within_max_in_flight() -> None:
     clock = Clock()
     ahead = Ahead(64, 300, clock)
     assert (ahead.floor, ahead.ceiling) == (256, 300)
@@ -48,7 +48,7 @@ def test_the_ceiling_and_floor_stay_within_max_in_flight():
     assert Ahead(64, 100, clock).floor == 100
 
 
-def test_a_rate_that_falls_brings_the_size_down_within_a_window():
+def test_a_rate_that_falls_brings_the_size_down_within_a_window() -> None:
     clock = Clock()
     ahead = Ahead(16, 1024, clock)
     rounds(ahead, clock, "a", 4000, 2 * WINDOW)

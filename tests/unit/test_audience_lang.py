@@ -20,7 +20,7 @@ from efd.languages.audiences import (
     parse_condition,
     parse_expression,
 )
-from efd.languages.audiences.lang import (
+from efd.languages.audiences.tree import (
     Aggregate,
     And,
     Compare,
@@ -362,8 +362,8 @@ def test_requirements_union() -> None:
 @pytest.mark.parametrize(
     ("text", "line", "column", "message"),
     [
-        ("", 1, 1, "empty expression"),
-        ("   \n  ", 2, 3, "empty expression"),
+        ("", 1, 1, "the expression is empty"),
+        ("   \n  ", 2, 3, "the expression is empty"),
         (
             "event('A').where(property('revenue' >= 100)).count() >= 1",
             1,
@@ -374,10 +374,10 @@ def test_requirements_union() -> None:
         ("trait(plan) = 'pro'", 1, 7, "expected a quoted trait name"),
         ("trait('') = 1", 1, 7, "trait name cannot be empty"),
         ("trait('a' = 1", 1, 11, "expected ')' after trait name, found '='"),
-        ("trait 'a'", 1, 7, "expected '(' after 'trait', found string 'a'"),
-        ("trait('a') = 'pro", 1, 14, "unterminated string"),
-        ("trait('a') = 'pro\n'", 1, 14, "unterminated string"),
-        ("trait('a') = 'x\\", 1, 14, "unterminated string"),
+        ("trait 'a'", 1, 7, "expected '(' after 'trait', found the string 'a'"),
+        ("trait('a') = 'pro", 1, 14, "unterminated string: the ' opened here is never closed"),
+        ("trait('a') = 'pro\n'", 1, 14, "the ' opened here is not closed on its line"),
+        ("trait('a') = 'x\\", 1, 14, "the ' opened here is never closed"),
         ("trait('a') = 'a\\qb'", 1, 16, "unknown escape '\\q' in string"),
         ("trait('a') = '\\u12'", 1, 15, "\\u must be followed by 4 hex digits"),
         ("trait('a') = '\\ud800'", 1, 15, "surrogates are not allowed"),
@@ -390,11 +390,26 @@ def test_requirements_union() -> None:
             "a double's range, about ±1.8e308",
         ),
         ("trait('a') = @", 1, 14, "unexpected character '@'"),
-        ("trait('a') = 1 && trait('b') = 1", 1, 16, "write 'and'"),
-        ("trait('a') = 1 || trait('b') = 1", 1, 16, "write 'or'"),
-        ("!trait('a')", 1, 1, "write 'not' or '!='"),
-        ("trait('a') =", 1, 13, "expected a value after '=', found end of input"),
-        ("trait('a') = 1 and", 1, 19, "unexpected end of input"),
+        (
+            "trait('a') = 1 && trait('b') = 1",
+            1,
+            16,
+            "'&&' is not in the audience language; write 'and'",
+        ),
+        (
+            "trait('a') = 1 || trait('b') = 1",
+            1,
+            16,
+            "'||' is not in the audience language; write 'or'",
+        ),
+        ("!trait('a')", 1, 1, "'!' is not in the audience language; write 'not' or '!='"),
+        (
+            "trait('a') =",
+            1,
+            13,
+            "expected a value after '=', found the end of the expression",
+        ),
+        ("trait('a') = 1 and", 1, 19, "unexpected end of the expression"),
         ("trait('a') = 1 and or", 1, 20, "expected a value or a condition, found 'or'"),
         ("trait('a') = pro", 1, 14, "unexpected name 'pro'; strings must be quoted"),
         ("traits('a') = 1", 1, 1, "unknown function 'traits'"),
@@ -483,7 +498,7 @@ def test_the_first_error_in_the_text_is_reported(text: str, column: int, message
 
 
 def test_parse_error_is_a_value_error() -> None:
-    with pytest.raises(ValueError, match=r"^line 1, column 1: empty expression$"):
+    with pytest.raises(ValueError, match=r"^line 1, column 1: the expression is empty$"):
         parse_condition("")
 
 
@@ -505,7 +520,7 @@ def test_multiline_error_positions() -> None:
         ("trait('a')", 1, 1, "a computed trait must be an event query with an aggregate"),
         ("  'constant'", 1, 3, "a computed trait must be an event query with an aggregate"),
         ("event('A').sum('p') and event('B')", 1, 1, "expected a condition (true or false)"),
-        ("", 1, 1, "empty expression"),
+        ("", 1, 1, "the expression is empty"),
     ],
 )
 def test_expression_type_errors(text: str, line: int, column: int, message: str) -> None:

@@ -31,12 +31,12 @@ def reader(files: dict[str, str]) -> cgroups.Read:
     return files.get
 
 
-def test_a_v2_service_quota_is_read_from_its_cpu_max():
+def test_a_v2_service_quota_is_read_from_its_cpu_max() -> None:
     files = {"/sys/fs/cgroup/system.slice/efd.service/cpu.max": "50000 100000\n"}
     assert cgroups.cpu_limit(V2_SERVICE, V2_MOUNTS, reader(files)) == 0.5
 
 
-def test_no_quota_is_no_limit():
+def test_no_quota_is_no_limit() -> None:
     files = {
         "/sys/fs/cgroup/system.slice/efd.service/cpu.max": "max 100000\n",
         "/sys/fs/cgroup/system.slice/cpu.max": "max 100000\n",
@@ -45,7 +45,7 @@ def test_no_quota_is_no_limit():
     assert cgroups.cpu_limit(V2_SERVICE, V2_MOUNTS, reader({})) is None
 
 
-def test_a_parent_slice_tighter_than_the_service_bounds_it():
+def test_a_parent_slice_tighter_than_the_service_bounds_it() -> None:
     files = {
         "/sys/fs/cgroup/system.slice/efd.service/cpu.max": "300000 100000\n",
         "/sys/fs/cgroup/system.slice/cpu.max": "150000 100000\n",
@@ -53,7 +53,7 @@ def test_a_parent_slice_tighter_than_the_service_bounds_it():
     assert cgroups.cpu_limit(V2_SERVICE, V2_MOUNTS, reader(files)) == 1.5
 
 
-def test_a_v1_quota_is_read_where_the_cpu_controller_is_mounted():
+def test_a_v1_quota_is_read_where_the_cpu_controller_is_mounted() -> None:
     directory = "/sys/fs/cgroup/cpu,cpuacct/system.slice/efd.service"
     files = {
         f"{directory}/cpu.cfs_quota_us": "100000\n",
@@ -64,7 +64,7 @@ def test_a_v1_quota_is_read_where_the_cpu_controller_is_mounted():
     assert cgroups.cpu_limit(HYBRID_SERVICE, HYBRID_MOUNTS, reader(files)) == 1.0
 
 
-def test_the_tighter_of_v1_and_v2_wins_on_a_hybrid_host():
+def test_the_tighter_of_v1_and_v2_wins_on_a_hybrid_host() -> None:
     files = {
         "/sys/fs/cgroup/cpu,cpuacct/system.slice/efd.service/cpu.cfs_quota_us": "250000",
         "/sys/fs/cgroup/cpu,cpuacct/system.slice/efd.service/cpu.cfs_period_us": "100000",
@@ -73,7 +73,7 @@ def test_the_tighter_of_v1_and_v2_wins_on_a_hybrid_host():
     assert cgroups.cpu_limit(HYBRID_SERVICE, HYBRID_MOUNTS, reader(files)) == 0.8
 
 
-def test_a_container_sees_its_own_cgroup_as_the_mount():
+def test_a_container_sees_its_own_cgroup_as_the_mount() -> None:
     # Docker on cgroup v1 without a cgroup namespace: the mount's root is the container's
     # cgroup, which /proc/self/cgroup names in full.
     mounts = "700 690 0:29 /docker/abc /sys/fs/cgroup/cpu ro - cgroup cgroup rw,cpu\n"
@@ -87,13 +87,13 @@ def test_a_container_sees_its_own_cgroup_as_the_mount():
     assert cgroups.cpu_limit("0::/\n", mounts, reader({"/sys/fs/cgroup/cpu.max": "50000 100000"}))
 
 
-def test_a_mount_point_with_a_space_is_unescaped():
+def test_a_mount_point_with_a_space_is_unescaped() -> None:
     mounts = r"25 30 0:23 / /run/my\040cgroups rw - cgroup2 cgroup2 rw" + "\n"
     files = {"/run/my cgroups/a/cpu.max": "100000 100000"}
     assert cgroups.cpu_limit("0::/a\n", mounts, reader(files)) == 1.0
 
 
-def test_directories_run_from_the_cgroup_up_to_the_mount():
+def test_directories_run_from_the_cgroup_up_to_the_mount() -> None:
     mount = cgroups.Mount("/", "/sys/fs/cgroup", "cgroup2", frozenset({"rw"}))
     assert cgroups.limit_dirs("/a/b", mount) == [
         "/sys/fs/cgroup/a/b",
@@ -116,14 +116,16 @@ def test_directories_run_from_the_cgroup_up_to_the_mount():
         (0, None, 1),
     ],
 )
-def test_usable_cpus_are_whole_and_at_least_one(affinity, limit, expected):
+def test_usable_cpus_are_whole_and_at_least_one(
+    affinity: int, limit: float | None, expected: int
+) -> None:
     assert cgroups.usable(affinity, limit) == expected
 
 
 @pytest.mark.parametrize(
     "text", ["", "max", "max 100000", "-1 100000", "0 100000", "abc 100000", "1 2 3", "5 0"]
 )
-def test_odd_cpu_max_texts_are_no_limit(text):
+def test_odd_cpu_max_texts_are_no_limit(text: str) -> None:
     assert cgroups.cpus_v2(text) is None
 
 
@@ -151,6 +153,6 @@ _CONTENT = st.one_of(st.none(), st.text(), st.sampled_from(["max 100000", "-1", 
 @given(
     cgroup=st.one_of(st.text(), _CGROUPS), mountinfo=st.one_of(st.text(), _LINES), content=_CONTENT
 )
-def test_no_text_makes_it_raise(cgroup, mountinfo, content):
+def test_no_text_makes_it_raise(cgroup: str, mountinfo: str, content: str | None) -> None:
     limit = cgroups.cpu_limit(cgroup, mountinfo, lambda _path: content)
     assert limit is None or limit > 0

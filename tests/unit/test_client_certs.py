@@ -65,7 +65,7 @@ def _problems(tmp_path: Path, hook: str, url: str = "https://hooks.example.com/i
     return caught.value.problems
 
 
-def test_a_certificate_and_its_key_reach_the_route(tmp_path: Path, files) -> None:  # type: ignore[no-untyped-def]
+def test_a_certificate_and_its_key_reach_the_route(tmp_path: Path, files: dict[str, Path]) -> None:
     hook = f'client_cert = "{files["cert"]}"\nclient_key = "{files["key"]}"\n'
     settings = config.load(_config(tmp_path, hook))
     route = settings.destinations[0].route("efd/1.0")
@@ -74,7 +74,7 @@ def test_a_certificate_and_its_key_reach_the_route(tmp_path: Path, files) -> Non
     assert str(files["key"]) not in repr(route)
 
 
-def test_a_combined_file_needs_no_client_key(tmp_path: Path, files) -> None:  # type: ignore[no-untyped-def]
+def test_a_combined_file_needs_no_client_key(tmp_path: Path, files: dict[str, Path]) -> None:
     settings = config.load(_config(tmp_path, f'client_cert = "{files["both"]}"\n'))
     client = settings.destinations[0].hooks[0].client
     assert client is not None
@@ -86,7 +86,9 @@ def test_hooks_without_a_certificate_present_none(tmp_path: Path) -> None:
     assert settings.destinations[0].route("efd/1.0").client_certs == {}
 
 
-def test_a_renewed_file_gives_another_client_cert(tmp_path: Path, files, authority) -> None:  # type: ignore[no-untyped-def]
+def test_a_renewed_file_gives_another_client_cert(
+    tmp_path: Path, files: dict[str, Path], authority: trustme.CA
+) -> None:
     hook = f'client_cert = "{files["both"]}"\n'
     before = config.load(_config(tmp_path, hook)).destinations[0].hooks[0].client
     again = config.load(_config(tmp_path, hook)).destinations[0].hooks[0].client
@@ -101,7 +103,9 @@ def test_a_renewed_file_gives_another_client_cert(tmp_path: Path, files, authori
     assert renewed != before
 
 
-def test_a_key_that_is_not_the_certificates_is_refused(tmp_path: Path, files) -> None:  # type: ignore[no-untyped-def]
+def test_a_key_that_is_not_the_certificates_is_refused(
+    tmp_path: Path, files: dict[str, Path]
+) -> None:
     hook = f'client_cert = "{files["cert"]}"\nclient_key = "{files["other_key"]}"\n'
     [problem] = _problems(tmp_path, hook)
     assert problem == (
@@ -129,8 +133,13 @@ def _key_lines(path: Path) -> list[str]:
         (None, "key", "client_cert", "required with client_key"),
     ],
 )
-def test_bad_files_name_the_key_and_the_reason(  # type: ignore[no-untyped-def]
-    tmp_path: Path, files, cert: str | None, key: str | None, where: str, words: str
+def test_bad_files_name_the_key_and_the_reason(
+    tmp_path: Path,
+    files: dict[str, Path],
+    cert: str | None,
+    key: str | None,
+    where: str,
+    words: str,
 ) -> None:
     def path(name: str) -> Path:
         return tmp_path if name == "directory" else files.get(name, tmp_path / "missing.pem")
@@ -145,7 +154,7 @@ def test_bad_files_name_the_key_and_the_reason(  # type: ignore[no-untyped-def]
         assert line not in problem
 
 
-def test_an_unreadable_key_is_refused(tmp_path: Path, files) -> None:  # type: ignore[no-untyped-def]
+def test_an_unreadable_key_is_refused(tmp_path: Path, files: dict[str, Path]) -> None:
     if os.geteuid() == 0:
         pytest.skip("root reads any file")
     files["key"].chmod(0)
@@ -156,8 +165,8 @@ def test_an_unreadable_key_is_refused(tmp_path: Path, files) -> None:  # type: i
     )
 
 
-def test_an_encrypted_key_is_refused_without_asking_for_a_passphrase(  # type: ignore[no-untyped-def]
-    tmp_path: Path, files
+def test_an_encrypted_key_is_refused_without_asking_for_a_passphrase(
+    tmp_path: Path, files: dict[str, Path]
 ) -> None:
     key = serialization.load_pem_private_key(files["key"].read_bytes(), None)
     encrypted = tmp_path / "encrypted.key"
@@ -173,13 +182,13 @@ def test_an_encrypted_key_is_refused_without_asking_for_a_passphrase(  # type: i
     assert problem.startswith(f"{KEY}: the private key in {encrypted} is encrypted")
 
 
-def test_a_client_certificate_needs_https(tmp_path: Path, files) -> None:  # type: ignore[no-untyped-def]
+def test_a_client_certificate_needs_https(tmp_path: Path, files: dict[str, Path]) -> None:
     hook = f'client_cert = "{files["both"]}"\n'
     [problem] = _problems(tmp_path, hook, url="http://hooks.example.com/in")
     assert problem == f"{KEY}: a client certificate is presented over https:// only"
 
 
-def test_every_hook_is_checked(tmp_path: Path, files) -> None:  # type: ignore[no-untyped-def]
+def test_every_hook_is_checked(tmp_path: Path, files: dict[str, Path]) -> None:
     path = _config(tmp_path, f'client_cert = "{files["cert"]}"\n')
     with path.open("a") as out:
         out.write(
@@ -194,7 +203,7 @@ def test_every_hook_is_checked(tmp_path: Path, files) -> None:  # type: ignore[n
     ]
 
 
-def test_presenting_reads_the_files_as_they_are_now(tmp_path: Path, files) -> None:  # type: ignore[no-untyped-def]
+def test_presenting_reads_the_files_as_they_are_now(tmp_path: Path, files: dict[str, Path]) -> None:
     client = tls.check(str(files["cert"]), str(files["key"]))
     assert tls.presenting(client, None) is not None
     files["key"].write_bytes(files["other_key"].read_bytes())

@@ -42,4 +42,5 @@ def test_freeze_keeps_what_start_up_built_out_of_later_collections() -> None:
     assert frozen["before"] == 0
     assert isinstance(frozen["after"], int)
     assert frozen["after"] > 10_000
+    assert isinstance(frozen["young"], int)
     assert frozen["young"] < 100  # nothing left for the next collection to walk

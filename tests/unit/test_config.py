@@ -1049,7 +1049,7 @@ def test_every_bad_filter_is_reported(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "token", ["", "   ", "short-token", " padded-token-0123456 ", "tab\tbed-token-01234"]
 )
-def test_weak_admin_tokens_are_refused(token):
+def test_weak_admin_tokens_are_refused(token: str) -> None:
     with pytest.raises(config.ConfigError) as error:
         config.load(None, server={"admin_token": token})
     assert [p.split(":")[0] for p in error.value.problems] == ["server.admin_token"]
@@ -1075,7 +1075,7 @@ def test_weak_admin_tokens_are_refused(token):
         ("X-Accent", "caf\u00e9"),
     ],
 )
-def test_static_headers_that_could_inject_or_override_are_refused(name, value):
+def test_static_headers_that_could_inject_or_override_are_refused(name: str, value: str) -> None:
     hooks = [{"url": "https://hooks.example.com/", "headers": {name: value}}]
     with pytest.raises(config.ConfigError) as error:
         config.load(None, destinations=[{"name": "d", "hooks": hooks}])
@@ -1085,13 +1085,13 @@ def test_static_headers_that_could_inject_or_override_are_refused(name, value):
 
 
 @pytest.mark.parametrize("agent", ["efd\r\nX-Evil: 1", "efd\n", "efd\x00", " efd", "efd/\u00e9"])
-def test_user_agent_follows_the_header_value_rules(agent):
+def test_user_agent_follows_the_header_value_rules(agent: str) -> None:
     with pytest.raises(config.ConfigError) as error:
         config.load(None, delivery={"user_agent": agent})
     assert [p.split(":")[0] for p in error.value.problems] == ["delivery.user_agent"]
 
 
-def test_every_bad_key_is_named_at_once():
+def test_every_bad_key_is_named_at_once() -> None:
     with pytest.raises(config.ConfigError) as error:
         config.load(
             None,
@@ -1111,7 +1111,7 @@ def test_every_bad_key_is_named_at_once():
         "eval('1') = 1",
     ],
 )
-def test_conditions_are_parsed_never_run(condition, tmp_path: Path):
+def test_conditions_are_parsed_never_run(condition: str, tmp_path: Path) -> None:
     settings = settings_dict("sqlite:///unused.db")
     settings["audiences"] = [{"name": "A", "destinations": ["hooks"], "condition": condition}]
     with pytest.raises(config.ConfigError) as error:
@@ -1121,7 +1121,7 @@ def test_conditions_are_parsed_never_run(condition, tmp_path: Path):
     assert not Path("/tmp/efd-pwned").exists()
 
 
-def test_the_personas_source_name_is_reserved():
+def test_the_personas_source_name_is_reserved() -> None:
     settings = settings_dict("sqlite:///unused.db")
     settings["sources"][0]["name"] = "personas"
     with pytest.raises(config.ConfigError) as error:

@@ -25,7 +25,7 @@ from efd.languages.filters import (
     sample_point,
     to_fql,
 )
-from efd.languages.filters.fql import (
+from efd.languages.filters.tree import (
     FUNCTIONS,
     And,
     Call,

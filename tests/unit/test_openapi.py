@@ -11,8 +11,8 @@ import ast
 import inspect
 import re
 from datetime import UTC, datetime
-from types import ModuleType
-from typing import Any
+from types import MethodType, ModuleType
+from typing import Any, Protocol
 
 import jsonschema_rs
 import pytest
@@ -36,9 +36,19 @@ NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC).timestamp()
 NOT_AN_API = {("GET", "/console"), ("GET", "/console/{}")}
 
 
+class _Api(Protocol):
+    def routes(self) -> list[web.RouteDef]: ...
+
+
 def _routes() -> list[web.RouteDef]:
     """What each API registers. routes() reads no state, so the objects need none."""
-    apis = (ingest.Ingest, status.Status, regulations.RegulationsApi, admin.AdminApi, live.LiveApi)
+    apis: tuple[type[_Api], ...] = (
+        ingest.Ingest,
+        status.Status,
+        regulations.RegulationsApi,
+        admin.AdminApi,
+        live.LiveApi,
+    )
     return [route for api in apis for route in object.__new__(api).routes()]
 
 
@@ -86,7 +96,10 @@ def test_an_alias_is_served_and_described_as_its_path_is() -> None:
     assert len(ALIASES) == 8
     for alias, path in ALIASES.items():
         assert routes[alias].method == routes[path].method == "POST"
-        assert routes[alias].handler.__func__ is routes[path].handler.__func__  # type: ignore[attr-defined]
+        handler, its_paths = routes[alias].handler, routes[path].handler
+        assert isinstance(handler, MethodType)
+        assert isinstance(its_paths, MethodType)
+        assert handler.__func__ is its_paths.__func__
         if path != "/v1/batch":
             assert ingest.SINGLE_TYPES[alias[4:]] == ingest.SINGLE_TYPES[path[4:]]
         names = ("operationId", "summary")
@@ -183,14 +196,16 @@ def _refusal(name: str, value: str) -> ClientError | None:
 
 def _statuses(module: ModuleType) -> set[int]:
     """The statuses of the ClientErrors a module raises (400 unless it says otherwise)."""
-    found = set()
+    found: set[int] = set()
     for node in ast.walk(ast.parse(inspect.getsource(module))):
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "ClientError":
             value = {k.arg: k.value for k in node.keywords}.get("status")
             if not isinstance(node.args[0], ast.Constant):
                 continue  # one built again from another's parts (a parser process's answer)
             assert value is None or isinstance(value, ast.Constant), ast.unparse(node)
-            found.add(400 if value is None else value.value)
+            code = 400 if value is None else value.value
+            assert isinstance(code, int), ast.unparse(node)
+            found.add(code)
     return found
 
 

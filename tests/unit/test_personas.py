@@ -34,7 +34,7 @@ DAY = 86400.0
         ("  Über Fans ", "über_fans"),
     ],
 )
-def test_audience_key_is_the_snake_case_name(name, key):
+def test_audience_key_is_the_snake_case_name(name: str, key: str) -> None:
     assert snake_case(name) == key
 
 
@@ -54,7 +54,7 @@ def chunk(
     )
 
 
-def test_first_diff_of_an_audience_is_every_member_with_true():
+def test_first_diff_of_an_audience_is_every_member_with_true() -> None:
     audience = Computation(AUDIENCE, "Pros", "trait('plan') = 'pro'")
     changes = diff(audience, chunk({"a": {"plan": "pro"}, "b": {}, "c": {"plan": "pro"}}), 0)
     assert [(c.profile_id, c.value, c.stored, c.send) for c in changes] == [
@@ -63,7 +63,7 @@ def test_first_diff_of_an_audience_is_every_member_with_true():
     ]
 
 
-def test_later_diffs_send_only_entries_and_exits():
+def test_later_diffs_send_only_entries_and_exits() -> None:
     audience = Computation(AUDIENCE, "Pros", "trait('plan') = 'pro'")
     state = chunk(
         {
@@ -83,13 +83,13 @@ def test_later_diffs_send_only_entries_and_exits():
     assert changes["leaves"].stored is None
 
 
-def test_suppressed_profiles_are_left_alone():
+def test_suppressed_profiles_are_left_alone() -> None:
     audience = Computation(AUDIENCE, "Pros", "trait('plan') = 'pro'")
     state = chunk({"a": {"plan": "pro"}, "b": {}}, stored={"b": "true"}, suppressed=frozenset("ab"))
     assert diff(audience, state, 0) == []
 
 
-def test_a_computed_trait_sends_only_changed_values():
+def test_a_computed_trait_sends_only_changed_values() -> None:
     trait = Computation(TRAIT, "Revenue", REVENUE)
     now = 1000 * DAY
     orders = {
@@ -109,7 +109,7 @@ def test_a_computed_trait_sends_only_changed_values():
     assert changes == {"more": (20.0, "20"), "new": (5, "5"), "lapsed": (0, "0")}
 
 
-def test_identify_message_carries_the_trait_and_context_personas_to_its_destinations():
+def test_identify_message_carries_the_trait_and_context_personas_to_its_destinations() -> None:
     audience = Computation(AUDIENCE, "High Value Customers", HIGH_VALUE, ("crm", "other"))
     row = identify_message(audience, "u1", True, 1_700_000_000.5)
     body = json.loads(row.body)
@@ -148,7 +148,7 @@ def test_identify_message_carries_the_trait_and_context_personas_to_its_destinat
         ("unique('coupon').count()", 2),
     ],
 )
-def test_every_aggregate_works_as_a_computed_trait(aggregate, value):
+def test_every_aggregate_works_as_a_computed_trait(aggregate: str, value: object) -> None:
     trait = Computation(TRAIT, "Orders", f"event('Order Completed').{aggregate}")
     events = [
         Event("Order Completed", 1.0, {"revenue": 10, "coupon": "A"}),

@@ -20,6 +20,7 @@ from efd.delivery.retry import (
     decide,
     parse_retry_after,
 )
+from efd.records import DeliveryStatus
 from efd.segment.webhooks import hook_labels
 
 POLICY = RetryPolicy(initial=5, maximum=1800, window=14400)
@@ -328,7 +329,7 @@ def run(
 )
 def test_first_success_wins(results: list[AttemptResult]) -> None:
     decision = run(results)
-    assert decision == Decision("delivered", None, frozenset(), None)
+    assert decision == Decision(DeliveryStatus.DELIVERED, None, frozenset(), None)
 
 
 def test_success_after_the_window_still_counts() -> None:
@@ -338,7 +339,7 @@ def test_success_after_the_window_still_counts() -> None:
 
 def test_success_keeps_earlier_failed_hooks() -> None:
     decision = run([result(B, OK, 200)], failed=frozenset({A}))
-    assert decision == Decision("delivered", None, frozenset({A}), None)
+    assert decision == Decision(DeliveryStatus.DELIVERED, None, frozenset({A}), None)
 
 
 def test_retryable_round_is_pending() -> None:

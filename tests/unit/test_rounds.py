@@ -14,14 +14,14 @@ def _outcome(status: DeliveryStatus, next_attempt_at: float | None = None) -> Ou
     return outcome_row(1, status, next_attempt_at=next_attempt_at)
 
 
-def test_a_final_outcome_moves_an_ordered_destination_s_lane_on():
+def test_a_final_outcome_moves_an_ordered_destination_s_lane_on() -> None:
     for status in (DeliveryStatus.DELIVERED, DeliveryStatus.FAILED, DeliveryStatus.EXPIRED):
         assert moves_lane_on(_outcome(status), ordered=True)
         assert not moves_lane_on(_outcome(status), ordered=False)
     assert not moves_lane_on(_outcome(DeliveryStatus.PENDING, 5.0), ordered=True)
 
 
-def test_due_once_written():
+def test_due_once_written() -> None:
     written = [
         ("lanes", _outcome(DeliveryStatus.DELIVERED)),  # its lane's next is due now
         ("done", _outcome(DeliveryStatus.DELIVERED)),  # unordered: nothing follows it
@@ -34,7 +34,7 @@ def test_due_once_written():
     assert due_once_written(written, ordered, now=10.0) == {"lanes", "retry-due", "retry-on-time"}
 
 
-def test_durations_are_kept_in_milliseconds_to_the_microsecond():
+def test_durations_are_kept_in_milliseconds_to_the_microsecond() -> None:
     assert milliseconds(0.0) == 0.0
     assert milliseconds(0.0012345678) == 1.235
     assert milliseconds(5.0) == 5000.0

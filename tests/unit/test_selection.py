@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -155,27 +157,26 @@ def test_a_replay_goes_where_the_message_went_and_is_configured() -> None:
         selection.replay_targets({"old": 2}, None, configured)
 
 
-def delivery(n: int, **changes: object) -> DeliveryRecord:
-    fields: dict[str, object] = {
-        "id": n,
-        "destination": "crm",
-        "status": "pending",
-        "attempts": 0,
-        "created_at": NOW,
-        "first_attempt_at": None,
-        "next_attempt_at": NOW,
-        "finished_at": None,
-        "last_error": None,
-        "replay_of": None,
-        "source": "web",
-        "message_id": f"m-{n}",
-        "type": "track",
-        "user_id": "u",
-        "event": "E",
-        "received_at": NOW,
-    }
-    fields.update(changes)
-    return DeliveryRecord(**fields)  # type: ignore[arg-type]
+def delivery(n: int, **changes: Any) -> DeliveryRecord:
+    record = DeliveryRecord(
+        id=n,
+        destination="crm",
+        status="pending",
+        attempts=0,
+        created_at=NOW,
+        first_attempt_at=None,
+        next_attempt_at=NOW,
+        finished_at=None,
+        last_error=None,
+        replay_of=None,
+        source="web",
+        message_id=f"m-{n}",
+        type="track",
+        user_id="u",
+        event="E",
+        received_at=NOW,
+    )
+    return dataclasses.replace(record, **changes)
 
 
 def test_a_page_tells_whether_another_follows_and_the_window_its_end() -> None:

@@ -23,7 +23,9 @@ from efd.http.server import address_key
         (None, None),
     ],
 )
-def test_connections_count_against_an_ipv4_address_or_an_ipv6_64(peer, key):
+def test_connections_count_against_an_ipv4_address_or_an_ipv6_64(
+    peer: object, key: str | None
+) -> None:
     assert address_key(peer) == key
 
 
@@ -31,7 +33,7 @@ def _server(**server: object) -> config.Settings:
     return config.load(None, server=server)
 
 
-def test_the_per_address_bound_may_not_exceed_max_connections():
+def test_the_per_address_bound_may_not_exceed_max_connections() -> None:
     assert _server(max_connections=10, max_connections_per_address=10)
     with pytest.raises(config.ConfigError) as error:
         _server(max_connections=10, max_connections_per_address=11)
@@ -43,7 +45,7 @@ def test_the_per_address_bound_may_not_exceed_max_connections():
     assert [p.split(":")[0] for p in error.value.problems] == ["server.max_connections_per_address"]
 
 
-def test_the_open_files_kept_besides_connections_follow_the_configuration():
+def test_the_open_files_kept_besides_connections_follow_the_configuration() -> None:
     sqlite = config.load(
         None,
         storage={"url": "sqlite:////tmp/efd.db"},
@@ -76,6 +78,6 @@ def test_the_open_files_kept_besides_connections_follow_the_configuration():
     assert reserved_files(default, cpus=1) == 64 + 9 + 10
 
 
-def test_an_open_file_limit_that_holds_everything_changes_nothing():
+def test_an_open_file_limit_that_holds_everything_changes_nothing() -> None:
     settings = _server(max_connections=8)
     assert fit_open_files(settings, cpus=2) == 8

@@ -10,7 +10,7 @@ import pickle
 from datetime import UTC, datetime
 from typing import Any
 
-from efd.languages.filters import Condition, Filter, FilterSet
+from efd.languages.filters import Condition, Filter, Filtered, FilterSet
 from efd.segment.payload import ChildParser, WriteKeys, from_child, parse_request
 from efd.segment.routing import shape
 from efd.segment.webhooks import encode
@@ -55,8 +55,8 @@ def test_a_destination_without_filters_is_left_alone() -> None:
 
 def _reason(filters: dict[str, FilterSet], name: str) -> str:
     result = filters[name].apply(BODY)
-    assert not isinstance(result, dict)
-    return result.reason  # type: ignore[union-attr]
+    assert isinstance(result, Filtered)
+    return result.reason
 
 
 def test_a_drop_names_the_filter_and_its_condition() -> None:

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from efd.daemon import _reload
+from efd import config
+from efd.config import Settings
+from efd.daemon import Daemon, _reload
 from efd.observe.systemd import Notifier
 
 
@@ -46,24 +48,22 @@ def test_an_abstract_socket_name_starts_with_a_nul() -> None:
         notifier.close()
 
 
-class _FailingDaemon:
+class _FailingDaemon(Daemon):
     """A daemon whose reload breaks part-way (what efd.daemon._reload does then is under test)."""
 
-    computations: list[object] = []
-
-    async def reload(self, _settings: object) -> list[str]:
+    async def reload(self, settings: Settings) -> list[str]:
         raise RuntimeError("a part refused the new configuration")
 
 
 async def test_a_reload_that_fails_part_way_still_ends_with_ready(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    config = tmp_path / "efd.toml"
-    config.write_text("")  # valid: every default
+    config_path = tmp_path / "efd.toml"
+    config_path.write_text("")  # valid: every default
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as systemd:
         systemd.bind(str(tmp_path / "notify"))
         notifier = Notifier({"NOTIFY_SOCKET": str(tmp_path / "notify")})
-        await _reload(_FailingDaemon(), str(config), notifier)  # type: ignore[arg-type]
+        await _reload(_FailingDaemon(config.load(None)), str(config_path), notifier)
         notifier.close()
         assert systemd.recv(4096) == b"RELOADING=1\nSTATUS=reloading the configuration"
         assert systemd.recv(4096) == b"READY=1\nSTATUS=serving"

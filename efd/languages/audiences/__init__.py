@@ -1,4 +1,5 @@
-"""Audiences and computed traits: the query language (lang) and its evaluator (evaluate)."""
+"""Audiences and computed traits: the query language (`parser`, on `lexer`'s tokens, with
+`printer` to print a tree back) and its evaluator (`evaluate`)."""
 
 from efd.languages.audiences.evaluate import (
     CompiledCondition,
@@ -10,14 +11,9 @@ from efd.languages.audiences.evaluate import (
     evaluate_condition,
     evaluate_expression,
 )
-from efd.languages.audiences.lang import (
-    Condition,
-    Expression,
-    ParseError,
-    Requirements,
-    parse_condition,
-    parse_expression,
-)
+from efd.languages.audiences.parser import parse_condition, parse_expression
+from efd.languages.audiences.printer import to_text
+from efd.languages.audiences.tree import Condition, Expression, ParseError, Requirements
 
 __all__ = [
     "CompiledCondition",
@@ -34,4 +30,5 @@ __all__ = [
     "evaluate_expression",
     "parse_condition",
     "parse_expression",
+    "to_text",
 ]

@@ -1,6 +1,6 @@
 """The audience language's tree (pure): the nodes a condition or an expression is parsed
-into, and what a computation needs of the stored data (`requirements`). The tokenizer is
-efd/languages/audiences/lex.py's, the parser efd/languages/audiences/lang.py's."""
+into, and what a computation needs of the stored data (`requirements`). Its lexer, parser
+and printer are efd/languages/audiences/lexer.py, parser.py and printer.py."""
 
 from __future__ import annotations
 
@@ -8,10 +8,13 @@ from dataclasses import dataclass
 from typing import Final, TypeAlias
 from typing import Literal as Lit
 
-from efd.languages.syntax import Literal as Literal
-from efd.languages.syntax import Node as _Node
-from efd.languages.syntax import Scalar as Scalar
-from efd.languages.syntax import SourceError
+from efd.languages.toolkit import And as And
+from efd.languages.toolkit import Literal as Literal
+from efd.languages.toolkit import Node as _Node
+from efd.languages.toolkit import Not as Not
+from efd.languages.toolkit import Or as Or
+from efd.languages.toolkit import Scalar as Scalar
+from efd.languages.toolkit import SourceError
 
 
 class ParseError(SourceError):
@@ -19,7 +22,8 @@ class ParseError(SourceError):
 
 
 # ---------------------------------------------------------------------------------------------
-# The tree: its nodes build on efd/languages/syntax.py's (a position left out of equality).
+# The tree: its nodes build on efd/languages/toolkit.py's (a position left out of equality),
+# whose literal, and, or and not it shares.
 
 
 @dataclass(frozen=True)
@@ -99,23 +103,10 @@ class Presence(_Node):
     present: bool
 
 
-@dataclass(frozen=True)
-class And(_Node):
-    items: tuple[BoolNode, ...]
-
-
-@dataclass(frozen=True)
-class Or(_Node):
-    items: tuple[BoolNode, ...]
-
-
-@dataclass(frozen=True)
-class Not(_Node):
-    item: BoolNode
-
-
 ValueNode: TypeAlias = Literal | TraitRef | PropertyRef | Aggregate
-BoolNode: TypeAlias = Compare | Match | Presence | And | Or | Not
+BoolNode: TypeAlias = (
+    Compare | Match | Presence | And["BoolNode"] | Or["BoolNode"] | Not["BoolNode"]
+)
 Node: TypeAlias = ValueNode | BoolNode | EventQuery
 
 VALUE_TYPES: Final = (Literal, TraitRef, PropertyRef, Aggregate)

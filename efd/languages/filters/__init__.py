@@ -1,8 +1,9 @@
 """Destination filters: Segment's Filter Query Language (FQL) and the actions it guards.
 
-`fql` parses text into a tree, `evaluate` compiles a tree into closures over a message,
-`actions` applies a destination's filters (sample, drop, drop_fields, allow_fields) to one
-message. All of it is pure. The reference is docs/filters.md.
+`parser` parses text into a tree (`lexer` cuts it into tokens, `printer` prints a tree
+back), `evaluate` compiles a tree into closures over a message, `actions` applies a
+destination's filters (sample, drop, drop_fields, allow_fields) to one message. All of it is
+pure. The reference is docs/filters.md.
 """
 
 from efd.languages.filters.actions import (
@@ -18,7 +19,9 @@ from efd.languages.filters.actions import (
     sample_point,
 )
 from efd.languages.filters.evaluate import compile_condition, compile_node, evaluate
-from efd.languages.filters.fql import FqlError, Node, parse, to_fql
+from efd.languages.filters.parser import parse
+from efd.languages.filters.printer import to_fql
+from efd.languages.filters.tree import FqlError, Node
 
 __all__ = [
     "ACTIONS",

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias
 
 from efd.languages.filters.evaluate import compile_condition
-from efd.languages.filters.fql import FqlError, Node, parse
+from efd.languages.filters.parser import parse
+from efd.languages.filters.tree import FqlError, Node
 
 __all__ = [
     "ACTIONS",

@@ -1,6 +1,6 @@
 """FQL's tree (pure): the nodes a condition is parsed into and what the parser knows of
-their types without a message. The lexer, parser and printer are efd/languages/filters/fql.py's, the
-glob patterns of match() efd/languages/filters/glob.py's."""
+their types without a message. Its lexer, parser and printer are efd/languages/filters/lexer.py,
+parser.py and printer.py; the glob patterns of match() efd/languages/filters/glob.py's."""
 
 from __future__ import annotations
 
@@ -9,10 +9,13 @@ from typing import Final, TypeAlias
 from typing import Literal as Lit
 
 from efd.languages.filters.glob import compile_glob as compile_glob
-from efd.languages.syntax import Literal as Literal
-from efd.languages.syntax import Node as _Node
-from efd.languages.syntax import Scalar as Scalar
-from efd.languages.syntax import SourceError
+from efd.languages.toolkit import And as And
+from efd.languages.toolkit import Literal as Literal
+from efd.languages.toolkit import Node as _Node
+from efd.languages.toolkit import Not as Not
+from efd.languages.toolkit import Or as Or
+from efd.languages.toolkit import Scalar as Scalar
+from efd.languages.toolkit import SourceError
 
 
 class FqlError(SourceError):
@@ -20,7 +23,8 @@ class FqlError(SourceError):
 
 
 # ---------------------------------------------------------------------------------------------
-# The tree: its nodes build on efd/languages/syntax.py's (a position left out of equality).
+# The tree: its nodes build on efd/languages/toolkit.py's (a position left out of equality),
+# whose literal, and, or and not it shares.
 
 
 @dataclass(frozen=True)
@@ -75,22 +79,9 @@ class In(_Node):
     collection: Node
 
 
-@dataclass(frozen=True)
-class Not(_Node):
-    item: Node
-
-
-@dataclass(frozen=True)
-class And(_Node):
-    items: tuple[Node, ...]
-
-
-@dataclass(frozen=True)
-class Or(_Node):
-    items: tuple[Node, ...]
-
-
-Node: TypeAlias = Literal | Path | ListExpr | Call | Compare | In | Not | And | Or
+Node: TypeAlias = (
+    Literal | Path | ListExpr | Call | Compare | In | Not["Node"] | And["Node"] | Or["Node"]
+)
 
 # ---------------------------------------------------------------------------------------------
 # What the parser knows of a value's type without a message: "any" is a field path, whose

@@ -21,7 +21,8 @@ NOTIFY_CHANNEL = "efd_deliveries"
 
 
 class Backend(Protocol):
-    """One dialect's paths, chosen once when the store is built (efd/store/backends)."""
+    """One dialect's paths, chosen once when the store is built (efd/store/backends). The
+    backends subclass it, inheriting what is the same on every dialect (`upsert`)."""
 
     name: str
     # One process per database (the file is locked): leases left by a previous run can be
@@ -55,8 +56,13 @@ class Backend(Protocol):
 
     def upsert(self, table: Table, keys: list[str], only: list[str] | None = None) -> Any:
         """INSERT that, on a conflict over `keys`, overwrites the row's other columns (or just
-        `only`) with the new values."""
-        ...
+        `only`) with the new values. Written once for both dialects: each one's `insert`
+        builds ON CONFLICT DO UPDATE alike."""
+        statement = self.insert(table)
+        columns = only or [c.name for c in table.columns if c.name not in keys]
+        return statement.on_conflict_do_update(
+            index_elements=keys, set_={c: statement.excluded[c] for c in columns}
+        )
 
     def execute(
         self, conn: Connection, key: str, statement: Any, params: list[dict[str, Any]]

@@ -41,6 +41,7 @@ from efd.store.backends.base import (
     DELIVERY_COLUMNS,
     MESSAGE_COLUMNS,
     NOTIFY_CHANNEL,
+    Backend,
     driver_cursor,
     outcome_values,
 )
@@ -179,7 +180,7 @@ _BOOKKEEPING = (
 _PSYCOPG = psycopg_dialect()  # type: ignore[no-untyped-call]
 
 
-class PostgresBackend:
+class PostgresBackend(Backend):
     """PostgreSQL's paths for the feature stores (efd/store/backends/base.py's `Backend`):
     array statements, NOTIFY at commit and the LISTEN connection; holds no data itself."""
 
@@ -232,13 +233,6 @@ class PostgresBackend:
 
     def insert(self, table: Table) -> Any:
         return pg_insert(table)
-
-    def upsert(self, table: Table, keys: list[str], only: list[str] | None = None) -> Any:
-        statement = pg_insert(table)
-        columns = only or [c.name for c in table.columns if c.name not in keys]
-        return statement.on_conflict_do_update(
-            index_elements=keys, set_={c: statement.excluded[c] for c in columns}
-        )
 
     def execute(
         self, conn: Connection, key: str, statement: Any, params: list[dict[str, Any]]

@@ -49,6 +49,7 @@ from efd.store.backends.base import (
     ATTEMPT_COLUMNS,
     DELIVERY_COLUMNS,
     MESSAGE_COLUMNS,
+    Backend,
     chunked,
     driver_cursor,
     outcome_values,
@@ -236,7 +237,7 @@ def ensure(conn: Connection, now: float, window: float) -> None:
         conn.exec_driver_sql(f"UPDATE {SCHEMA}.state SET pruned_at = ?", (now,))
 
 
-class SqliteBackend:
+class SqliteBackend(Backend):
     """SQLite's paths for the feature stores (efd/store/backends/base.py's `Backend`). Owns
     the fast cursor path and the in-memory deduplication index; holds no data itself."""
 
@@ -283,13 +284,6 @@ class SqliteBackend:
 
     def insert(self, table: Table) -> Any:
         return sqlite_insert(table)
-
-    def upsert(self, table: Table, keys: list[str], only: list[str] | None = None) -> Any:
-        statement = sqlite_insert(table)
-        columns = only or [c.name for c in table.columns if c.name not in keys]
-        return statement.on_conflict_do_update(
-            index_elements=keys, set_={c: statement.excluded[c] for c in columns}
-        )
 
     def execute(
         self, conn: Connection, key: str, statement: Any, params: list[dict[str, Any]]

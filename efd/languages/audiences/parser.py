@@ -1,5 +1,6 @@
-"""Parser for efd's subset of Segment's audience query language; its tree is
-efd/languages/audiences/tree.py's, its tokenizer efd/languages/audiences/lex.py's.
+"""The audience language's parser (pure): efd's subset of Segment's audience query language,
+from efd/languages/audiences/lexer.py's tokens to efd/languages/audiences/tree.py's tree, on
+efd/languages/toolkit.py's parser base.
 
 The reference is docs/audience-language.md. Text is parsed into an immutable AST; nothing in the
 text is ever executed. `parse_condition` and `parse_expression` also check the result type:
@@ -8,10 +9,11 @@ an audience condition must be true/false, a computed trait must be an aggregate.
 
 from __future__ import annotations
 
-from typing import Final, NoReturn
+from typing import Final
 from typing import Literal as Lit
 
-from efd.languages.audiences.lex import Token, tokenize
+from efd.languages import toolkit
+from efd.languages.audiences.lexer import Lexer
 from efd.languages.audiences.tree import (
     BOOL_TYPES,
     VALUE_TYPES,
@@ -28,50 +30,21 @@ from efd.languages.audiences.tree import (
     Match,
     MatchOp,
     Node,
-    Not,
-    Or,
     ParseError,
     Presence,
     PropertyRef,
-    Requirements,
     Scalar,
     TraitRef,
     ValueNode,
     Window,
-    requirements,
 )
+from efd.languages.toolkit import Token
 
-__all__ = [
-    "Aggregate",
-    "And",
-    "BoolNode",
-    "Compare",
-    "Condition",
-    "EventQuery",
-    "Expression",
-    "Literal",
-    "Match",
-    "Node",
-    "Not",
-    "Or",
-    "ParseError",
-    "Presence",
-    "PropertyRef",
-    "Requirements",
-    "TraitRef",
-    "ValueNode",
-    "Window",
-    "parse_condition",
-    "parse_expression",
-    "requirements",
-]
-
-# Guards the recursive-descent parser against pathological nesting (RecursionError).
-MAX_DEPTH: Final = 64
-
+__all__ = ["parse_condition", "parse_expression"]
 
 # ---------------------------------------------------------------------------------------------
-# Parser: recursive descent. Precedence, loosest first: or, and, not, comparison, method chain.
+# Parser: recursive descent on the toolkit's and/or/not loops. Precedence, loosest first: or,
+# and, not, comparison, method chain.
 
 _COMPARE_OPS: Final[dict[str, CompareOp]] = {
     "=": "=",
@@ -125,9 +98,7 @@ _ALL_METHODS: Final = frozenset(
     {"where", "within", "count", "exists", "absent", *_PROP_AGGREGATES, *_METHOD_COMPARE}
     | set(_METHOD_MATCH)
 )
-_NEED_CONDITION: Final = (
-    "expected a condition (true or false), found a value; compare it, e.g. trait('plan') = 'pro'"
-)
+_NEED_CONDITION: Final = toolkit.need_condition("a value", "trait('plan') = 'pro'")
 
 
 def _compare(left: ValueNode, op: CompareOp, right: ValueNode) -> BoolNode:
@@ -139,58 +110,12 @@ def _compare(left: ValueNode, op: CompareOp, right: ValueNode) -> BoolNode:
     return Compare(left, op, right, pos=left.pos)
 
 
-def _describe(tok: Token) -> str:
-    if tok.kind == "end":
-        return "end of input"
-    if tok.kind == "str":
-        return f"string {tok.value!r}"
-    if tok.kind == "num":
-        return f"number {tok.text}"
-    if tok.kind == "name":
-        return f"'{tok.text}'"
-    return f"'{tok.value}'"
+class _Parser(toolkit.Parser[Node, BoolNode]):
+    error = ParseError
 
-
-class _Parser:
     def __init__(self, text: str) -> None:
-        self.tokens, self.lex_error = tokenize(text)
-        self.i = 0
-        self.depth = 0
+        super().__init__(Lexer(text))
         self.in_where = False
-
-    # -- token helpers
-
-    def peek(self) -> Token:
-        tok = self.tokens[self.i]
-        if tok.kind == "end" and self.lex_error is not None:
-            raise self.lex_error
-        return tok
-
-    def advance(self) -> Token:
-        tok = self.tokens[self.i]
-        if tok.kind != "end":
-            self.i += 1
-        return tok
-
-    def fail(self, message: str, tok: Token | None = None) -> NoReturn:
-        tok = tok or self.peek()
-        raise ParseError(message, tok.line, tok.column)
-
-    def fail_at(self, message: str, node: Node) -> NoReturn:
-        raise ParseError(message, node.pos[0], node.pos[1])
-
-    def is_op(self, op: str) -> bool:
-        tok = self.peek()
-        return tok.kind == "op" and tok.value == op
-
-    def is_word(self, word: str) -> bool:
-        tok = self.peek()
-        return tok.kind == "name" and tok.value == word
-
-    def expect_op(self, op: str, message: str) -> Token:
-        if not self.is_op(op):
-            self.fail(f"{message}, found {_describe(self.peek())}{self.hint()}")
-        return self.advance()
 
     def hint(self) -> str:
         # `trait('x') exists` is a natural mistake: methods need a dot and parentheses.
@@ -199,14 +124,9 @@ class _Parser:
             return f" (methods are called with a dot: .{tok.value}(...))"
         return ""
 
-    def nest(self, tok: Token) -> None:
-        self.depth += 1
-        if self.depth > MAX_DEPTH:
-            self.fail(f"expression is nested more than {MAX_DEPTH} levels deep", tok)
-
     # -- type helpers
 
-    def as_bool(self, node: Node) -> BoolNode:
+    def condition(self, node: Node) -> BoolNode:
         if isinstance(node, EventQuery):
             # A bare event query in a condition means "happened at least once".
             count = Aggregate(node, "count", pos=node.pos)
@@ -226,47 +146,7 @@ class _Parser:
             return node
         self.fail_at("expected a value, found a condition; conditions cannot be compared", node)
 
-    # -- grammar
-
-    def parse_all(self) -> Node:
-        if self.peek().kind == "end":
-            self.fail("empty expression")
-        node = self.parse_or()
-        if self.peek().kind != "end":
-            self.fail(
-                f"expected 'and', 'or' or the end of the expression, "
-                f"found {_describe(self.peek())}{self.hint()}"
-            )
-        return node
-
-    def parse_or(self) -> Node:
-        first = self.parse_and()
-        if not self.is_word("or"):
-            return first
-        items = [self.as_bool(first)]
-        while self.is_word("or"):
-            self.advance()
-            items.append(self.as_bool(self.parse_and()))
-        return Or(tuple(items), pos=first.pos)
-
-    def parse_and(self) -> Node:
-        first = self.parse_not()
-        if not self.is_word("and"):
-            return first
-        items = [self.as_bool(first)]
-        while self.is_word("and"):
-            self.advance()
-            items.append(self.as_bool(self.parse_not()))
-        return And(tuple(items), pos=first.pos)
-
-    def parse_not(self) -> Node:
-        if not self.is_word("not"):
-            return self.parse_comparison()
-        tok = self.advance()
-        self.nest(tok)
-        inner = self.as_bool(self.parse_not())
-        self.depth -= 1
-        return Not(inner, pos=(tok.line, tok.column))
+    # -- grammar below not: comparison, method chain
 
     def comparison_op(self) -> CompareOp | None:
         tok = self.peek()
@@ -276,18 +156,18 @@ class _Parser:
             return "contains"
         return None
 
-    def parse_comparison(self) -> Node:
+    def comparison(self) -> Node:
         left = self.parse_chain()
         op = self.comparison_op()
         if op is None:
             return left
         self.advance()
         if self.peek().kind == "end":
-            self.fail(f"expected a value after '{op}', found end of input")
+            self.fail(toolkit.value_after(op))
         right = self.parse_chain()
         node = _compare(self.as_value(left), op, self.as_value(right))
         if self.comparison_op() is not None:
-            self.fail("comparisons cannot be chained; combine them with 'and'")
+            self.fail(toolkit.CHAINED)
         return node
 
     def parse_chain(self) -> Node:
@@ -296,7 +176,7 @@ class _Parser:
             self.advance()
             name = self.peek()
             if name.kind != "name":
-                self.fail(f"expected a method name after '.', found {_describe(name)}")
+                self.fail(f"expected a method name after '.', found {self.describe(name)}")
             self.advance()
             self.expect_op("(", f"expected '(' after '{name.text}'")
             node = self.parse_method(node, name)
@@ -306,27 +186,26 @@ class _Parser:
         tok = self.peek()
         if tok.kind == "op" and tok.value == "(":
             self.advance()
-            self.nest(tok)
-            inner = self.parse_or()
-            where = f"line {tok.line}, column {tok.column}"
-            self.expect_op(")", f"expected ')' to close the '(' at {where}")
-            self.depth -= 1
+            with self.nested(tok):
+                inner = self.parse_or()
+                self.expect_close(tok)
             return inner
         if tok.kind in ("str", "num"):
             self.advance()
+            assert isinstance(tok.value, str | int | float)
             return Literal(tok.value, pos=(tok.line, tok.column))
         if tok.kind == "op" and tok.value == "-":
             self.advance()
             num = self.peek()
-            if num.kind != "num" or isinstance(num.value, str):
-                self.fail(f"expected a number after '-', found {_describe(num)}")
+            if not isinstance(num.value, int | float) or num.kind != "num":
+                self.fail(f"expected a number after '-', found {self.describe(num)}")
             self.advance()
             return Literal(-num.value, pos=(tok.line, tok.column))
         if tok.kind == "name":
             return self.parse_name(tok)
         if tok.kind == "end":
-            self.fail("unexpected end of input; expected a value or a condition")
-        self.fail(f"expected a value or a condition, found {_describe(tok)}")
+            self.fail(toolkit.UNEXPECTED_END)
+        self.fail(toolkit.value_or_condition(self.describe(tok)))
 
     def parse_name(self, tok: Token) -> Node:
         pos = (tok.line, tok.column)
@@ -336,7 +215,7 @@ class _Parser:
             self.advance()
             return Literal(constants[word], pos=pos)
         if word in _KEYWORDS:
-            self.fail(f"expected a value or a condition, found '{tok.text}'")
+            self.fail(toolkit.value_or_condition(f"'{tok.text}'"))
         if word not in ("event", "trait", "property"):
             self.advance()
             if self.is_op("("):
@@ -366,7 +245,7 @@ class _Parser:
             example = {"event": "'Order Completed'", "trait": "'plan'", "property": "'revenue'"}
             self.fail(
                 f"expected a quoted {what} name, e.g. {what}({example[what]}), "
-                f"found {_describe(tok)}"
+                f"found {self.describe(tok)}"
             )
         if tok.value == "":
             self.fail(f"{what} name cannot be empty")
@@ -391,7 +270,7 @@ class _Parser:
     def query_method(self, query: EventQuery, name: str, name_tok: Token) -> Node:
         if name == "where":
             outer, self.in_where = self.in_where, True
-            cond = self.as_bool(self.parse_or())
+            cond = self.condition(self.parse_or())
             self.in_where = outer
             self.expect_op(")", "expected ')' to close where(")
             where = cond if query.where is None else And((query.where, cond), pos=query.where.pos)
@@ -448,10 +327,8 @@ class _Parser:
         tok = self.peek()
         if self.is_op(")"):
             self.fail(f"{method}() needs a value, e.g. {method}('pro')")
-        self.nest(tok)  # arguments can hold method chains that nest again
-        value = self.as_value(self.parse_chain())
-        self.depth -= 1
-        return value
+        with self.nested(tok):  # arguments can hold method chains that nest again
+            return self.as_value(self.parse_chain())
 
     def read_property_arg(self, method: str) -> str:
         """sum('revenue') or, as in Segment's reference, sum(property('revenue'))."""
@@ -463,7 +340,7 @@ class _Parser:
         if tok.kind != "str":
             self.fail(
                 f"{method}() needs a quoted property name, e.g. {method}('revenue'), "
-                f"found {_describe(tok)}"
+                f"found {self.describe(tok)}"
             )
         if tok.value == "":
             self.fail("property name cannot be empty")
@@ -473,7 +350,7 @@ class _Parser:
     def read_name_in_call(self) -> str:
         tok = self.peek()
         if tok.kind != "str" or tok.value == "":
-            self.fail(f"expected a quoted property name, found {_describe(tok)}")
+            self.fail(f"expected a quoted property name, found {self.describe(tok)}")
         self.advance()
         self.expect_op(")", "expected ')' after property name")
         return str(tok.value)
@@ -481,7 +358,7 @@ class _Parser:
     def read_positive_int(self, what: str) -> int:
         tok = self.peek()
         if tok.kind != "num" or not isinstance(tok.value, int) or tok.value < 1:
-            self.fail(f"{what} must be a whole number of at least 1, found {_describe(tok)}")
+            self.fail(f"{what} must be a whole number of at least 1, found {self.describe(tok)}")
         self.advance()
         return tok.value
 
@@ -494,7 +371,7 @@ class _Parser:
         if unit_tok.kind != "name":
             self.fail(
                 f"expected a time unit (days, hours or minutes) after {amount}, "
-                f"found {_describe(unit_tok)}"
+                f"found {self.describe(unit_tok)}"
             )
         unit = _UNITS.get(str(unit_tok.value))
         if unit is None:
@@ -516,20 +393,24 @@ class _Parser:
 def parse_condition(text: str) -> Condition:
     """Parse an audience condition; it must yield true/false."""
     parser = _Parser(text)
-    node = parser.parse_all()
+    parser.expect_start()
+    node = parser.parse_or()
+    parser.expect_end()
     if isinstance(node, VALUE_TYPES):
         parser.fail_at(
             "an audience condition must be true or false, but this yields a value; "
             "compare it, e.g. event('Order Completed').count() >= 1",
             node,
         )
-    return Condition(text, parser.as_bool(node))
+    return Condition(text, parser.condition(node))
 
 
 def parse_expression(text: str) -> Expression:
     """Parse a computed-trait expression; it must be an event query with an aggregate."""
     parser = _Parser(text)
-    node = parser.parse_all()
+    parser.expect_start()
+    node = parser.parse_or()
+    parser.expect_end()
     if isinstance(node, Aggregate):
         return Expression(text, node)
     if isinstance(node, EventQuery):
