@@ -19,7 +19,6 @@ import pytest
 from efd import config
 from efd.delivery import dispatcher, recorder
 from efd.delivery.dispatcher import Dispatcher
-from efd.delivery.ports import Deliveries
 from efd.delivery.retry import AttemptResult, Verdict
 from efd.errors import StoreError
 from efd.observe.metrics import Metrics
@@ -109,12 +108,6 @@ def settings(**delivery: Any) -> config.Settings:
     )
 
 
-def as_deliveries(store: MemoryDeliveries) -> Deliveries:
-    """The twin as the dispatcher's port: it lacks only the rate-limited claim, which no
-    destination here has."""
-    return store  # type: ignore[return-value]
-
-
 class Start(Protocol):
     """The `running` fixture: a started dispatcher on `store` and `rounds`, on `clock`
     (by default one that starts at the store's clock)."""
@@ -145,7 +138,7 @@ async def running() -> AsyncIterator[Start]:
         clock = clock or VirtualClock(start=store.clock)
         rounds.clock = clock
         d = Dispatcher(
-            deliveries=as_deliveries(store),
+            deliveries=store,
             rounds=rounds,
             settings=holder or Current(settings(**delivery)),
             metrics=metrics or Metrics(),
@@ -425,7 +418,7 @@ async def two_processes() -> AsyncIterator[StartTwo]:
         rounds.clock = VirtualClock(start=store.clock)
         for owner in ("one", "two"):
             d = Dispatcher(
-                deliveries=as_deliveries(store),
+                deliveries=store,
                 rounds=rounds,
                 settings=Current(short_lease()),
                 metrics=Metrics(),
