@@ -119,9 +119,11 @@ class Lexer(Scanner):
         backslash is an ordinary character and a string cannot hold a double quote."""
         text, start = self.text, self.i
         end = text.find('"', start + 1)
-        newline = text.find("\n", start + 1)
-        if end < 0 or 0 <= newline < end:
-            self.fail(unterminated_string('"', at_line_end=newline >= 0), start)
+        if end < 0:
+            self.fail(unterminated_string('"'), start)
+        for j in range(start + 1, end):
+            if text[j] == "\n":
+                self.newline(j + 1)
         self.i = end + 1
         return text[start + 1 : end]
 
