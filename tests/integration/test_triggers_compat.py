@@ -12,16 +12,18 @@ from __future__ import annotations
 import json
 import random
 import subprocess
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, get_args
 
 from efd.jsonjs import js_number
 from efd.languages.toolkit import And
 from efd.languages.triggers import Condition, Trigger, TriggerError, matches, parse
+from efd.languages.triggers.tree import FieldKind, Operator
 from tests.jsclients import JS, node
 
 SEED = 52
 STRINGS = ["track", "identify", "Order Completed", "a", "", "5", "true", "null", "x y", "ÄÖ"]
-STRINGS += ["😀", "a\\b", "Order", "Completed", "-1"]
+STRINGS += ["😀", "a\\b", "Order", "Completed", "-1", "a\nb"]
 NUMBERS = ["0", "5", "-1", "1.5", "3", "100", "12345678901234567890", "0.1", "-0", "007"]
 PATHS = ["a", "total", "s", "flag", "obj.a", "list.\\0", "list.\\1", "list.length", "s.length"]
 PATHS += ["s.\\0", "obj.b.c", "a\\ b", "a-b", "a_b", "\\and", "zero.x", "empty.x", "f.x", "n.x"]
@@ -47,7 +49,6 @@ REFUSED = [
     "event = 1.5.3",
     'event =~ "x"',
     'event = "a',
-    'event = "a\nb"',
     'contains(type, "x")',
     'event\u00a0= "a"',
     "type",
@@ -116,7 +117,8 @@ def triggers() -> list[str]:
     rnd = random.Random(SEED)
     made = [chain(rnd, rnd.randint(1, 4), nested=True) for _ in range(500)]
     mutated = [mutate(rnd, rnd.choice(made)) for _ in range(400)]
-    return made + mutated + REFUSED
+    twice = [mutate(rnd, mutate(rnd, rnd.choice(made))) for _ in range(400)]
+    return made + mutated + twice + REFUSED
 
 
 def member_values(rnd: random.Random) -> Any:
@@ -227,6 +229,14 @@ def _split(name: str) -> list[str]:
     return name.split(".")
 
 
+def conditions(trees: list[Trigger]) -> Iterator[Condition]:
+    for tree in trees:
+        if isinstance(tree, Condition):
+            yield tree
+        else:
+            yield from conditions(list(tree.items))
+
+
 def test_triggers_match_segment() -> None:
     texts, msgs = triggers(), messages()
     trees: list[Trigger | None] = []
@@ -238,11 +248,14 @@ def test_triggers_match_segment() -> None:
     pairs = [(t, m) for t, tree in enumerate(trees) if tree is not None for m in range(len(msgs))]
     ref = reference(texts, msgs, pairs)
 
-    accepted = sum(tree is not None for tree in trees)
-    refused_by_segment = [text for text, t in zip(texts, ref["trees"], strict=True) if "error" in t]
-    # The generated set must exercise both sides.
-    assert accepted >= 500
-    assert len(refused_by_segment) >= len(REFUSED)
+    verdicts = dict(zip(texts, ref["trees"], strict=True))
+    assert [text for text in REFUSED if "error" not in verdicts[text]] == []
+    # The generated set must exercise both sides, and every operator and field of the tree.
+    accepted = [tree for tree in trees if tree is not None]
+    assert len(accepted) >= 550
+    assert sum("error" in tree for tree in ref["trees"]) >= 200
+    assert {c.op for c in conditions(accepted)} == set(get_args(Operator))
+    assert {c.field.kind for c in conditions(accepted)} == set(get_args(FieldKind))
 
     for text, tree, theirs in zip(texts, trees, ref["trees"], strict=True):
         if "error" in theirs:
