@@ -139,6 +139,7 @@ def test_and_or_and_one_level_of_parentheses() -> None:
         (a, Condition(Field("event"), "contains", "b"))
     )
     assert parse('event = "a" and\n  event = "b"') == And((a, b))
+    assert parse('(event = "a")or\tevent = "b"') == Or((a, b))
 
 
 def test_positions() -> None:
@@ -246,6 +247,8 @@ def test_messages_without_fields_or_not_objects() -> None:
         ('type = "a" event = "b"', (1, 12), "join conditions with 'and' or 'or'"),
         ('type = "a" and', (1, 15), "expected a condition, e.g. type"),
         ('and type = "a"', (1, 1), "expected a condition before 'and'"),
+        ('type = "a" or(event = "b")', (1, 14), "write a space after 'or'"),
+        ('type = "a" and!contains(event, "b")', (1, 15), "write a space after 'and'"),
         ('type = "a" && event = "b"', (1, 12), "'&&' is not trigger syntax; write 'and'"),
         ('type = "a" || event = "b"', (1, 12), "'||' is not trigger syntax; write 'or'"),
         ('type == "a"', (1, 6), "'==' is not trigger syntax; write '='"),

@@ -4,8 +4,8 @@ A name token is a dotted field path; its value is the path's segments with escap
 its `word` the name when it is one segment written without escapes (so that it may be a
 keyword or a function). Segment's tokenizer is narrower than FQL's: strings are in double
 quotes and hold no escapes, numbers have no exponent, only space, tab and newline separate
-tokens, the operators but '=' need spaces around them, and a word written right after a
-string runs into it; so each of those is an error
+tokens, the operators but '=' need spaces around them, and so do `and` and `or` after
+them, and a word written right after a string runs into it; so each of those is an error
 here, with what to write instead.
 """
 
@@ -92,6 +92,10 @@ class Lexer(Scanner):
         if c in NAME_START or c == "\\":
             segments, plain = self.path()
             single = segments[0] if plain and len(segments) == 1 else None
+            after = text[self.i : self.i + 1]
+            if single in CONNECTIVES and after and after not in SPACES:
+                # Segment's tokenizer reads `or(` and `or!` as no connective at all.
+                self.fail(f"write a space after '{single}'", self.i)
             return Token("name", segments, text[i : self.i], line, col, single)
         op = self.operator(_OPERATORS, _WRONG_OPERATORS)
         if op is not None:
