@@ -1,10 +1,10 @@
 """efd's trigger language against Segment's, @segment/destination-subscriptions (pinned in
 tests/js/package-lock.json), run by tests/js/triggers-validate.mjs.
 
-Triggers are made at random (seeded) from every construct the language has, and mutated
-character by character into texts that may or may not parse. Where efd parses a text,
-Segment's parseFql must too, into the same tree, and both must answer alike on every
-message; where parseFql refuses a text, efd must refuse it as well.
+Triggers are made at random (seeded) from every construct the language has, mutated
+character by character and spaced anew into texts that may or may not parse. Where efd
+parses a text, Segment's parseFql must too, into the same tree, and both must answer alike on
+every message; where parseFql refuses a text, efd must refuse it as well.
 """
 
 from __future__ import annotations
@@ -113,12 +113,26 @@ def mutate(rnd: random.Random, text: str) -> str:
     return "".join(chars)
 
 
+def respace(rnd: random.Random, text: str) -> str:
+    """Each space dropped, doubled or made a tab or a line break; spaces around punctuation."""
+    out = []
+    for ch in text:
+        if ch == " ":
+            out.append(rnd.choice(["", " ", "\n", "\t", "  "]))
+        elif ch in "()," and rnd.random() < 0.3:
+            out.append(rnd.choice([" ", "\n"]) + ch + rnd.choice(["", " "]))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 def triggers() -> list[str]:
     rnd = random.Random(SEED)
     made = [chain(rnd, rnd.randint(1, 4), nested=True) for _ in range(500)]
     mutated = [mutate(rnd, rnd.choice(made)) for _ in range(400)]
     twice = [mutate(rnd, mutate(rnd, rnd.choice(made))) for _ in range(400)]
-    return made + mutated + twice + REFUSED
+    spaced = [respace(rnd, rnd.choice(made)) for _ in range(600)]
+    return made + mutated + twice + spaced + REFUSED
 
 
 def member_values(rnd: random.Random) -> Any:
@@ -252,7 +266,7 @@ def test_triggers_match_segment() -> None:
     assert [text for text in REFUSED if "error" not in verdicts[text]] == []
     # The generated set must exercise both sides, and every operator and field of the tree.
     accepted = [tree for tree in trees if tree is not None]
-    assert len(accepted) >= 550
+    assert len(accepted) >= 700
     assert sum("error" in tree for tree in ref["trees"]) >= 200
     assert {c.op for c in conditions(accepted)} == set(get_args(Operator))
     assert {c.field.kind for c in conditions(accepted)} == set(get_args(FieldKind))
