@@ -245,6 +245,8 @@ def test_messages_without_fields_or_not_objects() -> None:
         ('type = "a")', (1, 11), "expected 'and', 'or' or the end of the expression, found ')'"),
         ('type = "a" AND event = "b"', (1, 12), "write it in lower case: and"),
         ('type = "a" event = "b"', (1, 12), "join conditions with 'and' or 'or'"),
+        ('userId = null event = "b"', (1, 15), "join conditions with 'and' or 'or'"),
+        ('(type = "a") event = "b"', (1, 14), "join conditions with 'and' or 'or'"),
         ('type = "a" and', (1, 15), "expected a condition, e.g. type"),
         ('and type = "a"', (1, 1), "expected a condition before 'and'"),
         ('type = "a" or(event = "b")', (1, 14), "write a space after 'or'"),

@@ -118,7 +118,10 @@ class _Parser(toolkit.Parser[Trigger, Trigger]):
         if word == "not":
             return f"; {NOT_WORD}"
         behind = self.behind()
-        if tok.kind == "name" and behind is not None and behind.kind in ("str", "num"):
+        ends_condition = behind is not None and (
+            behind.kind in ("str", "num") or behind.word in _CONSTANTS or behind.value == ")"
+        )
+        if tok.kind == "name" and ends_condition:
             return "; join conditions with 'and' or 'or'"
         return ""
 
