@@ -261,9 +261,11 @@ class _Parser(toolkit.Parser[Trigger, Trigger]):
         return Condition(field, "not_ends_with" if negate else "ends_with", text[1:], pos=pos)
 
 
+_SPELLED: Final[dict[str, Operator]] = {o: o for o in ("=", "!=", "<", "<=", ">", ">=")}
+
+
 def _op(op: str) -> Operator:
-    ops: dict[str, Operator] = {"=": "=", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
-    return ops[op]
+    return _SPELLED[op]
 
 
 def _number(tok: Token) -> float:
