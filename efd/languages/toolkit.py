@@ -2,7 +2,8 @@
 every language can make, the nodes their trees share (a literal, and, or, not), the token and
 the scanner that tracks lines and columns, and a parser base with the token stream, the
 nesting limit and the and/or/not precedence loops. FQL is efd/languages/filters/, the audience
-language efd/languages/audiences/; each has its own lexer, parser and printer on this base.
+language efd/languages/audiences/, Segment's trigger language efd/languages/triggers/; each
+has its own lexer, parser and printer on this base.
 """
 
 from __future__ import annotations
@@ -162,6 +163,10 @@ class Scanner:
     def token(self) -> Token:
         raise NotImplementedError
 
+    def is_space(self, c: str) -> bool:
+        """Whether `c` separates tokens (a language with fewer blanks narrows it)."""
+        return c.isspace()
+
     def scan(self) -> tuple[list[Token], SourceError | None]:
         """Tokens up to the end or to the first lexical error, which is returned, not raised,
         so that the parser reports whichever error comes first in the text. The last token is
@@ -170,7 +175,7 @@ class Scanner:
         text, n = self.text, len(self.text)
         try:
             while True:
-                while self.i < n and text[self.i].isspace():
+                while self.i < n and self.is_space(text[self.i]):
                     if text[self.i] == "\n":
                         self.newline(self.i + 1)
                     self.i += 1
