@@ -313,3 +313,50 @@ def test_mappings_give_the_kits_bodies() -> None:
             disagreements.append((mapping, message.get("type"), ours, their))
     assert not disagreements, json.dumps(disagreements[:5], indent=1)
     assert kinds == {"value", "undefined", "error"}, "each kind of result is tested"
+
+
+# What efd refuses at load that the kit lets through (docs/actions.md, "Differences"): each
+# entry is refused by efd, and the kit gives a value for it, so each difference is real.
+STRICTER: list[tuple[str, dict[str, Any]]] = [
+    (
+        "an unknown @case operator",
+        {"x": {"@case": {"operator": "title", "value": {"@path": "$.properties.zero"}}}},
+    ),
+    (
+        "@json's mode in capitals",
+        {"x": {"@json": {"mode": "ENCODE", "value": {"@path": "$.userId"}}}},
+    ),
+    (
+        "@merge's direction in capitals",
+        {"x": {"@merge": {"direction": "Left", "objects": [{"a": 1}]}}},
+    ),
+    ("an unknown option", {"x": {"@if": {"exists": {"@path": "$.userId"}, "then": 1, "ellse": 2}}}),
+    (
+        "a directive inside an array",
+        {"x": [{"@replace": {"pattern": "a", "replacement": 5, "value": "abc"}}]},
+    ),
+    ("a third @arrayPath item", {"x": {"@arrayPath": ["$.traits.tags", {"@path": "$."}, "extra"]}}),
+    (
+        "an @arrayPath item mapping that is not an object",
+        {"x": {"@arrayPath": ["$.traits.tags", "x"]}},
+    ),
+    (
+        "a pattern2 that is not a string",
+        {"x": {"@replace": {"pattern": "a", "pattern2": 5, "value": "abc"}}},
+    ),
+    ("@liquid", {"x": {"@liquid": "{{ userId | upcase }}"}}),
+]
+
+
+def test_what_efd_refuses_at_load_the_kit_lets_through() -> None:
+    done = subprocess.run(
+        [node(), "mapping-transform.mjs"],
+        cwd=JS,
+        input=jsonjs.dumps([(mapping, MESSAGES[0]) for _, mapping in STRICTER]),
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
+    for (name, mapping), theirs in zip(STRICTER, json.loads(done.stdout), strict=True):
+        assert "refused" in efd_result(mapping, MESSAGES[0]), name
+        assert "value" in theirs, (name, theirs)
