@@ -42,7 +42,12 @@ def scalar_text(value: Any) -> Any:
 
 def flatten(value: Any, prefix: str, separator: str, omit_arrays: bool) -> dict[str, Any]:
     if isinstance(value, dict) or (not omit_arrays and isinstance(value, list)):
-        items = value.items() if isinstance(value, dict) else enumerate(value)
+        # In JavaScript's order of keys, which decides the order of the keys made from them.
+        items = (
+            [(key, value[key]) for key in jsonjs.js_key_order(value)]
+            if isinstance(value, dict)
+            else enumerate(value)
+        )
         out: dict[str, Any] = {}
         for key, item in items:
             name = f"{prefix}{separator}{key}" if prefix else str(key)
