@@ -60,6 +60,12 @@ def test_a_missing_path_drops_its_key_and_is_null_in_an_array() -> None:
     assert mapped({"a": {"@path": "$.traits.age.x"}}) == {"a": 0}
 
 
+def test_a_path_made_from_the_message_may_hold_any_index() -> None:
+    mapping = {"x": {"@path": {"@template": "$.properties.items.{{n}}"}}}
+    assert mapped(mapping, {**MESSAGE, "n": "9" * 5000}) == {}
+    assert mapped(mapping, {**MESSAGE, "n": "1"}) == {"x": {"sku": "B-2", "price": 7}}
+
+
 def test_path_of_a_directive_must_give_a_string_when_it_runs() -> None:
     compiled = compile({"p": {"@path": {"@path": "$.properties.revenue"}}})
     with pytest.raises(MappingError, match=r"^data\.p\.@path: the path must be a string, and its"):
@@ -152,6 +158,11 @@ def test_merge() -> None:
         "m": {"a": 2, "b": 1, "k": "v", "n": None, "deep": {"x": None, "y": 1}}
     }
     assert mapped({"m": {"@merge": {"direction": "left", "objects": objects}}})["m"]["a"] == 1
+
+
+def test_merge_of_a_string_gives_its_utf16_units_as_javascript_does() -> None:
+    merge = {"@merge": {"direction": "right", "objects": [{"@path": "$.s"}]}}
+    assert mapped({"m": merge}, {"s": "a😀"}) == {"m": {"0": "a", "1": "\ud83d", "2": "\ude00"}}
 
 
 def test_transform_maps_a_mapped_value() -> None:

@@ -7,7 +7,7 @@ import re
 from typing import Any, Final
 
 from efd import jsonjs
-from efd.languages.mapping.values import UNDEFINED, finish, js_number
+from efd.languages.mapping.values import UNDEFINED, finish, js_number, utf16_units
 
 _DOLLAR: Final = re.compile(r"\$([$&`'])")
 
@@ -57,12 +57,13 @@ def flatten(value: Any, prefix: str, separator: str, omit_arrays: bool) -> dict[
 
 
 def assign(target: dict[str, Any], source: Any) -> None:
-    """Object.assign: an array or a string gives its items under "0", "1", ...; a scalar
-    gives nothing."""
+    """Object.assign: an array or a string gives its items under "0", "1", ... (a string's
+    UTF-16 units); a scalar gives nothing."""
     if isinstance(source, dict):
         target.update(source)
     elif isinstance(source, list | str):
-        target.update((str(i), item) for i, item in enumerate(source))
+        items = source if isinstance(source, list) else utf16_units(source)
+        target.update((str(i), item) for i, item in enumerate(items))
 
 
 def without_nulls(value: Any) -> Any:

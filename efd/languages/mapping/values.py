@@ -52,6 +52,15 @@ def utf16_length(text: str) -> int:
     return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
+def utf16_units(text: str) -> list[str]:
+    """A string's items in JavaScript: UTF-16 code units, a character outside the Basic
+    Multilingual Plane as its two surrogates."""
+    if text.isascii():
+        return list(text)
+    units = text.encode("utf-16-le", "surrogatepass")
+    return [units[i : i + 2].decode("utf-16-le", "surrogatepass") for i in range(0, len(units), 2)]
+
+
 def js_number(value: int | float) -> str:
     if isinstance(value, int):
         if -(2**53) < value < 2**53:
@@ -130,7 +139,8 @@ def finish(value: Any) -> Any:
 
 _SPLIT: Final = re.compile(r"""\[(?="|'|[0-9])|\.|(?<="|'|[0-9])\]+""")
 _QUOTES: Final = re.compile("""['"]""")
-_INDEX: Final = re.compile("0|[1-9][0-9]*")
+# An index into an array or a string; a longer one is past any array's length.
+_INDEX: Final = re.compile("0|[1-9][0-9]{0,15}")
 WHOLE: Final = None  # the parsed form of a path that names the whole value
 
 
@@ -153,14 +163,8 @@ def _member(value: Any, key: str) -> Any:
         if _INDEX.fullmatch(key) is None:
             return UNDEFINED
         index = int(key)
-        if isinstance(value, list):
-            return value[index] if index < len(value) else UNDEFINED
-        if value.isascii():
-            return value[index] if index < len(value) else UNDEFINED
-        units = value.encode("utf-16-le", "surrogatepass")
-        if index >= len(units) // 2:
-            return UNDEFINED
-        return units[2 * index : 2 * index + 2].decode("utf-16-le", "surrogatepass")
+        items = value if isinstance(value, list) or value.isascii() else utf16_units(value)
+        return items[index] if index < len(items) else UNDEFINED
     return UNDEFINED
 
 
