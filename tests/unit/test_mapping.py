@@ -316,6 +316,7 @@ def test_the_message_must_be_an_object() -> None:
             'data.x.@json.value: the value must not be false, 0, "" or null',
         ),
         ([{"@path": "$."}], "data: the mapping must be an object, and it is an array"),
+        ({"x": {"@literal": float("inf")}}, "data.x.@literal: a number must be finite"),
         ("{nope", "data: the mapping is not valid JSON"),
         (
             {"x": [{"y": {"@case": {"operator": "up", "value": "a"}}}]},

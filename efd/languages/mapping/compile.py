@@ -7,6 +7,7 @@ wrong with it, and returns the closure that computes its value from the current 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -106,6 +107,7 @@ class _Compiler:
     def __init__(self) -> None:
         self.problems: list[str] = []
         self.depth = 0
+        self.too_deep = False
 
     def problem(self, path: Path, reason: str) -> Fn:
         self.problems.append(f"{jsonjs.field_name(path)}: {reason}")
@@ -119,7 +121,8 @@ class _Compiler:
     def value(self, node: Any, path: Path) -> Fn:
         """Any part of a mapping: a directive, an object or array of parts, or a constant."""
         if self.depth >= MAX_DEPTH:
-            if not any(p.endswith("levels deep") for p in self.problems):
+            if not self.too_deep:
+                self.too_deep = True
                 self.problem(path, f"the mapping is nested more than {MAX_DEPTH} levels deep")
             return _nothing
         self.depth += 1
@@ -138,6 +141,8 @@ class _Compiler:
         if isinstance(node, list | tuple):
             items = [self.value(item, (*path, i)) for i, item in enumerate(node)]
             return lambda payload: [fn(payload) for fn in items]
+        if isinstance(node, float) and not math.isfinite(node):
+            return self.problem(path, "a number must be finite")
         if node is None or isinstance(node, str | int | float):
             return _const(node)
         return self.problem(path, f"{type(node).__name__} is not a JSON value")
