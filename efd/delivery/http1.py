@@ -3,8 +3,9 @@ client certificate, the address guard at connect, one deadline for the whole exc
 
 Written here rather than taken from aiohttp because a POST is all delivery sends, and
 aiohttp's general client (redirects, cookies, proxies, multidicts, streams) costs several
-times the CPU of the bytes it moves (bench/LOG.md, issue 26). What the wire format says lives
-in efd/delivery/wire.py; this module does the I/O.
+times the CPU of the bytes it moves (docs/decisions.md). What the wire format says lives in
+efd/delivery/wire.py (the request) and efd/delivery/reader.py (the answer); this module does
+the I/O.
 
 Every failure is a `RequestFailed` carrying the error class of docs/delivery.md; nothing
 else escapes `Client.post` except cancellation and bugs.
@@ -24,21 +25,12 @@ from yarl import URL
 
 from efd.delivery import addresses, connect, netguard
 from efd.delivery.addresses import AddressInfo
-from efd.delivery.wire import (
-    CHUNKED,
-    LENGTH,
-    BadHeader,
-    ProtocolError,
-    chunk_size,
-    parse_head,
-    request_head,
-)
+from efd.delivery.reader import Data, End, Head, ResponseReader
+from efd.delivery.wire import BadHeader, request_head
 
 GUARD_TAG = "efd address guard"
 KEEPALIVE = 15.0  # seconds an idle connection is kept for the next POST (aiohttp's default)
 DNS_TTL = 30.0  # seconds a name's addresses are reused before it is resolved again
-_MAX_HEAD = 64 * 1024  # an answer's head larger than this is not a webhook receiver's
-_MAX_LINE = 4096  # a chunk-size or trailer line
 _EARLY = "the receiver sent bytes before the request was written"
 
 
@@ -109,31 +101,23 @@ class _Stale(Exception):
     likely the server closed it while it was idle."""
 
 
-# Where a connection is in reading an answer.
-_HEAD, _BODY, _CHUNK_LINE, _CHUNK_DATA, _CHUNK_END, _TRAILERS, _UNTIL_CLOSE = range(7)
-
-
 class _Connection(asyncio.Protocol):
-    """One keep-alive connection; reads one answer at a time into its waiter."""
+    """One keep-alive connection: the bytes it receives go to its reader, and the answer the
+    reader finds goes to the request's waiter."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, keep: int, limit: int) -> None:
         self._loop = loop
         self._keep = keep  # body bytes kept for the answer's head
-        self._limit = limit  # body bytes read at most
+        self._reader = ResponseReader(limit)
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.reusable = True
         self.idle_since = 0.0
         self.early = False  # bytes came while no request was waiting: the framing is lost
         self._waiter: asyncio.Future[Answer] | None = None
-        self._buffer = bytearray()
         self._received = False
-        self._state = _HEAD
-        self._status = 0
-        self._retry_after: str | None = None
-        self._kept = bytearray()
-        self._read = 0  # body bytes read of this answer
-        self._remaining = 0  # of the body or the current chunk
+        self._head: Head | None = None
+        self._kept = b""
 
     # -- asyncio.Protocol ----------------------------------------------------------------
 
@@ -142,42 +126,23 @@ class _Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
-        waiter = self._waiter
-        if waiter is None:  # before the request, or while idle in the pool
+        if self._waiter is None:  # before the request, or while idle in the pool
             self.early = True
             self.close()
             return
         self._received = True
-        try:
-            if self._state == _HEAD and not self._buffer:
-                # The common answer: a whole head and its Content-Length body in one read.
-                end = data.find(b"\r\n\r\n")
-                if end >= 0:
-                    status, retry_after, framing, length, keep_alive = parse_head(data[:end])
-                    start = end + 4
-                    if (
-                        status >= 200
-                        and framing == LENGTH
-                        and len(data) - start == length
-                        and length < self._limit
-                    ):
-                        self._waiter = None
-                        if not keep_alive:
-                            self.reusable = False
-                        head = data[start : start + min(length, self._keep)]
-                        waiter.set_result(Answer(status, retry_after, head))
-                        return
-                    # Any other answer is read by _advance, from its head parsed here.
-                    self._buffer += memoryview(data)[start:]
-                    if not self._start(status, retry_after, framing, length, keep_alive):
-                        self._advance()  # an interim answer: the next head follows
-                    elif self._waiter is not None:
-                        self._advance()
-                    return
-            self._buffer += data
-            self._advance()
-        except ProtocolError as error:
-            self._fail(RequestFailed("protocol", str(error)))
+        for event in self._reader.feed(data):
+            if isinstance(event, Data):
+                kept = self._kept
+                if len(kept) < self._keep:
+                    self._kept = kept + event.data[: self._keep - len(kept)]
+            elif isinstance(event, Head):
+                if not event.interim:
+                    self._head = event
+            elif isinstance(event, End):
+                self._finish(event)
+            else:
+                self._fail(RequestFailed("protocol", event.reason))
 
     def eof_received(self) -> bool | None:
         return None  # the transport closes; connection_lost ends a body read until close
@@ -187,9 +152,12 @@ class _Connection(asyncio.Protocol):
         self.reusable = False
         if self._waiter is None:
             return
-        if self._state == _UNTIL_CLOSE and exc is None:
-            self._finish()
-        elif not self._received:
+        if exc is None:
+            for event in self._reader.feed_eof():
+                if isinstance(event, End):
+                    self._finish(event)
+                    return
+        if not self._received:
             self._fail(_Stale(_lost_reason(exc, "before the answer")))
         else:
             self._fail(RequestFailed("reset", _lost_reason(exc, "in the middle of the answer")))
@@ -225,132 +193,24 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
-    # -- reading ---------------------------------------------------------------------------
+    # -- the answer ------------------------------------------------------------------------
 
-    def _advance(self) -> None:
-        buffer = self._buffer
-        while True:
-            state = self._state
-            if state == _HEAD:
-                end = buffer.find(b"\r\n\r\n")
-                if end < 0:
-                    if len(buffer) > _MAX_HEAD:
-                        raise ProtocolError("the answer's head is larger than 64 KiB")
-                    return
-                head = parse_head(bytes(buffer[:end]))
-                del buffer[: end + 4]
-                if self._start(*head) and self._waiter is None:
-                    return  # an answer without a body, finished
-            elif state in (_BODY, _CHUNK_DATA):
-                if not buffer:
-                    return
-                take = min(len(buffer), self._remaining)
-                self._remaining -= take
-                if self._body(buffer, take):
-                    return
-                if self._remaining:
-                    return
-                if state == _BODY:
-                    self._finish()
-                    return
-                self._state = _CHUNK_END
-            elif state in (_CHUNK_LINE, _TRAILERS):
-                end = buffer.find(b"\r\n")
-                if end < 0:
-                    if len(buffer) > _MAX_LINE:
-                        raise ProtocolError("a chunk or trailer line longer than 4 KiB")
-                    return
-                line = bytes(buffer[:end])
-                del buffer[: end + 2]
-                if state == _TRAILERS:
-                    if not line:
-                        self._finish()
-                        return
-                    self._read += len(line)
-                    if self._read >= self._limit:
-                        self.reusable = False
-                        self._finish()
-                        return
-                else:
-                    self._remaining = chunk_size(line)
-                    self._state = _CHUNK_DATA if self._remaining else _TRAILERS
-            elif state == _CHUNK_END:
-                if len(buffer) < 2:
-                    return
-                if buffer[:2] != b"\r\n":
-                    raise ProtocolError("a chunk not followed by CRLF")
-                del buffer[:2]
-                self._state = _CHUNK_LINE
-            else:  # _UNTIL_CLOSE
-                if buffer:
-                    self._body(buffer, len(buffer))
-                return
-
-    def _start(
-        self, status: int, retry_after: str | None, framing: int, length: int, keep_alive: bool
-    ) -> bool:
-        """Begin reading the answer this head starts (an empty body finishes it here);
-        False for an interim answer (100 Continue, 103 Early Hints), which is skipped."""
-        if status < 200:
-            if status == 101:  # efd never asks to switch protocols
-                raise ProtocolError("101 Switching Protocols without an Upgrade")
-            return False
-        self._status = status
-        self._retry_after = retry_after
-        if not keep_alive:
-            self.reusable = False
-        if framing == LENGTH:
-            if length == 0:
-                self._finish()
-            else:
-                self._remaining = length
-                self._state = _BODY
-        elif framing == CHUNKED:
-            self._state = _CHUNK_LINE
-        else:
-            self.reusable = False
-            self._state = _UNTIL_CLOSE
-        return True
-
-    def _body(self, buffer: bytearray, take: int) -> bool:
-        """Take `take` bytes of the body from `buffer`; True when the answer ended at the
-        read limit (the rest is not read, so the connection cannot be reused)."""
-        if len(self._kept) < self._keep:
-            self._kept += buffer[: min(take, self._keep - len(self._kept))]
-        del buffer[:take]
-        self._read += take
-        if self._read >= self._limit:
-            self.reusable = False
-            self._finish()
-            return True
-        return False
-
-    def _finish(self) -> None:
+    def _finish(self, end: End) -> None:
         waiter, self._waiter = self._waiter, None
-        answer = Answer(self._status, self._retry_after, bytes(self._kept))
-        if self._buffer:  # bytes beyond the answer: the server does not frame as efd reads
+        head, self._head = self._head, None
+        kept, self._kept = self._kept, b""
+        if not end.reusable:
             self.reusable = False
-        self._reset()
-        if waiter is not None and not waiter.done():
-            waiter.set_result(answer)
+        if waiter is not None and not waiter.done() and head is not None:
+            waiter.set_result(Answer(head.status, head.retry_after, kept))
 
     def _fail(self, error: Exception) -> None:
         waiter, self._waiter = self._waiter, None
         self.reusable = False
-        self._reset()
         if self.transport is not None:
             self.transport.abort()
         if waiter is not None and not waiter.done():
             waiter.set_exception(error)
-
-    def _reset(self) -> None:
-        self._state = _HEAD
-        self._status = 0
-        self._retry_after = None
-        self._read = 0
-        self._remaining = 0
-        if self._kept:
-            self._kept = bytearray()
 
 
 def _lost_reason(exc: Exception | None, when: str) -> str:

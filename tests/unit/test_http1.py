@@ -1,19 +1,14 @@
-"""efd.delivery.wire: the request head efd writes and what it reads from an answer's head."""
+"""efd.delivery.wire, the request head efd writes, and efd.delivery.reader's reading of an
+answer's head and chunk lines (the reader's whole answers: tests/unit/test_reader.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from efd.delivery.wire import (
-    CHUNKED,
-    CLOSE,
-    LENGTH,
-    BadHeader,
-    ProtocolError,
-    chunk_size,
-    parse_head,
-    request_head,
-)
+from efd.delivery.reader import Framing, ProtocolError, chunk_size, parse_head
+from efd.delivery.wire import BadHeader, request_head
+
+LENGTH, CHUNKED, CLOSE, NONE = Framing.LENGTH, Framing.CHUNKED, Framing.UNTIL_CLOSE, Framing.NONE
 
 
 def test_the_request_head_keeps_names_as_given_and_frames_the_body() -> None:
@@ -56,7 +51,7 @@ def test_headers_that_would_change_the_request_are_refused(
     ("head", "parsed"),
     [
         (b"HTTP/1.1 200 OK\r\nContent-Length: 2", (200, None, LENGTH, 2, True)),
-        (b"HTTP/1.1 204 No Content", (204, None, LENGTH, 0, True)),
+        (b"HTTP/1.1 204 No Content", (204, None, NONE, 0, True)),
         (b"HTTP/1.1 200", (200, None, CLOSE, 0, False)),  # no reason phrase, no length
         (b"HTTP/1.1 200 OK\r\ncontent-length:  5 ", (200, None, LENGTH, 5, True)),
         (b"HTTP/1.1 200 OK\r\nContent-Length: 5, 5", (200, None, LENGTH, 5, True)),
@@ -79,14 +74,21 @@ def test_headers_that_would_change_the_request_are_refused(
             (200, None, CHUNKED, 0, True),
         ),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip", (200, None, CLOSE, 0, False)),
-        (b"HTTP/1.1 100 Continue", (100, None, LENGTH, 0, True)),
-        (b"HTTP/1.1 304 Not Modified\r\nContent-Length: 99", (304, None, LENGTH, 0, True)),
+        (b"HTTP/1.1 100 Continue", (100, None, NONE, 0, True)),
+        (b"HTTP/1.1 304 Not Modified\r\nContent-Length: 99", (304, None, NONE, 0, True)),
         # Outside 100-599: read as sent, and retried as a 5xx (docs/delivery.md).
         (b"HTTP/1.1 999 Odd\r\nContent-Length: 0", (999, None, LENGTH, 0, True)),
     ],
 )
 def test_what_an_answer_head_says(head: bytes, parsed: tuple[object, ...]) -> None:
-    assert parse_head(head) == parsed
+    read = parse_head(head)
+    assert (read.status, read.retry_after, read.framing, read.length, read.keep_alive) == parsed
+
+
+def test_a_head_keeps_its_reason_and_headers_in_order() -> None:
+    head = parse_head(b"HTTP/1.0 200 Fine by me\r\nX-B: 2\r\ncontent-length: 0\r\nX-A:1 ")
+    assert (head.minor, head.reason) == (0, b"Fine by me")
+    assert head.headers == ((b"x-b", b"2"), (b"content-length", b"0"), (b"x-a", b"1"))
 
 
 @pytest.mark.parametrize(
