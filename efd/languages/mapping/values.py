@@ -126,9 +126,10 @@ def kind(value: Any) -> str:
 
 def finish(value: Any) -> Any:
     """The value as JSON has it: an object drops an undefined key, an array writes null."""
-    if isinstance(value, dict):
+    shape = type(value)
+    if shape is dict:
         return {key: finish(item) for key, item in value.items() if item is not UNDEFINED}
-    if isinstance(value, list):
+    if shape is list:
         return [None if item is UNDEFINED else finish(item) for item in value]
     return value
 
@@ -173,7 +174,10 @@ def get(value: Any, keys: tuple[str, ...] | None) -> Any:
     if keys is WHOLE:
         return value
     for key in keys:
-        if not truthy(value):
+        if type(value) is dict:  # the common case first: an object, truthy even when empty
+            value = value.get(key, UNDEFINED)
+        elif not truthy(value):
             return value
-        value = _member(value, key)
+        else:
+            value = _member(value, key)
     return value
