@@ -4,6 +4,7 @@ MappingError. Agreement with Segment's kit itself is tests/integration/test_mapp
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Callable
 from typing import Any
 
@@ -327,6 +328,13 @@ def test_the_message_must_be_an_object() -> None:
 def test_refused_at_load(mapping: Any, problem: str) -> None:
     problems = refusal(mapping)
     assert any(p.startswith(problem) for p in problems), problems
+
+
+def test_a_toml_mapping_is_checked_like_a_json_one() -> None:
+    data = tomllib.loads('x = { "@path" = "$.userId" }\nwhen = 2026-01-01\n')
+    assert refusal(data) == ["data.when: date is not a JSON value"]
+    del data["when"]
+    assert mapped(data) == {"x": "u-1"}
 
 
 def test_every_problem_is_listed() -> None:
