@@ -388,6 +388,10 @@ class Dispatcher:
                 due = await self._deliveries.next_due(route.name)
                 if due is not None:
                     self._due_hint = min(self._due_hint, due)
+        if self._due_hint <= now and self._held.lapsed_before(now) < now:
+            # What is due (the claim came back short) are leases that lapsed in an outage,
+            # held back from claims for now: look again at the poll, not at once.
+            return wait
         return min(wait, max(0.0, self._due_hint - now))
 
     def _offer(self, route: Route) -> None:

@@ -1,18 +1,18 @@
 """The dispatcher's rules, against an in-memory twin of the delivery store and a fake
 sender: capacity per hook, claiming ahead, one slow receiver never starving another,
 wake-ups on new work and on due retries, and what a stop gives back. No database, no
-network: each test takes milliseconds. The real store and real receivers are
-tests/integration/test_delivery.py's."""
+network, and virtual time (tests/unit/clocks.py): each test takes milliseconds, whatever
+the seconds it lets pass, and what must not happen by a moment is checked at that moment.
+The real store and real receivers are tests/integration/test_delivery.py's."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -27,7 +27,9 @@ from efd.segment import webhooks
 from efd.segment.webhooks import Route, webhook_id
 from efd.settings import Current
 from tests.support.memory import MemoryDeliveries
-from tests.unit.clocks import FakeClock
+from tests.unit.clocks import VirtualClock, advance, virtual_loop
+
+pytestmark = pytest.mark.virtual_time
 
 HOOK_A, HOOK_B = "https://a.example/hook", "https://b.example/hook"
 HOOK_O = "https://o.example/hook"  # destination "o" is ordered per user
@@ -50,6 +52,7 @@ class FakeRounds:
     webhook_ids: list[str] = field(default_factory=list)  # each round's, in order
     started: asyncio.Event = field(default_factory=asyncio.Event)
     gate: asyncio.Event = field(default_factory=asyncio.Event)
+    clock: VirtualClock | None = None  # the dispatcher's: an attempt's start is read on it
 
     def start_round(
         self, route: Route, urls: Sequence[str], body: str, message: webhooks.MessageKey
@@ -70,7 +73,8 @@ class FakeRounds:
         try:
             if self.held & set(urls):
                 await self.gate.wait()
-            now = time.time()
+            assert self.clock is not None
+            now = self.clock.now()
             refused = webhook_id in self.refused
             return [
                 AttemptResult(url, now, 0.001, verdict, _STATUS[verdict])
@@ -104,25 +108,42 @@ def settings(**delivery: Any) -> config.Settings:
     )
 
 
+class Start(Protocol):
+    """The `running` fixture: a started dispatcher on `store` and `rounds`, on `clock`
+    (by default one that starts at the store's clock)."""
+
+    async def __call__(
+        self,
+        store: MemoryDeliveries,
+        rounds: FakeRounds,
+        metrics: Metrics | None = None,
+        clock: VirtualClock | None = None,
+        holder: Current[config.Settings] | None = None,
+        **delivery: Any,
+    ) -> Dispatcher: ...
+
+
 @pytest.fixture
-async def running():  # type: ignore[no-untyped-def]
+async def running() -> AsyncIterator[Start]:
     started: list[Dispatcher] = []
 
     async def start(
         store: MemoryDeliveries,
         rounds: FakeRounds,
         metrics: Metrics | None = None,
-        clock: FakeClock | None = None,
+        clock: VirtualClock | None = None,
         holder: Current[config.Settings] | None = None,
         **delivery: Any,
     ) -> Dispatcher:
+        clock = clock or VirtualClock(start=store.clock)
+        rounds.clock = clock
         d = Dispatcher(
             deliveries=store,
             rounds=rounds,
             settings=holder or Current(settings(**delivery)),
             metrics=metrics or Metrics(),
             owner="test",
-            **({} if clock is None else {"clock": clock}),
+            clock=clock,
         )
         await d.start(stack)
         started.append(d)
@@ -134,7 +155,7 @@ async def running():  # type: ignore[no-untyped-def]
             await d.stop(grace=0.1)  # before the stack's stop, which gives a round's timeout
 
 
-async def test_every_due_delivery_is_delivered_once(running):
+async def test_every_due_delivery_is_delivered_once(running: Start) -> None:
     store, rounds = MemoryDeliveries(), FakeRounds()
     store.add("a", 300)
     store.add("b", 200)
@@ -144,7 +165,9 @@ async def test_every_due_delivery_is_delivered_once(running):
     assert len(store.attempts) == 500
 
 
-async def test_a_delivery_whose_payload_was_purged_sends_nothing_and_says_why(running):
+async def test_a_delivery_whose_payload_was_purged_sends_nothing_and_says_why(
+    running: Start,
+) -> None:
     store, rounds = MemoryDeliveries(), FakeRounds()
     [purged, kept] = store.add("a", 2)
     store.rows[purged].purged = True
@@ -158,13 +181,15 @@ async def test_a_delivery_whose_payload_was_purged_sends_nothing_and_says_why(ru
     assert row.attempts == 0  # no request went out
 
 
-async def test_a_hook_never_has_more_than_max_per_hook_rounds_and_claims_stay_bounded(running):
+async def test_a_hook_never_has_more_than_max_per_hook_rounds_and_claims_stay_bounded(
+    running: Start,
+) -> None:
     rounds = FakeRounds(held={HOOK_A})
     store = MemoryDeliveries(rounds=rounds)
     store.add("a", 200)
     # Its time stands still while it is busy: no rate is ever counted, so it holds the floor
     # (efd/delivery/ahead.py).
-    await running(store, rounds, clock=FakeClock(start=store.clock), max_per_hook=3)
+    await running(store, rounds, max_per_hook=3)
     await rounds.started.wait()
     rounds.gate.set()  # let them all through, 3 at a time
     await store.wait(lambda: store.status("a") == {"delivered": 200})
@@ -173,7 +198,7 @@ async def test_a_hook_never_has_more_than_max_per_hook_rounds_and_claims_stay_bo
     assert store.most_held["a"] == 3 + 4 * 3
 
 
-async def test_a_stuck_receiver_does_not_hold_up_another_destination(running):
+async def test_a_stuck_receiver_does_not_hold_up_another_destination(running: Start) -> None:
     store, rounds = MemoryDeliveries(), FakeRounds(held={HOOK_A})
     store.add("a", 100)
     store.add("b", 100)
@@ -183,23 +208,23 @@ async def test_a_stuck_receiver_does_not_hold_up_another_destination(running):
     assert rounds.in_flight[HOOK_A] == 4
 
 
-async def test_the_dispatcher_keeps_the_time_of_its_clock(running):
+async def test_the_dispatcher_keeps_the_time_of_its_clock(running: Start) -> None:
     # A minute of its clock passes without a minute passing: the delivery due in a minute
     # is sent when that clock says so.
-    clock = FakeClock(start=MemoryDeliveries().clock)
+    clock = VirtualClock(start=MemoryDeliveries().clock)
     store, rounds = MemoryDeliveries(), FakeRounds()
     [pk] = store.add("a", 1, due_in=60)
     await running(store, rounds, clock=clock)
-    await asyncio.wait_for(rounds.started.wait(), timeout=30)
-    # (Read at the send: the outcome's write may wait a moment of real time for company,
-    # and that clock runs on while the dispatcher idles.)
-    assert store.clock + 60 <= clock.time < store.clock + 60 + 2
+    await asyncio.wait_for(rounds.started.wait(), timeout=90)
+    assert store.clock + 60 <= clock.time < store.clock + 60 + 0.01  # when due, not a poll later
     await store.wait(lambda: store.status("a") == {"delivered": 1})
     assert store.rows[pk].attempts == 1
     assert max(clock.waits) <= dispatcher._IDLE_POLL  # it looked again at least every poll
 
 
-async def test_new_work_wakes_an_idle_dispatcher_at_once(running, monkeypatch):
+async def test_new_work_wakes_an_idle_dispatcher_at_once(
+    running: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Without the wake-up the dispatcher would next look in an hour.
     monkeypatch.setattr(dispatcher, "_IDLE_POLL", 3600.0)
     store, rounds = MemoryDeliveries(), FakeRounds()
@@ -207,10 +232,15 @@ async def test_new_work_wakes_an_idle_dispatcher_at_once(running, monkeypatch):
     await store.asked_due.wait()  # it found nothing to claim and went idle
     store.add("a", 1)
     d.notify()
+    woken = virtual_loop().time()
+    await store.wait(lambda: rounds.sent[HOOK_A] == 1)
+    assert virtual_loop().time() - woken < 0.1  # not at the next poll
     await store.wait(lambda: store.status("a") == {"delivered": 1})
 
 
-async def test_a_retry_runs_when_due_without_a_wake_up(running, monkeypatch):
+async def test_a_retry_runs_when_due_without_a_wake_up(
+    running: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(dispatcher, "_IDLE_POLL", 3600.0)
     store, rounds = MemoryDeliveries(), FakeRounds(verdicts={HOOK_A: Verdict.RETRY})
     store.add("a", 1)
@@ -221,7 +251,9 @@ async def test_a_retry_runs_when_due_without_a_wake_up(running, monkeypatch):
     assert store.rows[1].attempts >= 2
 
 
-async def test_every_round_of_a_delivery_goes_under_its_message_s_webhook_id(running):
+async def test_every_round_of_a_delivery_goes_under_its_message_s_webhook_id(
+    running: Start,
+) -> None:
     store, rounds = MemoryDeliveries(), FakeRounds(verdicts={HOOK_A: Verdict.RETRY})
     store.add("a", 2)
     await running(store, rounds)
@@ -234,7 +266,7 @@ async def test_every_round_of_a_delivery_goes_under_its_message_s_webhook_id(run
     assert Counter(rounds.webhook_ids) == {expected[pk]: r.attempts for pk, r in store.rows.items()}
 
 
-async def test_a_failed_hook_is_final_and_the_delivery_fails(running):
+async def test_a_failed_hook_is_final_and_the_delivery_fails(running: Start) -> None:
     store, rounds = MemoryDeliveries(), FakeRounds(verdicts={HOOK_A: Verdict.FAIL})
     store.add("a", 5)
     await running(store, rounds)
@@ -242,7 +274,7 @@ async def test_a_failed_hook_is_final_and_the_delivery_fails(running):
     assert rounds.sent[HOOK_A] == 5  # never retried
 
 
-async def test_stop_gives_back_what_was_claimed_but_not_sent(running):
+async def test_stop_gives_back_what_was_claimed_but_not_sent(running: Start) -> None:
     store, rounds = MemoryDeliveries(), FakeRounds(held={HOOK_A})
     store.add("a", 50)
     d = await running(store, rounds, max_per_hook=2)
@@ -254,7 +286,7 @@ async def test_stop_gives_back_what_was_claimed_but_not_sent(running):
     assert store.status("a") == {"pending": 50}  # none lost
 
 
-async def test_an_outcome_after_the_lease_moved_on_is_counted_stale(running):
+async def test_an_outcome_after_the_lease_moved_on_is_counted_stale(running: Start) -> None:
     store, rounds, metrics = MemoryDeliveries(), FakeRounds(held={HOOK_A}), Metrics()
     store.add("a", 1)
     await running(store, rounds, metrics)
@@ -266,7 +298,7 @@ async def test_an_outcome_after_the_lease_moved_on_is_counted_stale(running):
     assert store.status("a") == {"pending": 1}  # the newer claim decides
 
 
-async def test_a_saturated_destination_does_not_spin_the_dispatcher(running):
+async def test_a_saturated_destination_does_not_spin_the_dispatcher(running: Start) -> None:
     """Due deliveries but no free slot: the loop waits for a slot (or the idle poll), it
     does not ask the store again and again. Shown by turns of the event loop, not by time:
     a spinning loop would claim on each."""
@@ -283,7 +315,7 @@ async def test_a_saturated_destination_does_not_spin_the_dispatcher(running):
     assert rounds.in_flight[HOOK_A] == 1
 
 
-async def test_an_idle_dispatcher_does_not_ask_the_store_again_and_again(running):
+async def test_an_idle_dispatcher_does_not_ask_the_store_again_and_again(running: Start) -> None:
     """Nothing due anywhere: after looking once, the loop waits for new work, a due retry
     or the idle poll. (It used to wake itself after every empty claim: 270 claims a
     second, a third of a core, doing nothing.)"""
@@ -296,7 +328,9 @@ async def test_an_idle_dispatcher_does_not_ask_the_store_again_and_again(running
     assert store.calls == before
 
 
-async def test_an_open_circuit_gets_probes_only_and_its_closing_makes_the_backlog_due(running):
+async def test_an_open_circuit_gets_probes_only_and_its_closing_makes_the_backlog_due(
+    running: Start,
+) -> None:
     store, rounds = MemoryDeliveries(), FakeRounds(verdicts={HOOK_A: Verdict.RETRY})
     store.add("a", 5)
     metrics = Metrics()
@@ -319,7 +353,9 @@ async def test_an_open_circuit_gets_probes_only_and_its_closing_makes_the_backlo
     assert metrics.circuit_open[("a", HOOK_A)] == 0
 
 
-async def test_hooks_are_stored_by_label_and_rows_naming_them_by_url_still_count(running):
+async def test_hooks_are_stored_by_label_and_rows_naming_them_by_url_still_count(
+    running: Start,
+) -> None:
     """failed_hooks, last_error and the attempt rows name hooks by label, never by URL; a
     delivery whose failed_hooks was written before, with the raw URL, skips that hook."""
     store = MemoryDeliveries()
@@ -340,7 +376,7 @@ async def test_hooks_are_stored_by_label_and_rows_naming_them_by_url_still_count
     assert metrics.circuit_open == {("c", LABEL_1): 1}
 
 
-async def test_a_destination_removed_by_a_reload_with_rounds_in_flight(running):
+async def test_a_destination_removed_by_a_reload_with_rounds_in_flight(running: Start) -> None:
     rounds = FakeRounds(held={HOOK_A})
     store = MemoryDeliveries(rounds=rounds)
     store.add("a", 20)
@@ -348,7 +384,7 @@ async def test_a_destination_removed_by_a_reload_with_rounds_in_flight(running):
     d = await running(store, rounds, holder=holder)
     await rounds.started.wait()
     while rounds.in_flight[HOOK_A] < 2:  # two rounds at the receiver, held there
-        await asyncio.sleep(0.001)
+        await advance(0.001)
     remaining = config.load(None, destinations=[{"name": "b", "hooks": [{"url": HOOK_B}]}])
     await holder.replace(remaining)
     rounds.gate.set()  # the rounds in flight finish after the destination is gone
@@ -361,22 +397,25 @@ async def test_a_destination_removed_by_a_reload_with_rounds_in_flight(running):
     assert d.running
 
 
+# The shortest lease the configuration allows over a round's timeout of 0.05 s (more than
+# 5 s above it); well above the 2 s beyond the timeout a round needs left on it to start.
+LEASE = 5.1
+
+
 def short_lease(**delivery: Any) -> config.Settings:
-    """Leases of 2.2 s: below what the configuration allows (timeout + 5 s), so that a
-    test of their lapse takes seconds; above the timeout + 2 s a round needs left on its
-    lease to start."""
-    base = settings(timeout_seconds=0.05, **delivery)
-    return base.model_copy(
-        update={"delivery": base.delivery.model_copy(update={"lease_seconds": 2.2})}
-    )
+    return settings(timeout_seconds=0.05, lease_seconds=LEASE, **delivery)
+
+
+StartTwo = Callable[[MemoryDeliveries, FakeRounds], Awaitable[list[Dispatcher]]]
 
 
 @pytest.fixture
-async def two_processes():  # type: ignore[no-untyped-def]
-    """Two dispatchers (two daemons) on one store and one set of receivers."""
+async def two_processes() -> AsyncIterator[StartTwo]:
+    """Two dispatchers (two daemons) on one store and one set of receivers, one clock."""
     started: list[Dispatcher] = []
 
     async def start(store: MemoryDeliveries, rounds: FakeRounds) -> list[Dispatcher]:
+        rounds.clock = VirtualClock(start=store.clock)
         for owner in ("one", "two"):
             d = Dispatcher(
                 deliveries=store,
@@ -384,6 +423,7 @@ async def two_processes():  # type: ignore[no-untyped-def]
                 settings=Current(short_lease()),
                 metrics=Metrics(),
                 owner=owner,
+                clock=rounds.clock,
             )
             await d.start(stack)
             started.append(d)
@@ -395,7 +435,9 @@ async def two_processes():  # type: ignore[no-untyped-def]
             await d.stop(grace=0.1)
 
 
-async def test_outcomes_written_later_than_the_lease_are_not_sent_again(two_processes):
+async def test_outcomes_written_later_than_the_lease_are_not_sent_again(
+    two_processes: StartTwo,
+) -> None:
     """Outcome writes stall for twice the lease while the database answers everything
     else: the leases are renewed meanwhile, so neither process claims those deliveries
     again and no receiver gets a message twice."""
@@ -406,8 +448,8 @@ async def test_outcomes_written_later_than_the_lease_are_not_sent_again(two_proc
     try:
         async with asyncio.timeout(30):
             while rounds.completed < 20:  # answered; their outcomes wait
-                await asyncio.sleep(0.01)
-        await asyncio.sleep(2 * 2.2)
+                await advance(0.01)
+        await advance(2 * LEASE)
     finally:
         stalled.set()
     await store.wait(lambda: store.status("a") == {"delivered": 20})
@@ -415,7 +457,9 @@ async def test_outcomes_written_later_than_the_lease_are_not_sent_again(two_proc
     assert set(Counter(rounds.webhook_ids).values()) == {1}
 
 
-async def test_outcomes_held_up_by_a_database_outage_are_not_sent_again(two_processes):
+async def test_outcomes_held_up_by_a_database_outage_are_not_sent_again(
+    two_processes: StartTwo,
+) -> None:
     """The database stops after the rounds were sent and stays down until their leases
     lapsed. When it is back, new work wakes the other process at once: it leaves the
     lapsed leases to their holder, which renews them first, so no receiver gets a
@@ -424,17 +468,24 @@ async def test_outcomes_held_up_by_a_database_outage_are_not_sent_again(two_proc
     store.add("a", 20)
     processes = await two_processes(store, rounds)
     await rounds.started.wait()
-    await asyncio.sleep(0.05)  # the first claim took all 20; the rounds wait
+    await advance(0.05)  # the first claim took all 20; the rounds wait
     store.down = True
     rounds.gate.set()  # answered, but their outcomes cannot be written
-    await asyncio.sleep(2.2 + 0.3)  # every lease lapses
+    await advance(LEASE + 0.3)  # every lease lapses
     store.down = False
+    claims, back = store.calls["claim"], virtual_loop().time()
     for d in processes:
         d.notify()
     await store.wait(lambda: store.status("a") == {"delivered": 20})
-    await asyncio.sleep(0.5)  # a second sending would have started by now
+    # A second sending starts at the latest at a process's next look (its idle poll), the
+    # holder's next renewal or once half a lease has passed since the store was back.
+    await advance(LEASE)
     assert rounds.sent[HOOK_A] == 20
     assert set(Counter(rounds.webhook_ids).values()) == {1}
+    # Meanwhile the lapsed leases held back from claims did not make either process claim
+    # again at once, over and over: each looked once a poll, a claim per destination.
+    looks = (virtual_loop().time() - back) / dispatcher._IDLE_POLL + 2
+    assert store.calls["claim"] - claims <= len(processes) * len(settings().destinations) * looks
 
 
 # -- ordered destinations ------------------------------------------------------------------
@@ -444,7 +495,9 @@ def _webhook_id(pk: int) -> str:
     return webhook_id(pk, "web", f"m{pk}", 1_700_000_000.0 + pk)  # as the twin claims it
 
 
-async def test_a_lane_is_sent_in_order_each_head_handing_on_at_once(running, monkeypatch):
+async def test_a_lane_is_sent_in_order_each_head_handing_on_at_once(
+    running: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Without the wake-up after a head's outcome the next would wait for an hour's poll.
     monkeypatch.setattr(dispatcher, "_IDLE_POLL", 3600.0)
     store, rounds = MemoryDeliveries(), FakeRounds()
@@ -457,7 +510,7 @@ async def test_a_lane_is_sent_in_order_each_head_handing_on_at_once(running, mon
     assert len(rounds.webhook_ids) == 15  # each once: only heads are ever claimed
 
 
-async def test_a_refused_head_holds_only_its_own_lane(running):
+async def test_a_refused_head_holds_only_its_own_lane(running: Start) -> None:
     store, rounds = MemoryDeliveries(), FakeRounds()
     bad = store.add("o", 4, lane="bad")
     good = {user: store.add("o", 4, lane=user) for user in ("g1", "g2")}
@@ -487,7 +540,9 @@ class RefusingDeliveries(MemoryDeliveries):
         return await super().record(outcomes, attempts)
 
 
-async def test_an_outcome_the_store_refuses_holds_up_no_other_and_is_sent_again(running):
+async def test_an_outcome_the_store_refuses_holds_up_no_other_and_is_sent_again(
+    running: Start,
+) -> None:
     store, rounds = RefusingDeliveries(), FakeRounds()
     ids = store.add("a", 40)
     store.refused = {ids[7]}
@@ -505,14 +560,16 @@ async def test_an_outcome_the_store_refuses_holds_up_no_other_and_is_sent_again(
 
 
 async def test_an_idle_dispatcher_takes_fresh_deliveries_without_claiming_them(
-    running, monkeypatch
-):
+    running: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(dispatcher, "_IDLE_POLL", 3600.0)
-    store, rounds, metrics = MemoryDeliveries(clock=time.time()), FakeRounds(), Metrics()
-    d = await running(store, rounds, metrics, max_per_hook=2)
+    store, rounds, metrics = MemoryDeliveries(), FakeRounds(), Metrics()
+    clock = VirtualClock(start=store.clock)
+    d = await running(store, rounds, metrics, clock=clock, max_per_hook=2)
     await store.asked_due.wait()  # idle: its last claims were short
     claims = store.calls["claim"]
     grant = d.room.grant()
+    store.clock = clock.now()  # ingestion inserts at the dispatcher's time
     # In flight plus held ready: 2 + 4 x 2 for "a"; nothing for the ordered "o".
     store.ingest("a", 12, grant)
     assert len(grant.claimed) == 10
@@ -526,26 +583,32 @@ async def test_an_idle_dispatcher_takes_fresh_deliveries_without_claiming_them(
     assert store.calls["claim"] > claims
 
 
-async def test_a_destination_with_older_deliveries_waiting_is_offered_no_slot(running):
+async def test_a_destination_with_older_deliveries_waiting_is_offered_no_slot(
+    running: Start,
+) -> None:
     rounds = FakeRounds(held={HOOK_A})
-    store = MemoryDeliveries(clock=time.time(), rounds=rounds)
+    store = MemoryDeliveries(rounds=rounds)
+    clock = VirtualClock(start=store.clock)
     store.add("a", 50)
-    d = await running(store, rounds, max_per_hook=2)
+    d = await running(store, rounds, clock=clock, max_per_hook=2)
     await rounds.started.wait()
     await store.wait(lambda: store.most_leased["a"] == 10)  # its claims were full
     grant = d.room.grant()
+    store.clock = clock.now()
     store.ingest("a", 3, grant)
     assert (grant.claimed, grant.left_pending) == ([], True)  # they queue behind the rest
     rounds.gate.set()
     await store.wait(lambda: store.status("a") == {"delivered": 53})
 
 
-async def test_handed_over_deliveries_not_started_at_a_stop_are_given_back(running):
+async def test_handed_over_deliveries_not_started_at_a_stop_are_given_back(running: Start) -> None:
     rounds = FakeRounds(held={HOOK_A})
-    store = MemoryDeliveries(clock=time.time(), rounds=rounds)
-    d = await running(store, rounds, max_per_hook=2)
+    store = MemoryDeliveries(rounds=rounds)
+    clock = VirtualClock(start=store.clock)
+    d = await running(store, rounds, clock=clock, max_per_hook=2)
     await store.asked_due.wait()
     grant = d.room.grant()
+    store.clock = clock.now()
     store.ingest("a", 6, grant)
     d.hand_over(grant)
     await rounds.started.wait()
@@ -557,7 +620,9 @@ async def test_handed_over_deliveries_not_started_at_a_stop_are_given_back(runni
     assert store.status("a") == {"pending": 6}
 
 
-async def test_a_lane_moves_on_without_waiting_for_the_recorder_s_linger(running, monkeypatch):
+async def test_a_lane_moves_on_without_waiting_for_the_recorder_s_linger(
+    running: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A head's final outcome is written at once, whatever the recorder holds back.
     monkeypatch.setattr(dispatcher, "_IDLE_POLL", 3600.0)
     monkeypatch.setattr(recorder, "LINGER_SECONDS", 3600.0)
@@ -567,7 +632,9 @@ async def test_a_lane_moves_on_without_waiting_for_the_recorder_s_linger(running
     await store.wait(lambda: store.status("o") == {"delivered": 5})
 
 
-async def test_a_retry_due_while_its_outcome_lingers_is_claimed_once_written(running, monkeypatch):
+async def test_a_retry_due_while_its_outcome_lingers_is_claimed_once_written(
+    running: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The retry comes due before its outcome is in the store (the row still carries the
     # lease then, and a claim passes it by): the write itself makes the dispatcher look.
     monkeypatch.setattr(dispatcher, "_IDLE_POLL", 3600.0)

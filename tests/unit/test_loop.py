@@ -1,5 +1,6 @@
-"""The worker loop (efd.loop), driven by a fake clock: what it waits for, how it backs off
-on store errors, what a notify and a stop do, and how it holds its side tasks."""
+"""The worker loop (efd.loop), on virtual time (tests/unit/clocks.py): what it waits for,
+how it backs off on store errors, what a notify and a stop do, and how it holds its side
+tasks."""
 
 from __future__ import annotations
 
@@ -11,14 +12,16 @@ import pytest
 
 from efd.errors import StoreUnavailable
 from efd.loop import SystemClock, Worker
-from tests.unit.clocks import FakeClock
+from tests.unit.clocks import VirtualClock, virtual_loop
+
+pytestmark = pytest.mark.virtual_time
 
 
 class Steps:
     """A step that returns the waits it is given in turn (raising the exceptions among
     them) and records the clock's time at each call; `done` is set at the last one."""
 
-    def __init__(self, clock: FakeClock, script: list[float | Exception]) -> None:
+    def __init__(self, clock: VirtualClock, script: list[float | Exception]) -> None:
         self.clock = clock
         self.script = list(script)
         self.times: list[float] = []
@@ -34,8 +37,8 @@ class Steps:
         return item
 
 
-async def test_each_step_says_how_long_to_wait_before_the_next():
-    clock = FakeClock()
+async def test_each_step_says_how_long_to_wait_before_the_next() -> None:
+    clock = VirtualClock()
     steps = Steps(clock, [5.0, 0.0, 2.5, math.inf])
     worker = Worker(steps, name="test", clock=clock)
     worker.start()
@@ -45,8 +48,8 @@ async def test_each_step_says_how_long_to_wait_before_the_next():
     assert steps.times == [1_000.0, 1_005.0, 1_005.0, 1_007.5]
 
 
-async def test_a_notify_ends_the_wait_at_once():
-    clock = FakeClock()
+async def test_a_notify_ends_the_wait_at_once() -> None:
+    clock = VirtualClock()
     steps = Steps(clock, [math.inf, math.inf])
     worker = Worker(steps, name="test", clock=clock)
     worker.start()
@@ -59,8 +62,10 @@ async def test_a_notify_ends_the_wait_at_once():
     assert steps.times == [1_000.0, 1_000.0]  # woken, not timed out
 
 
-async def test_store_errors_back_off_doubling_and_a_success_resets_it(caplog):
-    clock = FakeClock()
+async def test_store_errors_back_off_doubling_and_a_success_resets_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = VirtualClock()
     down = StoreUnavailable("connection refused")
     steps = Steps(clock, [down, down, down, 0.0, down, math.inf])
     worker = Worker(steps, name="test-loop", clock=clock)
@@ -75,8 +80,10 @@ async def test_store_errors_back_off_doubling_and_a_success_resets_it(caplog):
     assert len(messages) == 4
 
 
-async def test_only_the_errors_named_retry_on_count_as_the_store(caplog):
-    clock = FakeClock()
+async def test_only_the_errors_named_retry_on_count_as_the_store(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = VirtualClock()
     steps = Steps(clock, [KeyError("x"), OSError("disk"), math.inf])
     worker = Worker(steps, name="test-loop", clock=clock, retry_on=(OSError,))
     with caplog.at_level(logging.ERROR, logger="efd.loop"):
@@ -92,7 +99,7 @@ async def test_only_the_errors_named_retry_on_count_as_the_store(caplog):
     assert clock.waits == [0.5, 1.0, math.inf]
 
 
-async def test_stop_lets_the_running_step_finish_and_runs_no_other():
+async def test_stop_lets_the_running_step_finish_and_runs_no_other() -> None:
     gate = asyncio.Event()
     entered = asyncio.Event()
     finished: list[str] = []
@@ -103,7 +110,7 @@ async def test_stop_lets_the_running_step_finish_and_runs_no_other():
         finished.append("step")
         return 0.0
 
-    worker = Worker(step, name="test", clock=FakeClock())
+    worker = Worker(step, name="test", clock=VirtualClock())
     worker.start()
     await entered.wait()
     stopping = asyncio.create_task(worker.stop())
@@ -115,8 +122,8 @@ async def test_stop_lets_the_running_step_finish_and_runs_no_other():
     assert not worker.running
 
 
-async def test_a_sleep_inside_a_step_ends_on_stop():
-    clock = FakeClock()
+async def test_a_sleep_inside_a_step_ends_on_stop() -> None:
+    clock = VirtualClock()
     slept = asyncio.Event()
     woke: list[bool] = []
 
@@ -134,7 +141,9 @@ async def test_a_sleep_inside_a_step_ends_on_stop():
     assert worker.waking_at == 0.0  # not waiting any more
 
 
-async def test_side_tasks_are_held_waited_for_and_logged_when_they_fail(caplog):
+async def test_side_tasks_are_held_waited_for_and_logged_when_they_fail(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     release = asyncio.Event()
     outcomes: list[str] = []
 
@@ -157,7 +166,7 @@ async def test_side_tasks_are_held_waited_for_and_logged_when_they_fail(caplog):
         worker.spawn(fails())
         return math.inf
 
-    worker = Worker(step, name="test-loop", clock=FakeClock())
+    worker = Worker(step, name="test-loop", clock=VirtualClock())
     with caplog.at_level(logging.ERROR, logger="efd.loop"):
         worker.start()
         while not caplog.records:  # the failed one is let go, the other held
@@ -173,12 +182,13 @@ async def test_side_tasks_are_held_waited_for_and_logged_when_they_fail(caplog):
     assert worker.side_tasks == 0
     [record] = caplog.records
     assert record.getMessage() == "test-loop: a side task failed"
-    assert isinstance(record.exc_info[1], RuntimeError)  # type: ignore[index]
+    assert record.exc_info is not None
+    assert isinstance(record.exc_info[1], RuntimeError)
 
 
-async def test_a_stop_waits_its_grace_for_tracked_futures_then_cancels_them():
-    worker = Worker(Steps(FakeClock(), []), name="test")
-    loop = asyncio.get_running_loop()
+async def test_a_stop_waits_its_grace_for_tracked_futures_then_cancels_them() -> None:
+    worker = Worker(Steps(VirtualClock(), []), name="test")
+    loop = virtual_loop()
     answered: asyncio.Future[str] = loop.create_future()
     unanswered: asyncio.Future[str] = loop.create_future()
     seen: list[asyncio.Future[str]] = []
@@ -187,6 +197,7 @@ async def test_a_stop_waits_its_grace_for_tracked_futures_then_cancels_them():
     assert worker.side_tasks == 2
     loop.call_later(0.05, answered.set_result, "ok")
     await worker.stop(grace=0.5)
+    assert loop.time() == pytest.approx(0.5)  # the whole grace, no more
     assert answered.result() == "ok"  # answered within the grace: waited for
     assert unanswered.cancelled()  # never answered: cancelled once the grace ran out
     await asyncio.sleep(0)  # done callbacks run at the loop's next turn
@@ -194,8 +205,8 @@ async def test_a_stop_waits_its_grace_for_tracked_futures_then_cancels_them():
     assert seen == [unanswered]  # its follow-up ran once, with the cancelled future
 
 
-async def test_a_tracked_future_s_follow_up_runs_once_it_is_done():
-    worker = Worker(Steps(FakeClock(), []), name="test")
+async def test_a_tracked_future_s_follow_up_runs_once_it_is_done() -> None:
+    worker = Worker(Steps(VirtualClock(), []), name="test")
     future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
     seen: list[tuple[str, int]] = []
     worker.track(future, lambda f: seen.append((f.result(), worker.side_tasks)))
@@ -206,7 +217,7 @@ async def test_a_tracked_future_s_follow_up_runs_once_it_is_done():
     assert seen == [("answer", 0)]  # no longer held when its follow-up runs
 
 
-async def test_the_system_clock_waits_for_the_event_or_the_timeout():
+async def test_the_system_clock_waits_for_the_event_or_the_timeout() -> None:
     clock = SystemClock()
     event = asyncio.Event()
     assert await clock.wait(event, 0.001) is False
@@ -216,8 +227,8 @@ async def test_the_system_clock_waits_for_the_event_or_the_timeout():
 
 
 @pytest.mark.parametrize("coalesce", [0.0, 0.001])
-async def test_stop_before_start_and_twice_is_harmless(coalesce):
-    worker = Worker(Steps(FakeClock(), []), name="test", coalesce=coalesce)
+async def test_stop_before_start_and_twice_is_harmless(coalesce: float) -> None:
+    worker = Worker(Steps(VirtualClock(), []), name="test", coalesce=coalesce)
     await worker.stop()
     assert not worker.running
     await worker.stop()

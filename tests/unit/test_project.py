@@ -1,8 +1,10 @@
 """The habits of the repository: the lock files hold what pyproject.toml asks, at one version
-each, with hashes; the pre-commit hooks run the checks scripts/test runs."""
+each, with hashes; the pre-commit hooks run the checks scripts/test runs; no unit test waits
+real time."""
 
 from __future__ import annotations
 
+import ast
 import re
 import tomllib
 from pathlib import Path
@@ -56,3 +58,62 @@ def test_the_pre_commit_hooks_run_scripts_tests_checks() -> None:
     script = (ROOT / "scripts" / "test").read_text().splitlines()
     checks = {line for line in script if re.match(r"(ruff|mypy|lint-imports)\b", line)}
     assert entries == checks
+
+
+def real_sleeps(source: str) -> list[int]:
+    """The lines of `asyncio.sleep`/`time.sleep` calls (or a `sleep` imported from either)
+    whose delay is not a literal 0: a yield to the event loop is no wait."""
+    tree = ast.parse(source)
+    imported = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module in {"asyncio", "time"}
+        for alias in node.names
+        if alias.name == "sleep"
+    }
+    lines = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        called = node.func
+        if isinstance(called, ast.Attribute):
+            is_sleep = (
+                called.attr == "sleep"
+                and isinstance(called.value, ast.Name)
+                and called.value.id in {"asyncio", "time"}
+            )
+        else:
+            is_sleep = isinstance(called, ast.Name) and called.id in imported
+        delay = node.args[0] if node.args else None
+        if delay is None and node.keywords:
+            delay = node.keywords[0].value
+        is_zero = isinstance(delay, ast.Constant) and delay.value == 0
+        if is_sleep and not is_zero:
+            lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_real_sleeps_are_found_and_a_yield_is_not_one() -> None:
+    source = (
+        "import asyncio, time\n"
+        "from asyncio import sleep as nap\n"
+        "async def f(d):\n"
+        "    await asyncio.sleep(0)\n"
+        "    await asyncio.sleep(0.0)\n"
+        "    await asyncio.sleep(0.5)\n"
+        "    time.sleep(d)\n"
+        "    await nap(delay=1)\n"
+        "    await worker.sleep(60)\n"
+    )
+    assert real_sleeps(source) == [6, 7, 8]
+
+
+def test_no_unit_test_waits_real_time() -> None:
+    """Unit tests let time pass on tests/unit/clocks.py's virtual loop (`advance`) and wait
+    for a thread by an event: a real sleep makes the suite slow and its checks a race."""
+    found = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in sorted((ROOT / "tests" / "unit").glob("**/*.py"))
+        for line in real_sleeps(path.read_text())
+    ]
+    assert found == []
