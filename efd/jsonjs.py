@@ -83,7 +83,7 @@ def _is_array_index(key: Any) -> bool:
     )
 
 
-def _js_key_order(value: dict[Any, Any]) -> list[Any]:
+def js_key_order(value: dict[Any, Any]) -> list[Any]:
     """JavaScript objects list array-index keys first, ascending, then the rest in order."""
     keys = list(value)
     indices = [key for key in keys if _is_array_index(key)]
@@ -97,7 +97,7 @@ def _normalise(value: Any) -> tuple[Any, bool]:
     if isinstance(value, dict):
         slow = False
         out: dict[str, Any] = {}
-        for key in _js_key_order(value):
+        for key in js_key_order(value):
             out[key], item_slow = _normalise(value[key])
             slow = slow or item_slow
         return out, slow
