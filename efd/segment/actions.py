@@ -30,8 +30,15 @@ CONTENT_TYPES: Final = (JSON, FORM)
 _TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # Hop-by-hop headers: they describe one connection, which efd owns.
 _HOP_BY_HOP: Final = frozenset(
-    {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding"}
-    | {"upgrade"}
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
 )
 _PLACEMENT: Final = (
     "a template may stand only in the path or query, never in the scheme, host or port "
@@ -40,7 +47,7 @@ _PLACEMENT: Final = (
 # The literal text before the first template must hold the scheme and the whole authority.
 _AUTHORITY: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^/?#]*[/?#]")
 _TEMPLATE: Final = re.compile(r"\{\{([^{}]*)\}\}")
-# What JavaScript's String#trim removes, as the mapping's @template trims a placeholder.
+# What JavaScript's String#trim removes: a placeholder is trimmed as @template trims it.
 _JS_SPACE: Final = (
     "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009"
     "\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
@@ -59,17 +66,17 @@ class ActionRequestError(ValueError):
 
 @dataclass(frozen=True)
 class _Field:
-    """A `{{path}}` in the URL: the keys it reads and whether it stands in the query."""
+    """A `{{path}}` in the URL's path or query, and the keys it reads."""
 
     source: str
     keys: tuple[str, ...]
-    query: bool
 
 
 @dataclass(frozen=True)
 class ActionRequest:
     """A compiled action request. `url` is as configured; `parts` is its literal text and
-    its templates in order; `origin` the scheme, host and port every rendered URL keeps."""
+    its templates in order; `origin` the scheme, host, port and userinfo every rendered URL
+    keeps."""
 
     url: str
     method: str
@@ -144,7 +151,7 @@ def _url_problems(
         elif (keys := parse_path(path, dollar=False)) is None:
             problems.append(f"url: {source} names the whole message; name one of its fields")
         else:
-            parts.append(_Field(source, keys, "?" in literal))
+            parts.append(_Field(source, keys))
     parts.append(url[position:])
     literal += url[position:]
     skeleton += url[position:]
