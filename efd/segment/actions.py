@@ -322,7 +322,9 @@ def render_url(request: ActionRequest, message: Any) -> str:
     except ValueError:
         same = False
     if not same:  # cannot happen with the encoding above: the last guard of the origin
-        raise ActionRequestError(["url: the rendered URL would go to another host"])
+        raise ActionRequestError(
+            ["url: the rendered URL would not go to the configured scheme, host and port"]
+        )
     return str(url)
 
 
@@ -352,13 +354,15 @@ def form_body(value: Any) -> bytes:
 def render(request: ActionRequest, message: Any, value: Any) -> Request:
     """The request for one message and its mapped value; raises only ActionRequestError."""
     url = render_url(request, message)
-    if request.content_type == FORM:
-        body = form_body(value)
-    else:
-        try:
+    try:
+        if request.content_type == FORM:
+            body = form_body(value)
+        else:
             body = jsonjs.dumps(value, replace_surrogates=True)
-        except (TypeError, ValueError, RecursionError):
-            raise ActionRequestError(["data: the mapped value cannot be written as JSON"]) from None
+    except (TypeError, ValueError, RecursionError) as error:
+        if isinstance(error, ActionRequestError):
+            raise
+        raise ActionRequestError(["data: the mapped value cannot be written as JSON"]) from None
     headers = dict(request.headers)
     headers["Content-Type"] = request.content_type
     return Request(request.method, url, headers, body)

@@ -470,3 +470,11 @@ def test_no_message_changes_where_efd_connects(
     assert target.path == (shown.path or "/") + (f"?{shown.query}" if shown.query else "")
     assert rendered.url.startswith(start)
     assert isinstance(rendered.body, bytes)
+
+
+@pytest.mark.parametrize("content_type", [JSON, FORM])
+def test_a_value_that_is_not_json_is_refused_with_the_modules_error(content_type: str) -> None:
+    request = compile_request(url="https://h.example/", content_type=content_type)
+    with pytest.raises(ActionRequestError) as caught:
+        render(request, {}, {"a": {1, 2}})
+    assert caught.value.problems == ("data: the mapped value cannot be written as JSON",)
