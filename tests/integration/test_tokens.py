@@ -120,7 +120,7 @@ async def test_the_token_is_fetched_again_once_expired_less_the_margin(
     clock = Clock()
     source = TokenSource(credentials(receiver.url), client, clock)
     first = await source.token()
-    clock.now += 89.9  # the margin is a tenth: used until 90 s after it was asked for
+    clock.now += 89.9  # just before its lifetime less the margin
     assert (await source.token()) is first
     clock.now += 0.1
     second = await source.token()
@@ -149,13 +149,13 @@ async def test_a_401_fetches_a_new_token_once_for_every_delivery_it_refused(
     source = TokenSource(credentials(receiver.url), client, Clock())
     refused = await source.token()
     endpoint.gate = asyncio.Event()
-    # Three deliveries sent with the same token all got a 401.
+    # Several deliveries sent with the same token were all refused.
     renewing = [asyncio.create_task(source.renew(refused)) for _ in range(3)]
     await receiver.wait_for(2)
     endpoint.gate.set()
     renewed = await asyncio.gather(*renewing)
     assert {t.value for t in renewed} == {f"{ACCESS}2"}
-    # A late 401 to the refused token, and later deliveries, use the renewed one.
+    # A late refusal of the old token, and later deliveries, use the renewed one.
     assert (await source.renew(refused)) is renewed[0]
     assert (await source.token()) is renewed[0]
     await asyncio.sleep(0.05)
@@ -237,7 +237,7 @@ async def test_the_address_guard_refuses_a_private_token_endpoint_unless_allowed
             "token endpoint: blocked: efd address guard: loopback address 127.0.0.1 is not allowed"
         )
         assert receiver.received == []
-        allowed = TokenSource(credentials(receiver.url), client, Clock())  # 127.0.0.0/8 allowed
+        allowed = TokenSource(credentials(receiver.url), client, Clock())  # loopback allowed
         assert (await allowed.token()).value == f"{ACCESS}1"
     finally:
         await guarded.close()

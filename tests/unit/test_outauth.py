@@ -78,7 +78,7 @@ def test_invalid_static_credentials_are_refused_by_key(build: object, message: s
 # -- client credentials ---------------------------------------------------------------------
 
 
-def test_token_request_authenticates_by_basic_as_the_rfc_example() -> None:
+def test_token_request_authenticates_by_basic_as_the_specification_shows() -> None:
     request = credentials(scope=None).request()
     assert request.url == URL
     assert request.headers == {
@@ -245,12 +245,12 @@ def test_a_token_failure_is_retried() -> None:
 @pytest.mark.parametrize(
     ("expires_in", "until"),
     [
-        (3600.0, 1000.0 + 3600 - 60),  # a tenth is 360 s: the margin is capped
-        (600.0, 1000.0 + 600 - 60),  # exactly at the cap
+        (3600.0, 1000.0 + 3600 - 60),  # the margin at its cap
+        (600.0, 1000.0 + 600 - 60),  # a tenth is the cap
         (300.0, 1000.0 + 300 - 30),
         (10.0, 1000.0 + 10 - 1),
         (0.0, 1000.0),
-        (None, 1000.0 + 300),  # no lifetime given: DEFAULT_LIFETIME
+        (None, 1000.0 + 300),  # no lifetime given: the default
     ],
 )
 def test_a_token_is_used_until_its_lifetime_less_the_margin(
