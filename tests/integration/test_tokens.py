@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import trustme
+import uvloop
 from aiohttp import web
 
 from efd.delivery import http1, netguard, tls
@@ -176,6 +177,26 @@ async def test_concurrent_deliveries_wait_for_one_fetch(
     assert {t.value for t in tokens} == {f"{ACCESS}1"}
     assert waiting[0].cancelled()
     assert source.fetches == len(receiver.received) == 1
+
+
+def test_one_fetch_for_concurrent_deliveries_on_uvloop_as_in_a_sender_process() -> None:
+    async def scenario() -> tuple[int, set[str]]:
+        endpoint = Endpoint()
+        endpoint.gate = asyncio.Event()
+        receiver = await Receiver(endpoint).start()
+        client = token_client(timeout=5.0, allowed=LOOPBACK, tls=tls.verifying(None))
+        try:
+            source = TokenSource(credentials(receiver.url), client, Clock())
+            waiting = [asyncio.create_task(source.token()) for _ in range(10)]
+            await receiver.wait_for(1)
+            endpoint.gate.set()
+            tokens = await asyncio.gather(*waiting)
+            return len(receiver.received), {t.value for t in tokens}
+        finally:
+            await client.close()
+            await receiver.stop()
+
+    assert uvloop.run(scenario()) == (1, {f"{ACCESS}1"})
 
 
 async def test_an_endpoint_that_is_down_is_a_retryable_token_failure(client: http1.Client) -> None:
