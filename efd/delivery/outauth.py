@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit
 
-import yarl
-
 from efd.delivery import netguard
 
 MASK = "***"
@@ -97,19 +95,13 @@ def url_problem(url: str) -> str | None:
     """Why `url` cannot be a token endpoint: the rules of a hook URL (a full http:// or
     https:// URL, a valid port, a numeric host only as a dotted quad), and no credentials
     in it, which belong in client_id and client_secret."""
-    if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url):
-        return "must be a full http:// or https:// URL (no spaces)"
+    problem = netguard.http_url_problem(url)
+    if problem is not None:
+        return problem
     parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return "must be a full http:// or https:// URL"
-    try:
-        _ = parts.port
-        host = yarl.URL(url).raw_host or ""
-    except ValueError:
-        return "has an invalid port or host"
     if parts.username is not None or parts.password is not None:
         return "must not hold credentials (they go in client_id and client_secret)"
-    return netguard.numeric_host_problem(host)
+    return None
 
 
 _UNRESERVED = frozenset(b"*-._0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
