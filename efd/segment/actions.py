@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 import yarl
 
@@ -116,7 +116,7 @@ def _origin(url: yarl.URL) -> tuple[str, str, int | None, str]:
 
 
 def _url_problems(
-    url: str, host_problem: Callable[[str], str | None] | None
+    url: str, url_problem: Callable[[str], str | None]
 ) -> tuple[list[str], tuple[str | _Field, ...], tuple[str, str, int | None, str] | None]:
     problems: list[str] = []
     parts: list[str | _Field] = []
@@ -160,28 +160,18 @@ def _url_problems(
             "url: { and } stand only in {{field}} templates: a {{ without its }}, or a "
             "brace in a path (write it as %7B or %7D)"
         )
-    # The hooks' rule, on the skeleton.
-    if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in literal):
-        problems.append("url: must be a full http:// or https:// URL (no spaces)")
-        return problems, (), None
     if misplaced:  # the authority is not known, and what it would be is refused already
         return problems, (), None
-    parsed = urlsplit(skeleton)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        problems.append("url: must be a full http:// or https:// URL")
-        return problems, (), None
-    try:
-        _ = parsed.port
-    except ValueError:
-        problems.append("url: has an invalid port")
+    # The rule for every URL efd sends to, on the URL with each template one letter.
+    problem = url_problem(skeleton)
+    if problem is not None:
+        problems.append(f"url: {problem}")
         return problems, (), None
     try:
         origin = _origin(yarl.URL(skeleton))
     except ValueError:
         problems.append("url: must be a full http:// or https:// URL")
         return problems, (), None
-    if host_problem is not None and (problem := host_problem(origin[1])) is not None:
-        problems.append(f"url: {problem}")
     return problems, tuple(part for part in parts if part != ""), origin
 
 
@@ -222,18 +212,18 @@ def compile_request(
     method: Any = "POST",
     headers: Any = None,
     content_type: Any = JSON,
-    host_problem: Callable[[str], str | None] | None = None,
+    url_problem: Callable[[str], str | None],
 ) -> ActionRequest:
     """Check an action's request keys; ActionRequestError lists every problem, each naming
-    its key. `host_problem` is the caller's rule for a host (the address guard's numeric
-    forms), whose reason is reported as the URL's."""
+    its key. `url_problem` is the rule for any URL efd sends to, netguard.http_url_problem,
+    which efd.segment, below efd.delivery, is handed rather than imports."""
     problems: list[str] = []
     if not isinstance(url, str):
         problems.append("url: must be a full http:// or https:// URL")
         parts: tuple[str | _Field, ...] = ()
         origin = None
     else:
-        url_problems, parts, origin = _url_problems(url, host_problem)
+        url_problems, parts, origin = _url_problems(url, url_problem)
         problems += url_problems
     if method not in METHODS:
         problems.append("method: must be POST, PUT or PATCH")

@@ -12,9 +12,22 @@ import subprocess
 from typing import Any
 
 from efd import jsonjs
+from efd.delivery import netguard
 from efd.languages.mapping.values import js_string
-from efd.segment.actions import FORM, ActionRequestError, compile_request, render
+from efd.segment.actions import (
+    FORM,
+    ActionRequest,
+    ActionRequestError,
+    compile_request,
+    render,
+)
 from tests.jsclients import JS, node
+
+
+def checked(**keys: Any) -> ActionRequest:
+    """An action's request compiled as the configuration compiles it."""
+    return compile_request(url_problem=netguard.http_url_problem, **keys)
+
 
 # Characters that mean something in a URL or a form, and some that need several bytes.
 ALPHABET = [*"/?#%&=+;:@!$'()*,[]\\ .~-_\"<>^`{|}aZ09", "é", "€", "😀", "\ud800", "\t", "\n"]
@@ -58,14 +71,14 @@ def test_form_bodies_are_what_urlsearchparams_writes() -> None:
     rng = random.Random(52)
     forms = [{key: value(rng) for key in words(rng, rng.randint(0, 6))} for _ in range(300)]
     forms.append({"10": 1, "b": None, "2": "x", "a b": "c+d"})  # index-like keys first
-    request = compile_request(url="https://h.example/", content_type=FORM)
+    request = checked(url="https://h.example/", content_type=FORM)
     ours = [render(request, {}, form).body.decode("ascii") for form in forms]
     assert ours == readers(forms, [])["forms"]
 
 
 def test_rendered_urls_read_back_as_the_values() -> None:
     rng = random.Random(53)
-    request = compile_request(url="https://h.example:8443/u/{{a}}/x?q={{b}}&r={{c.d}}")
+    request = checked(url="https://h.example:8443/u/{{a}}/x?q={{b}}&r={{c.d}}")
     messages: list[dict[str, Any]] = []
     urls: list[str] = []
     while len(urls) < 400:

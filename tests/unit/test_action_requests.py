@@ -24,6 +24,12 @@ from efd.segment.actions import (
     render,
 )
 
+
+def checked(**keys: Any) -> ActionRequest:
+    """An action's request compiled as the configuration compiles it."""
+    return compile_request(url_problem=netguard.http_url_problem, **keys)
+
+
 PLACEMENT = (
     "a template may stand only in the path or query, never in the scheme, host or port "
     "(a message must not choose where efd connects)"
@@ -32,12 +38,12 @@ PLACEMENT = (
 
 def refusal(**keys: Any) -> list[str]:
     with pytest.raises(ActionRequestError) as caught:
-        compile_request(**keys)
+        checked(**keys)
     return list(caught.value.problems)
 
 
 def sent(url: str, message: Any, value: Any = None, **keys: Any) -> Request:
-    return render(compile_request(url=url, **keys), message, {} if value is None else value)
+    return render(checked(url=url, **keys), message, {} if value is None else value)
 
 
 # -- load
@@ -99,7 +105,7 @@ def sent(url: str, message: Any, value: Any = None, **keys: Any) -> Request:
             "in a path (write it as %7B or %7D)",
         ),
         (
-            {"url": "https://2130706433/", "host_problem": netguard.numeric_host_problem},
+            {"url": "https://2130706433/"},
             f"url: {netguard.numeric_host_problem('2130706433')}",
         ),
         ({"url": "https://h.example/", "method": "GET"}, "method: must be POST, PUT or PATCH"),
@@ -217,10 +223,10 @@ def test_a_template_in_the_scheme_is_refused() -> None:
 
 
 def test_the_defaults_and_what_is_kept() -> None:
-    request = compile_request(url="https://h.example/orders")
+    request = checked(url="https://h.example/orders")
     assert isinstance(request, ActionRequest)
     assert (request.method, request.content_type, request.headers) == ("POST", JSON, ())
-    assert compile_request(url="http://h.example/", method="PATCH").method == "PATCH"
+    assert checked(url="http://h.example/", method="PATCH").method == "PATCH"
 
 
 # -- URLs
@@ -376,7 +382,7 @@ def test_an_empty_object_is_an_empty_form() -> None:
     ("value", "kind"), [([1], "an array"), ("a", "not an object"), (None, "not an object")]
 )
 def test_a_form_body_needs_an_object(value: Any, kind: str) -> None:
-    request = compile_request(url="https://h.example/", content_type=FORM)
+    request = checked(url="https://h.example/", content_type=FORM)
     with pytest.raises(ActionRequestError) as caught:
         render(request, {}, value)
     assert caught.value.problems == (
@@ -386,7 +392,7 @@ def test_a_form_body_needs_an_object(value: Any, kind: str) -> None:
 
 def test_method_and_headers_exactly() -> None:
     request = render(
-        compile_request(
+        checked(
             url="https://h.example/",
             method="PUT",
             headers={"X-Source": "efd", "Authorization": "Bearer t", "x-tab": "a\tb"},
@@ -434,7 +440,7 @@ _URLS = [
     ("https://h.example?{{a}}", "https://h.example"),
     ("https://xn--exmple-cua.example/%2E{{a}}/{{b}}", "https://xn--exmple-cua.example/."),
 ]
-_REQUESTS = [compile_request(url=url) for url, _ in _URLS]
+_REQUESTS = [checked(url=url) for url, _ in _URLS]
 
 
 @settings(max_examples=600, deadline=None)
@@ -451,7 +457,7 @@ def test_no_message_changes_where_efd_connects(
     index: int, message: Any, value: Any, form: bool
 ) -> None:
     url, start = _URLS[index]
-    request = compile_request(url=url, content_type=FORM) if form else _REQUESTS[index]
+    request = checked(url=url, content_type=FORM) if form else _REQUESTS[index]
     configured = parse_target(url.replace("{{", "").replace("}}", ""))
     try:
         rendered = render(request, message, value)
@@ -474,7 +480,20 @@ def test_no_message_changes_where_efd_connects(
 
 @pytest.mark.parametrize("content_type", [JSON, FORM])
 def test_a_value_that_is_not_json_is_refused_with_the_modules_error(content_type: str) -> None:
-    request = compile_request(url="https://h.example/", content_type=content_type)
+    request = checked(url="https://h.example/", content_type=content_type)
     with pytest.raises(ActionRequestError) as caught:
         render(request, {}, {"a": {1, 2}})
     assert caught.value.problems == ("data: the mapped value cannot be written as JSON",)
+
+
+def test_the_url_rule_handed_in_judges_the_url_without_its_templates() -> None:
+    seen: list[str] = []
+
+    def rule(url: str) -> str | None:
+        seen.append(url)
+        return "not this one"
+
+    with pytest.raises(ActionRequestError) as caught:
+        compile_request(url="https://h.example/{{ a b }}?q={{c}}", url_problem=rule)
+    assert caught.value.problems == ("url: not this one",)
+    assert seen == ["https://h.example/x?q=x"]
