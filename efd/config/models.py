@@ -11,7 +11,6 @@ import re
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-import yarl
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -200,20 +199,7 @@ class HookConfig(_Strict):
     @field_validator("url")
     @classmethod
     def _full_http_url(cls, url: str) -> str:
-        if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url):
-            raise ValueError("must be a full http:// or https:// URL (no spaces)")
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError("must be a full http:// or https:// URL")
-        try:
-            _ = parts.port
-        except ValueError:
-            raise ValueError("has an invalid port") from None
-        try:
-            host = yarl.URL(url).raw_host or ""  # the host the sender connects to
-        except ValueError:
-            raise ValueError("must be a full http:// or https:// URL") from None
-        problem = netguard.numeric_host_problem(host)
+        problem = netguard.http_url_problem(url)
         if problem is not None:
             raise ValueError(problem)
         return url

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Sequence
+from urllib.parse import urlsplit
+
+import yarl
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -102,3 +105,23 @@ def check(address: str, allowed: Sequence[IPNetwork]) -> str | None:
         return None
     shown = f"{target} (as {ip})" if target != ip else str(target)
     return f"{reason} address {shown}"
+
+
+def http_url_problem(url: str) -> str | None:
+    """Why `url` cannot be a URL efd sends to (a hook's, a token endpoint's), or None: a full
+    http:// or https:// URL with no spaces, a valid port, and a numeric host only as a dotted
+    quad (numeric_host_problem)."""
+    if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url):
+        return "must be a full http:// or https:// URL (no spaces)"
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "must be a full http:// or https:// URL"
+    try:
+        _ = parts.port
+    except ValueError:
+        return "has an invalid port"
+    try:
+        host = yarl.URL(url).raw_host or ""  # the host the sender connects to
+    except ValueError:
+        return "must be a full http:// or https:// URL"
+    return numeric_host_problem(host)

@@ -392,3 +392,15 @@ def print_boolean(
         text = show(item)
         parts.append(f"({text})" if isinstance(item, And | Or) else text)
     return word.join(parts)
+
+
+def print_literal(value: Scalar, quote: Callable[[str], str]) -> str:
+    """The text of a literal: null, true and false as words, a string as `quote` writes it in
+    its language, a number as Python writes it (which both lexers read back)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return quote(value)
+    return repr(value)

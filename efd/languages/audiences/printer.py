@@ -21,7 +21,7 @@ from efd.languages.audiences.tree import (
     TraitRef,
     ValueNode,
 )
-from efd.languages.toolkit import print_boolean
+from efd.languages.toolkit import print_boolean, print_literal
 
 __all__ = ["to_text"]
 
@@ -33,14 +33,7 @@ def _quote(value: str) -> str:
 
 
 def _literal(node: Literal) -> str:
-    value = node.value
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return _quote(value)
-    return repr(value)
+    return print_literal(node.value, _quote)
 
 
 def _query(node: EventQuery) -> str:

@@ -17,7 +17,7 @@ from efd.languages.filters.tree import (
     Or,
     Path,
 )
-from efd.languages.toolkit import print_boolean
+from efd.languages.toolkit import print_boolean, print_literal
 
 __all__ = ["to_fql"]
 
@@ -40,14 +40,7 @@ def _segment(name: str, first: bool) -> str:
 def to_fql(node: Node) -> str:
     """The text of `node`: parsing it gives `node` back."""
     if isinstance(node, Literal):
-        value = node.value
-        if value is None:
-            return "null"
-        if isinstance(value, bool):
-            return "true" if value else "false"
-        if isinstance(value, str):
-            return _quote(value)
-        return repr(value)
+        return print_literal(node.value, _quote)
     if isinstance(node, Path):
         return ".".join(_segment(s, i == 0) for i, s in enumerate(node.segments))
     if isinstance(node, ListExpr):
