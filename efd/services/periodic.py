@@ -32,7 +32,7 @@ from efd.personas.sync import (
     longest_lookback,
     run_sync,
 )
-from efd.services.pacing import SMALL_STEP, next_step, pause_after
+from efd.services.pacing import SMALL_STEP, look_again, may_step, next_step
 from efd.settings import Current
 from efd.store.computations import Computations
 from efd.store.profiles import Profiles
@@ -46,12 +46,6 @@ LANES_EVERY = 30.0
 _FIRST_RETENTION_DELAY = 30.0  # seconds after start-up, at most
 _FIRST_SYNC_DELAY = 1.0  # seconds after start-up
 _EVENT_MARGIN = 3600.0  # events are kept this much longer than the longest lookback
-
-
-def _held(write: Callable[..., _T], *args: Any) -> tuple[_T, float]:
-    started = time.perf_counter()
-    result = write(*args)
-    return result, time.perf_counter() - started
 
 
 def computations(settings: Settings) -> list[Computation]:
@@ -100,6 +94,10 @@ class Periodic:
         self._scheduler: AsyncIOScheduler | None = None
         self._retention_every = settings.value.storage.retention_interval_seconds
         self._retention_run: asyncio.Task[None] | None = None
+        # The last retention step: when it ended (time.monotonic) and how long it held the writer;
+        # the writer's turn when retention last looked at it, and when another write last ended.
+        self._last_end, self._last_step, self._last_look = -math.inf, 0.0, 0
+        self._others_ended = -math.inf
 
     async def start(self, stack: AsyncExitStack) -> None:
         scheduler = self._scheduler = AsyncIOScheduler()
@@ -187,9 +185,9 @@ class Periodic:
 
     async def retention(self) -> None:
         """Purge the messages whose deliveries all finished `retention_days` ago, with their
-        deliveries and attempts, in short transactions paced to a share of the writer
-        (efd/services/pacing.py); then the events no lookback needs. Once per cluster per
-        interval; one log line per run."""
+        deliveries and attempts, in short transactions that yield the writer to other writes
+        down to a floor share (efd/services/pacing.py); then the events no lookback needs.
+        Once per cluster per interval; one log line per run."""
         store = self._db.store
         now = time.time()
         if not await self._db.write(
@@ -207,21 +205,19 @@ class Periodic:
         # First the messages left at earlier runs because some work of theirs was pending,
         # then the walk on from where the last run stopped.
         while True:
-            step, seconds = await self._timed(store.retention.revisit, before, after, SMALL_STEP)
+            step = await self._step(store.retention.revisit, before, after, SMALL_STEP)
             if not step.looked_at:
                 break
             purged, after = purged + step.purged, step.last
             self._metrics.retention_purged += step.purged
-            await asyncio.sleep(pause_after(seconds))
         limit = SMALL_STEP
         while True:
-            step, seconds = await self._timed(store.retention.advance, before, limit)
+            step = await self._step(store.retention.advance, before, limit)
             if not step.looked_at:
                 break
             purged += step.purged
             self._metrics.retention_purged += step.purged
             limit = next_step(step.looked_at, limit)
-            await asyncio.sleep(pause_after(seconds))
         lag = await self._db.read(store.retention.lag, before)
         self._metrics.retention_behind = lag.behind_seconds
         self._metrics.retention_kept = lag.kept
@@ -279,18 +275,35 @@ class Periodic:
     async def _purge_events(self, before: float) -> int:
         total, since = 0, None
         while True:
-            (purged, since), seconds = await self._timed(
-                self._profiles.purge_events, before, SMALL_STEP, since
-            )
+            purged, since = await self._step(self._profiles.purge_events, before, SMALL_STEP, since)
             if not purged:
                 return total
             total += purged
-            await asyncio.sleep(pause_after(seconds))
 
-    async def _timed(self, write: Callable[..., _T], *args: Any) -> tuple[_T, float]:
-        """A write and how long it held the writer (its wait for a turn left out, so
-        ingestion queued before it does not slow retention further)."""
-        return await self._db.write(_held, write, *args)
+    async def _step(self, write: Callable[..., _T], *args: Any) -> _T:
+        """One step of retention, when the writer may take it (efd/services/pacing.py): the
+        decision is made inside the writer, where the writes queued behind it are known, and
+        a step that defers looks again shortly. Only this process's writes are seen: on
+        PostgreSQL another daemon's ingestion does not make it yield."""
+        while True:
+            done = await self._db.write(self._yielding, write, *args)
+            if done is not None:
+                return done[0]
+            await asyncio.sleep(look_again(self._last_step))
+
+    def _yielding(self, write: Callable[..., _T], *args: Any) -> tuple[_T] | None:
+        """In the writer: run the step, or None when it should leave the writer to others."""
+        started, turn = time.monotonic(), self._db.write_turns
+        if turn - self._last_look > 1:  # others wrote since retention last looked
+            self._others_ended = self._db.write_ended
+        self._last_look = turn
+        quiet, since_last = started - self._others_ended, started - self._last_end
+        if not may_step(self._db.writes_waiting, quiet, since_last, self._last_step):
+            return None
+        result = write(*args)
+        self._last_end = time.monotonic()
+        self._last_step = self._last_end - started
+        return (result,)
 
     # -- audiences and computed traits ------------------------------------------------------
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import threading
 import time
 from collections import deque
@@ -38,6 +39,8 @@ class _WriterThread:
         self._wake = threading.Condition()
         self._closed = False
         self.failed: tuple[float, str] | None = None  # the last store error: (when, what)
+        self.turns = 0  # writes taken so far, the running one included
+        self.ended = -math.inf  # when (time.monotonic) the last write before the running one ended
         self._thread = threading.Thread(target=self._loop, name="efd-db-writer", daemon=True)
         self._thread.start()
 
@@ -50,6 +53,11 @@ class _WriterThread:
             self._wake.notify()
         return future
 
+    @property
+    def waiting(self) -> int:
+        """How many writes are queued for their turn (the running one left out)."""
+        return len(self._queues[0]) + len(self._queues[1])
+
     def _loop(self) -> None:
         while True:
             with self._wake:
@@ -59,6 +67,7 @@ class _WriterThread:
                 if not queue:
                     return  # closed and drained
                 fn, future = queue.popleft()
+                self.turns += 1
             if future.set_running_or_notify_cancel():
                 try:
                     with edge():
@@ -68,6 +77,7 @@ class _WriterThread:
                     if isinstance(error, StoreError) and not isinstance(error, StoreDataError):
                         self.failed = (time.monotonic(), str(error).splitlines()[0][:200])
                     future.set_exception(error)
+                self.ended = time.monotonic()
 
     def shutdown(self) -> None:
         """Finish what was queued, then stop."""
@@ -93,6 +103,24 @@ class AsyncStore:
     async def write_later(self, fn: Callable[[], R]) -> R:
         """Like write, but after any other write that is waiting (see _WriterThread)."""
         return await asyncio.wrap_future(self._writer.submit(fn, later=True))
+
+    @property
+    def writes_waiting(self) -> int:
+        """How many writes of this process wait for the writer, not counting the one it
+        runs: from inside a write, the others queued behind it."""
+        return self._writer.waiting
+
+    @property
+    def write_turns(self) -> int:
+        """How many writes this process's writer has taken so far, the running one included:
+        from inside a write, whether others ran since an earlier one."""
+        return self._writer.turns
+
+    @property
+    def write_ended(self) -> float:
+        """When (time.monotonic) the writer last ended a write: from inside a write, the one
+        before it."""
+        return self._writer.ended
 
     @property
     def write_failed(self) -> tuple[float, str] | None:
