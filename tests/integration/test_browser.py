@@ -278,7 +278,7 @@ async def site(bundle: Path) -> Any:
     await runner.setup()
     tcp = web.TCPSite(runner, "127.0.0.1", 0)
     await tcp.start()
-    port = tcp._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port = int(runner.addresses[0][1])
     holder.append(Site(f"http://localhost:{port}"))
     yield holder[0]
     await runner.cleanup()
