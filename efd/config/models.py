@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import re
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
@@ -34,27 +33,17 @@ from efd.languages.filters import Condition, Filter, FilterSet, FqlError, parse_
 from efd.personas.keys import snake_case
 from efd.segment.webhooks import (
     DEFAULT_USER_AGENT,
+    HEADER_NAME,
     RESERVED_HEADERS,
     ClientCert,
     Route,
+    header_value_problem,
     standard_secret,
 )
 
 MAX_HOOKS = 5
 MIN_ADMIN_TOKEN_CHARS = 16
 Seconds = Annotated[float, Field(gt=0)]
-# RFC 9110 token characters: what a header name may be made of.
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-
-
-def _header_value_problem(value: str) -> str | None:
-    if any(ch in value for ch in "\r\n\x00"):
-        return "may not contain CR, LF or NUL"
-    if any((ord(ch) < 0x20 and ch != "\t") or ord(ch) == 0x7F for ch in value):
-        return "may not contain control characters"
-    if not value.isascii():
-        return "must be ASCII"
-    return None
 
 
 class _Strict(BaseModel):
@@ -141,7 +130,7 @@ class DeliveryConfig(_Strict):
     @field_validator("user_agent")
     @classmethod
     def _header_value(cls, value: str) -> str:
-        problem = _header_value_problem(value)
+        problem = header_value_problem(value)
         if problem is not None or value != value.strip():
             raise ValueError(problem or "may not begin or end with whitespace")
         return value
@@ -211,9 +200,9 @@ class HookConfig(_Strict):
         for name, value in headers.items():
             if name.strip().lower() in RESERVED_HEADERS:
                 problems.append(f"{name!r}: efd sets it (or it changes the request's framing)")
-            elif not _TOKEN.fullmatch(name):
+            elif not HEADER_NAME.fullmatch(name):
                 problems.append(f"{name!r} is not a valid header name")
-            elif (problem := _header_value_problem(value)) is not None:
+            elif (problem := header_value_problem(value)) is not None:
                 problems.append(f"{name!r}: the value {problem}")
         if problems:
             raise ValueError("; ".join(problems))

@@ -19,15 +19,13 @@ import yarl
 
 from efd import jsonjs
 from efd.languages.mapping.values import UNDEFINED, get, js_string, parse_path
-from efd.segment.webhooks import RESERVED_HEADERS
+from efd.segment.webhooks import HEADER_NAME, RESERVED_HEADERS, header_value_problem
 
 METHODS: Final = ("POST", "PUT", "PATCH")
 JSON: Final = "application/json"
 FORM: Final = "application/x-www-form-urlencoded"
 CONTENT_TYPES: Final = (JSON, FORM)
 
-# RFC 9110 token characters: what a header name may be made of (as for a hook's headers).
-_TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # Hop-by-hop headers: they describe one connection, which efd owns.
 _HOP_BY_HOP: Final = frozenset(
     {
@@ -98,16 +96,6 @@ class Request:
     url: str
     headers: dict[str, str]
     body: bytes
-
-
-def _header_value_problem(value: str) -> str | None:
-    if any(ch in value for ch in "\r\n\x00"):
-        return "may not contain CR, LF or NUL"
-    if any((ord(ch) < 0x20 and ch != "\t") or ord(ch) == 0x7F for ch in value):
-        return "may not contain control characters"
-    if not value.isascii():
-        return "must be ASCII"
-    return None
 
 
 def _origin(url: yarl.URL) -> tuple[str, str, int | None, str]:
@@ -191,7 +179,7 @@ def _headers_problems(headers: Any) -> tuple[list[str], tuple[tuple[str, str], .
             problems.append(f"{key}: a hop-by-hop header, which efd's connection sets")
         elif folded in RESERVED_HEADERS:
             problems.append(f"{key}: set by efd")
-        elif not isinstance(name, str) or not _TOKEN.fullmatch(name):
+        elif not isinstance(name, str) or not HEADER_NAME.fullmatch(name):
             problems.append(f"{key}: not a valid header name")
         elif folded in seen:
             problems.append(f"{key}: the same header as {seen[folded]} (names ignore case)")
@@ -199,7 +187,7 @@ def _headers_problems(headers: Any) -> tuple[list[str], tuple[tuple[str, str], .
             seen[folded] = name
             if not isinstance(value, str):
                 problems.append(f"{key}: the value must be a string")
-            elif (problem := _header_value_problem(value)) is not None:
+            elif (problem := header_value_problem(value)) is not None:
                 problems.append(f"{key}: the value {problem}")
     if problems:
         return problems, ()

@@ -86,6 +86,21 @@ RESERVED_HEADERS = frozenset(
     }
 )
 
+# RFC 9110 token characters: what a header name may be made of.
+HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
+def header_value_problem(value: str) -> str | None:
+    """Why `value` cannot be sent as a header's value (a hook's or an action's static header,
+    the User-Agent), or None."""
+    if any(ch in value for ch in "\r\n\x00"):
+        return "may not contain CR, LF or NUL"
+    if any((ord(ch) < 0x20 and ch != "\t") or ord(ch) == 0x7F for ch in value):
+        return "may not contain control characters"
+    if not value.isascii():
+        return "must be ASCII"
+    return None
+
 
 def body_for(message: Message) -> dict[str, Any]:
     """The JSON body of the webhook for one message (docs/delivery.md#body), before
