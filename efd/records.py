@@ -114,6 +114,9 @@ class Claimed:
     message_pk: int
     source: str
     received_at: float
+    # An action's delivery: the URL rendered for its message at routing (stored with the
+    # delivery, as its mapped body is); None: the route's hook URLs.
+    url: str | None = None
 
 
 @dataclass(slots=True)

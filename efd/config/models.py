@@ -25,7 +25,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from efd.delivery import netguard, ratelimit, tls
+from efd.delivery import netguard, outauth, ratelimit, tls
 from efd.delivery.lanes import Ordering
 from efd.http.origins import check_pattern
 from efd.languages.audiences import ParseError, parse_condition, parse_expression
@@ -413,6 +413,14 @@ class DestinationConfig(_Strict):
     def buckets(self) -> tuple[ratelimit.Bucket, ...]:
         """The token buckets of the destination's rate-limited hooks (none: unlimited)."""
         return ratelimit.buckets(self.name, [(hook.url, hook.limit()) for hook in self.hooks])
+
+    def routes(self, user_agent: str) -> tuple[Route, ...]:
+        """What the dispatcher claims and sends for: a webhooks destination is one route."""
+        return (self.route(user_agent),)
+
+    def auths(self) -> dict[str, outauth.Auth]:
+        """Route name -> the outbound auth its requests carry; a webhook route has none."""
+        return {}
 
     def route(self, user_agent: str) -> Route:
         secret = self.shared_secret.get_secret_value() if self.shared_secret else None

@@ -122,7 +122,7 @@ class ChildProcesses:
             self.senders = SenderPool(
                 processes=senders,
                 options=sender_options(settings),
-                routes=[d.route(delivery.user_agent) for d in settings.destinations],
+                routes=[r for d in settings.destinations for r in d.routes(delivery.user_agent)],
                 log_level=settings.logging.level,
                 log_format=settings.logging.format,
             )
@@ -154,7 +154,7 @@ class ChildProcesses:
 
     async def _reload_senders(self, settings: Settings) -> None:
         assert self.senders is not None
-        routes = [d.route(settings.delivery.user_agent) for d in settings.destinations]
+        routes = [r for d in settings.destinations for r in d.routes(settings.delivery.user_agent)]
         await self.senders.reload(routes, settings.logging.level)
 
     async def _reload_parsers(self, settings: Settings) -> None:

@@ -77,7 +77,9 @@ class Dispatcher:
         self._metrics = metrics
         self._owner = owner
         self._rng = rng or random.Random()
-        self._routes = {d.name: d.route(delivery.user_agent) for d in settings.value.destinations}
+        self._routes = {
+            r.name: r for d in settings.value.destinations for r in d.routes(delivery.user_agent)
+        }
         self._buckets = _buckets(settings.value)
         # A destination held back by its hooks' rate limits: when to claim for it again.
         self._paced: dict[str, float] = {}
@@ -153,7 +155,7 @@ class Dispatcher:
         with. Deliveries claimed for a destination no longer configured are given back
         (they stay pending, as any delivery to an unconfigured destination does)."""
         user_agent = settings.delivery.user_agent
-        routes = {d.name: d.route(user_agent) for d in settings.destinations}
+        routes = {r.name: r for d in settings.destinations for r in d.routes(user_agent)}
         removed = [name for name in self._routes if name not in routes]
         leases = []
         for name in removed:

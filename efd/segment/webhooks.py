@@ -53,6 +53,9 @@ class Route:
     standard_secrets: tuple[bytes, ...] = ()
     # Hook URL -> the client certificate presented to it; a hook not listed presents none.
     client_certs: Mapping[str, ClientCert] = field(default_factory=dict)
+    # An action's request line and body type (efd/segment/actions.py); a webhook's are these.
+    method: str = "POST"
+    content_type: str = "application/json"
     # Each hook URL -> how efd names it in logs, the store and the APIs (hook_labels).
     labels: dict[str, str] = field(init=False, compare=False)
 
