@@ -17,6 +17,7 @@ from efd import config
 from efd.delivery import outauth
 from efd.errors import ClientError
 from efd.segment.payload import WriteKeys, parse_request
+from efd.segment.routing import NO_TRIGGER_MATCHED
 
 _TYPES = ("identify", "track", "page", "screen", "group", "alias")
 MASK = outauth.MASK
@@ -77,7 +78,8 @@ def cmd_map(args: argparse.Namespace) -> int:
         return _fail(f"the message would be refused: {error.message}")
     route = destination.route_name(action)
     for name, _, reason in row.shaped:
-        if name == destination.name and reason is not None:
+        # A destination filter's reason; "no trigger matched" is told of this action below.
+        if name == destination.name and reason not in (None, NO_TRIGGER_MATCHED):
             return _fail(f"no request: {reason}")
     if not row.shaped and not row.mapped:
         return _fail(f"no request: the message's integrations turn {destination.name!r} off")
