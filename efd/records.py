@@ -234,6 +234,8 @@ class DeliveryRecord:
     user_id: str | None
     event: str | None
     received_at: float
+    # An action's delivery: the URL rendered for its message at routing.
+    url: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

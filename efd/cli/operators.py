@@ -88,6 +88,11 @@ def _inspect(args: argparse.Namespace, settings: config.Settings, operations: An
         if d["filteredBy"]:
             print(f"  filtered at routing, never sent: {d['filteredBy']}")
             continue
+        if d["url"]:
+            print(f"  url {d['url']}")
+        if d["status"] == "failed" and not d["attemptCount"] and d["lastError"]:
+            print(f"  failed at routing, never sent: {d['lastError']}")
+            continue
         if d["nextAttemptAt"]:
             print(f"  next attempt {d['nextAttemptAt']}")
         if d["status"] == "queued":

@@ -56,6 +56,7 @@ _DELIVERY_COLUMNS = (
     messages.c.user_id,
     messages.c.event,
     messages.c.received_at,
+    deliveries.c.url,
 )
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from alembic import command
 from sqlalchemy import inspect
 
+from efd.operations.selection import message_json
 from efd.records import ClaimRequest, DeliveryQuery, DeliveryStatus
 from efd.store import Store, migrate
 from efd.store.engine import make_engine
@@ -75,8 +76,16 @@ def test_a_mapped_body_and_url_round_trip_through_insert_and_claim(db_url: str) 
             ("crm/orders", "pending", 0, BODY, URL, None),
             ("plain", "pending", 0, None, None, None),
         ]
-        # A redrive leaves the routing failure; a replay repeats each as routing made it.
+        # What `efd inspect` and the admin API show: the rendered URL (query values hidden)
+        # and why routing failed the other.
         operations = OperationsStore(store)
+        record = operations.message("web", "m1")
+        assert record is not None
+        shown = {d["destination"]: d for d in message_json(record, 14400)["deliveries"]}
+        assert shown["crm/orders"]["url"] == "https://crm.example/orders/o%2F17?u=***"
+        assert shown["crm/form"]["lastError"] == rows[0][5]
+        assert (shown["plain"]["url"], shown["plain"]["lastError"]) == (None, None)
+        # A redrive leaves the routing failure; a replay repeats each as routing made it.
         assert operations.redrive(DeliveryQuery(statuses=(DeliveryStatus.FAILED,)), now) == 0
         found = operations.replay_sources("web", "m1")
         assert found is not None
