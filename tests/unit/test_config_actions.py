@@ -236,3 +236,14 @@ def test_an_action_set_pickles_to_a_parser_process(tmp_path: Path) -> None:
         "properties": {"order_id": "o-1", "revenue": 5},
     }
     assert again["crm"].actions[0].mapped(message) == sets["crm"].actions[0].mapped(message)
+
+
+def test_the_commented_example_in_config_example_toml_loads(tmp_path: Path) -> None:
+    text = (Path(__file__).resolve().parents[2] / "config.example.toml").read_text()
+    start = text.index('# [[destinations]]\n# name = "crm"')
+    block = "\n".join(
+        line.removeprefix("#").removeprefix(" ") for line in text[start:].splitlines()
+    )
+    settings = load(tmp_path, block)
+    [route] = settings.destination("crm").routes("efd")
+    assert (route.name, route.method) == ("crm/orders", "PUT")
