@@ -336,3 +336,34 @@ def test_efd_map_prints_the_request_or_why_there_is_none(tmp_path: Path) -> None
     result = efd_map(path, "orders", order)
     assert "invalid configuration" in result.stderr
     assert WRITE_KEY not in result.stderr
+
+
+async def test_a_parser_process_maps_a_large_batch_as_the_daemon_does(
+    sqlite_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
+    receiver = await receiver_factory()
+    settings = actions_settings(sqlite_url, receiver.url)
+    settings["server"]["parse_processes"] = 1
+    daemon = await daemon_factory(settings)
+    assert daemon.parsers is not None
+    assert len(daemon.parsers.pids) == 1
+    batch = [
+        {
+            "type": "track",
+            "userId": f"u{i}",
+            "event": "Order Completed",
+            "messageId": f"big-{i}",
+            "properties": {"order_id": f"o-{i}", "email": "A@B.C", "pad": "x" * 400},
+        }
+        for i in range(40)  # past the size the daemon parses itself
+    ]
+    assert (await post(daemon.port, "/v1/batch", {"batch": batch}))[0] == 200
+    rows = sql(
+        sqlite_url,
+        "SELECT m.message_id, d.body, d.url FROM deliveries d JOIN messages m"
+        " ON m.id = d.message_pk WHERE d.destination = 'crm/orders' ORDER BY d.id",
+    )
+    assert rows == [
+        (f"big-{i}", f'{{"order_id":"o-{i}","email":"a@b.c"}}', f"{receiver.url}/orders")
+        for i in range(40)
+    ]
