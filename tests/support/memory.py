@@ -31,6 +31,7 @@ class Row:
     lane: str | None = None  # an ordered destination's lane (efd/store/lanes.py)
     purged: bool = False  # its payload was purged by a deletion request: claimed without one
     last_error: str | None = None
+    url: str | None = None  # an action's delivery's own URL
 
 
 class Completed(Protocol):
@@ -115,6 +116,7 @@ class MemoryDeliveries:
             r.id,
             "web",
             1_700_000_000.0 + r.id,
+            url=r.url,
         )
 
     def _head(self, destination: str, lane: str) -> Row | None:
