@@ -150,6 +150,12 @@ class Sender:
         method = route.method
         auth = self._auths.get(route.name) if self._auths else None
         if auth is not None:
+            if len(hooks) == 1:  # an action's route: its one hook
+                hook, static = hooks[0]
+                with_auth = _with_auth(static, headers)
+                return await self._authorized(
+                    route.name, auth, url or hook, hook, data, with_auth, clients.get(hook), method
+                )
             rounds = await asyncio.gather(
                 *(
                     self._authorized(
