@@ -111,7 +111,7 @@ class Sender:
         }
         self._tokens = {key: source for key, source in self._tokens.items() if key in wanted}
 
-    def token_source(self, route: str, credentials: ClientCredentials) -> tokens.TokenSource:
+    def _token_source(self, route: str, credentials: ClientCredentials) -> tokens.TokenSource:
         """The token source of `route` under `credentials`, made at its first use."""
         key = (route, credentials)
         source = self._tokens.get(key)
@@ -203,7 +203,7 @@ class Sender:
             headers["Authorization"] = auth.header()
             secrets = _auth_secrets(auth)
             return [await self.post(url, body, headers, client, method, hook, secrets)]
-        source = self.token_source(route, auth)
+        source = self._token_source(route, auth)
         started_at, clock = time.time(), time.monotonic()
         try:
             token = await source.token()
