@@ -228,14 +228,15 @@ def request_headers(
     webhook_id: str = "",
     timestamp: int = 0,
     standard_secrets: Sequence[bytes] = (),
+    content_type: str = "application/json",
 ) -> dict[str, str]:
-    """The headers of one attempt: efd's own over the hook's static ones; webhook-id (the
-    receivers' deduplication key, whatever the signing) when there is one; X-Signature when
-    there is a shared secret; webhook-timestamp and webhook-signature when there are
-    Standard Webhooks keys."""
+    """The headers of one attempt: efd's own over the hook's static ones; the body's
+    `content_type` (an action's may be a form); webhook-id (the receivers' deduplication
+    key, whatever the signing) when there is one; X-Signature when there is a shared
+    secret; webhook-timestamp and webhook-signature when there are Standard Webhooks keys."""
     headers = dict(static)
     headers["User-Agent"] = user_agent
-    headers["Content-Type"] = "application/json"
+    headers["Content-Type"] = content_type
     if webhook_id:
         headers[WEBHOOK_ID] = webhook_id
     if secret:

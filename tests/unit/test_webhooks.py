@@ -374,6 +374,17 @@ def test_headers_without_secret() -> None:
     assert headers == {"User-Agent": "efd/1.0", "Content-Type": "application/json"}
 
 
+def test_an_actions_form_body_is_sent_as_a_form_and_signed_the_same() -> None:
+    body = b"a=1&b=x+y"
+    form = "application/x-www-form-urlencoded"
+    headers = request_headers(
+        user_agent="efd/1.0", secret="k", body=body, static={}, content_type=form
+    )
+    assert headers["Content-Type"] == form
+    json_headers = request_headers(user_agent="efd/1.0", secret="k", body=body, static={})
+    assert headers[SIGNATURE_HEADER] == json_headers[SIGNATURE_HEADER]
+
+
 def test_headers_with_empty_secret_are_unsigned() -> None:
     headers = request_headers(user_agent="efd/1.0", secret="", body=b"{}", static={})
     assert SIGNATURE_HEADER not in headers
