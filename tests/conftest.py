@@ -576,7 +576,7 @@ def write_toml(path: Path, settings: dict[str, Any]) -> Path:
     for destination in settings.get("destinations", []):
         lines.append("[[destinations]]")
         lines += [f"{k} = {value(v)}" for k, v in destination.items() if k != "hooks"]
-        for hook in destination["hooks"]:
+        for hook in destination.get("hooks", []):
             lines.append("[[destinations.hooks]]")
             lines += [f"{k} = {value(v)}" for k, v in hook.items()]
     path.write_text("\n".join(lines) + "\n")
