@@ -238,7 +238,7 @@ class Sender:
         """send_round as the dispatcher's `Rounds` starts it (a task in this process)."""
         assert self._loop is not None, "Sender.start() was not awaited"
         return self._loop.create_task(
-            self.send_round(route, urls, body, webhooks.webhook_id(*message), url)
+            self.send_round(route, urls, body, webhooks.route_webhook_id(route, message), url)
         )
 
     def _client_context(self, client: ClientCert) -> ssl.SSLContext:
@@ -419,8 +419,9 @@ class SenderChild:
     ) -> Any:
         try:
             # The webhook-id is derived here, on the sender's core, not in the daemon's loop.
+            route = self._routes[destination]
             results = await self._sender.send_round(
-                self._routes[destination], urls, body, webhooks.webhook_id(*message), url
+                route, urls, body, webhooks.route_webhook_id(route, message), url
             )
         except Exception as error:  # a bug, not the network: report it, keep serving
             log.exception("sending a round to %s failed", destination)
