@@ -50,6 +50,22 @@ class InsertStatus(StrEnum):
     SUPPRESSED = "suppressed"  # from a suppressed user: acknowledged and dropped
 
 
+# How the last_error of an action's delivery that failed at routing begins: its mapping, or
+# its request (URL, form body), could not be made for the message (efd.segment.routing).
+ROUTING_FAILURES = ("mapping: ", "request: ")
+
+
+def failed_at_routing(status: str, attempts: int, last_error: str | None) -> bool:
+    """Whether a delivery is an action's that failed at routing, never sent: redrive leaves
+    it, and a replay repeats it as it is."""
+    return (
+        status == DeliveryStatus.FAILED
+        and attempts == 0
+        and last_error is not None
+        and last_error.startswith(ROUTING_FAILURES)
+    )
+
+
 @dataclass(slots=True)  # not frozen: built on the hot path, where frozen __init__ costs
 class NewMessage:
     source: str
@@ -67,6 +83,10 @@ class NewMessage:
     # ones in `destinations`: (destination, its own body, None) when a field filter changed
     # the body, (destination, None, why) when a drop or sample filter stopped the message.
     shaped: tuple[tuple[str, str | None, str | None], ...] = ()
+    # An actions destination's deliveries, one per action whose trigger matched
+    # (efd.segment.routing.Action.mapped): (route, body, URL, None) to send, or
+    # (route, None, None, why) when its mapping or request failed for this message.
+    mapped: tuple[tuple[str, str | None, str | None, str | None], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +234,8 @@ class DeliveryRecord:
     user_id: str | None
     event: str | None
     received_at: float
+    # An action's delivery: the URL rendered for its message at routing.
+    url: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
 """The `efd` command: serve, migrate, check-config, audiences, listen, check-receiver,
-message-key, and the operator's inspect, deliveries, redrive, replay and discard."""
+message-key, map (an action's request for a message), and the operator's inspect,
+deliveries, redrive, replay and discard."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from efd import __version__, config
-from efd.cli import operators
+from efd.cli import mapping, operators
 from efd.cli.common import load_settings as _load
 from efd.errors import ClientError
 from efd.observe import logs
@@ -322,6 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     key.set_defaults(func=cmd_message_key)
 
     operators.add_parsers(sub)
+    mapping.add_parser(sub)
 
     args = parser.parse_args(argv)
     try:

@@ -88,6 +88,11 @@ def _inspect(args: argparse.Namespace, settings: config.Settings, operations: An
         if d["filteredBy"]:
             print(f"  filtered at routing, never sent: {d['filteredBy']}")
             continue
+        if d["url"]:
+            print(f"  url {d['url']}")
+        if d["status"] == "failed" and not d["attemptCount"] and d["lastError"]:
+            print(f"  failed at routing, never sent: {d['lastError']}")
+            continue
         if d["nextAttemptAt"]:
             print(f"  next attempt {d['nextAttemptAt']}")
         if d["status"] == "queued":
@@ -162,7 +167,7 @@ def _redrive(args: argparse.Namespace, settings: config.Settings, operations: An
     query, dry_run = redrive_query(
         _given(args, "destination", "status", "since", "until", "dry_run"),
         time.time(),
-        {d.name for d in settings.destinations},
+        settings.route_names(),
     )
     count = (
         operations.count_redrivable(query) if dry_run else operations.redrive(query, time.time())
@@ -210,7 +215,7 @@ def _discard(args: argparse.Namespace, settings: config.Settings, operations: An
     query, dry_run = discard_query(
         _given(args, "destination", "since", "until", "dry_run"),
         time.time(),
-        {d.name for d in settings.destinations},
+        settings.route_names(),
     )
     name = query.destinations[0]
     if dry_run:
@@ -252,7 +257,7 @@ def _replay(args: argparse.Namespace, settings: config.Settings, operations: Any
             file=sys.stderr,
         )
         return 1
-    targets = replay_targets(originals, args.destination, {d.name for d in settings.destinations})
+    targets = replay_targets(originals, args.destination, settings.route_names())
     created = operations.replay(pk, targets, time.time())
     if created is None:
         print(

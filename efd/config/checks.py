@@ -21,6 +21,80 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
+def _given(value: Any) -> bool:
+    """Whether a list key was given (the plain data of a loaded configuration has [])."""
+    return value is not None and value != []
+
+
+def _hooks_or_actions(i: int, destination: Mapping[str, Any]) -> list[str]:
+    """A webhooks destination has hooks and no actions; an actions destination the reverse."""
+    kind = destination.get("type", "webhooks")
+    hooks, actions = destination.get("hooks"), destination.get("actions")
+    at = f"destinations[{i}]"
+    if kind == "actions":
+        problems = []
+        if _given(hooks):
+            problems.append(
+                f"{at}.hooks: not allowed on an actions destination (each action has its url)"
+            )
+        if not _given(actions):
+            problems.append(f"{at}.actions: an actions destination needs 1 to 5 actions")
+        return problems
+    if kind != "webhooks":
+        return []
+    problems = []
+    if not _given(hooks):
+        problems.append(f"{at}.hooks: a webhooks destination needs at least 1 hook")
+    if _given(actions):
+        problems.append(f'{at}.actions: only a destination of type = "actions" has actions')
+    return problems
+
+
+def _authorization(at: str, action: Mapping[str, Any]) -> list[str]:
+    """An action with auth sets no Authorization header of its own (also ActionConfig's)."""
+    headers = action.get("headers")
+    if action.get("auth") is None or not isinstance(headers, Mapping):
+        return []
+    return [
+        f"{at}.headers.{name}: set by auth; give one or the other"
+        for name in headers
+        if isinstance(name, str) and name.lower() == "authorization"
+    ]
+
+
+def _route_names(
+    destinations: list[Mapping[str, Any]], destination_names: dict[str, int]
+) -> list[str]:
+    """An action's name is unique in its destination, and its route (destination/action)
+    is no other destination's name."""
+    problems = []
+    for i, destination in enumerate(destinations):
+        name = destination.get("name")
+        if destination.get("type") != "actions" or not isinstance(name, str):
+            continue
+        seen: dict[str, int] = {}
+        for j, action in enumerate(_entries(destination, "actions")):
+            problems += _authorization(f"destinations[{i}].actions[{j}]", action)
+            action_name = action.get("name")
+            if not isinstance(action_name, str):
+                continue
+            key = f"destinations[{i}].actions[{j}].name"
+            if action_name in seen:
+                problems.append(
+                    f"{key}: duplicate action name {action_name!r} "
+                    f"(also destinations[{i}].actions[{seen[action_name]}])"
+                )
+            seen.setdefault(action_name, j)
+            route = f"{name}/{action_name}"
+            other = destination_names.get(route)
+            if other is not None:
+                problems.append(
+                    f"{key}: its route {route!r} is the name of another destination "
+                    f"(destinations[{other}].name)"
+                )
+    return problems
+
+
 def cross_checks(data: Mapping[str, Any]) -> list[str]:
     """Rules that span entries: unique names and keys, references that resolve.
 
@@ -52,7 +126,9 @@ def cross_checks(data: Mapping[str, Any]) -> list[str]:
                 )
             seen_keys.setdefault(key, i)
     destination_names: dict[str, int] = {}
-    for i, destination in enumerate(_entries(data, "destinations")):
+    destinations = _entries(data, "destinations")
+    for i, destination in enumerate(destinations):
+        problems += _hooks_or_actions(i, destination)
         name = destination.get("name")
         if not isinstance(name, str):
             continue
@@ -62,6 +138,7 @@ def cross_checks(data: Mapping[str, Any]) -> list[str]:
                 f"(also destinations[{destination_names[name]}])"
             )
         destination_names.setdefault(name, i)
+    problems += _route_names(destinations, destination_names)
     for i, source in enumerate(sources):
         names = source.get("destinations")
         for j, name in enumerate(names if isinstance(names, list) else []):

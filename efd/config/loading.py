@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource
 
 from efd.config.checks import cross_checks
-from efd.config.models import Settings
+from efd.config.models import KeyedProblems, Settings
 
 
 class ConfigError(Exception):
@@ -36,6 +36,26 @@ def _key(loc: tuple[int | str, ...]) -> str:
     for part in loc:
         key += f"[{part}]" if isinstance(part, int) else (f".{part}" if key else str(part))
     return key
+
+
+def _problems(item: Any) -> list[str]:
+    """One pydantic error as "key: what is wrong" lines: one, or each of a validator's
+    KeyedProblems under its own key (its paths start at the model that holds the value)."""
+    loc = tuple(item["loc"])
+    error = item.get("ctx", {}).get("error")
+    if isinstance(error, KeyedProblems):
+        lines = []
+        for problem in error.problems:
+            path, _, reason = problem.partition(": ")
+            head = path.split(".", 1)[0]
+            # A field's validator names its paths from the field: "data.email..." of data.
+            base = loc[:-1] if loc and loc[-1] == head else loc
+            lines.append(f"{_key(base)}.{path}: {reason}" if base else problem)
+        return lines
+    message = item["msg"].removeprefix("Value error, ")
+    if item["type"] == "extra_forbidden":
+        message = "unknown key"
+    return [f"{_key(loc)}: {message}"]
 
 
 def _plain(settings: Settings) -> dict[str, Any]:
@@ -114,12 +134,7 @@ def load(path: str | os.PathLike[str] | None, **overrides: Any) -> Settings:
     try:
         settings: Settings = _FileSettings(**overrides)
     except ValidationError as error:
-        problems = []
-        for item in error.errors():
-            message = item["msg"].removeprefix("Value error, ")
-            if item["type"] == "extra_forbidden":
-                message = "unknown key"
-            problems.append(f"{_key(item['loc'])}: {message}")
+        problems = [line for item in error.errors() for line in _problems(item)]
         reported = {problem.split(": ", 1)[0] for problem in problems}
         problems += [
             problem for problem in cross_checks(raw) if problem.split(": ", 1)[0] not in reported

@@ -28,9 +28,12 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from efd.delivery import netguard, outauth, ratelimit, tls
 from efd.delivery.lanes import Ordering
 from efd.http.origins import check_pattern
+from efd.languages import mapping, triggers
 from efd.languages.audiences import ParseError, parse_condition, parse_expression
 from efd.languages.filters import Condition, Filter, FilterSet, FqlError, parse_field_path
 from efd.personas.keys import snake_case
+from efd.segment import actions
+from efd.segment.routing import Action, ActionSet
 from efd.segment.webhooks import (
     DEFAULT_USER_AGENT,
     HEADER_NAME,
@@ -42,12 +45,22 @@ from efd.segment.webhooks import (
 )
 
 MAX_HOOKS = 5
+MAX_ACTIONS = 5
 MIN_ADMIN_TOKEN_CHARS = 16
 Seconds = Annotated[float, Field(gt=0)]
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KeyedProblems(ValueError):
+    """Problems a validator found in its value, each "key.path: reason", the path from the
+    model that holds the value: efd.config.loading reports each under its own key."""
+
+    def __init__(self, problems: list[str] | tuple[str, ...]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("; ".join(self.problems))
 
 
 class ServerConfig(_Strict):
@@ -249,6 +262,166 @@ class HookConfig(_Strict):
         return self._client
 
 
+# An action's auth table: its type -> the keys it takes (efd.delivery.outauth's records).
+_AUTH_KEYS: dict[str, tuple[type[outauth.Auth], tuple[str, ...], tuple[str, ...]]] = {
+    "bearer": (outauth.Bearer, ("token",), ()),
+    "basic": (outauth.Basic, ("username", "password"), ()),
+    "oauth2_client_credentials": (
+        outauth.ClientCredentials,
+        ("token_url", "client_id", "client_secret"),
+        ("scope", "client_auth"),
+    ),
+}
+
+
+def auth_record(table: Any) -> outauth.Auth:
+    """An action's `auth` table as its outauth record; KeyedProblems names each bad key
+    (never a value: they are secrets)."""
+    if not isinstance(table, dict):
+        raise KeyedProblems(["auth: must be a table with a type"])
+    kind = table.get("type")
+    if kind not in _AUTH_KEYS:
+        raise KeyedProblems([f"auth.type: must be one of {', '.join(map(repr, _AUTH_KEYS))}"])
+    record, required, optional = _AUTH_KEYS[kind]
+    problems = [f"auth.{key}: required" for key in required if key not in table]
+    problems += [
+        f"auth.{key}: unknown key for type {kind!r}"
+        for key in table
+        if key != "type" and key not in required + optional
+    ]
+    if problems:
+        raise KeyedProblems(problems)
+    try:
+        return record(**{key: value for key, value in table.items() if key != "type"})
+    except outauth.AuthConfigError as error:
+        # "<type>.<key>: why": the key is named from the action's auth table.
+        raise KeyedProblems([f"auth.{str(error).split('.', 1)[1]}"]) from None
+
+
+def _request_problems(**keys: Any) -> None:
+    """compile_request's problems with the keys given (the others left at valid values)."""
+    try:
+        actions.compile_request(
+            **{"url": "https://efd.invalid/", **keys}, url_problem=netguard.http_url_problem
+        )
+    except actions.ActionRequestError as error:
+        raise KeyedProblems(error.problems) from None
+
+
+def _whole_message() -> Any:
+    return {"@path": "$."}
+
+
+class ActionConfig(HookConfig):
+    """One action of an actions destination (docs/actions.md): a hook whose URL may hold
+    `{{field}}` templates, with its trigger, method, body type, mapping and auth."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    name: str = Field(min_length=1, max_length=100)
+    trigger: str
+    method: str = "POST"
+    content_type: str = actions.JSON
+    auth: dict[str, Any] | None = None
+    # A mapping (a table, or its JSON text); the default sends the whole message.
+    data: Any = Field(default_factory=_whole_message)
+    _request: actions.ActionRequest | None = PrivateAttr(default=None)
+    _auth: outauth.Auth | None = PrivateAttr(default=None)
+
+    # The URL and headers follow an action request's rules (templates in the path and query;
+    # Content-Type comes from content_type), not a hook's.
+    @field_validator("url")
+    @classmethod
+    def _full_http_url(cls, url: str) -> str:
+        _request_problems(url=url)
+        return url
+
+    @field_validator("headers")
+    @classmethod
+    def _valid_headers(cls, headers: dict[str, str]) -> dict[str, str]:
+        _request_problems(headers=headers)
+        return headers
+
+    @field_validator("name")
+    @classmethod
+    def _route_name(cls, name: str) -> str:
+        if "/" in name:
+            raise ValueError('may not contain "/" (the route is named destination/action)')
+        if name != name.strip() or any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+            raise ValueError("may not begin or end with whitespace or hold control characters")
+        return name
+
+    @field_validator("trigger")
+    @classmethod
+    def _parses(cls, text: str) -> str:
+        try:
+            triggers.parse(text)
+        except triggers.TriggerError as error:
+            raise ValueError(str(error)) from None
+        return text
+
+    @field_validator("method")
+    @classmethod
+    def _method(cls, method: str) -> str:
+        _request_problems(method=method)
+        return method
+
+    @field_validator("content_type")
+    @classmethod
+    def _content_type(cls, content_type: str) -> str:
+        _request_problems(content_type=content_type)
+        return content_type
+
+    @field_validator("auth")
+    @classmethod
+    def _auth_record(cls, table: dict[str, Any] | None) -> dict[str, Any] | None:
+        if table is not None:
+            auth_record(table)
+        return table
+
+    @field_validator("data")
+    @classmethod
+    def _mapping(cls, data: Any) -> Any:
+        try:
+            mapping.compile(data, name="data")
+        except mapping.MappingError as error:
+            raise KeyedProblems(error.problems) from None
+        return data
+
+    @model_validator(mode="after")
+    def _compiled(self) -> ActionConfig:
+        if self.auth is not None:
+            authorization = [name for name in self.headers if name.lower() == "authorization"]
+            if authorization:
+                raise KeyedProblems(
+                    [f"headers.{authorization[0]}: set by auth; give one or the other"]
+                )
+            self._auth = auth_record(self.auth)
+        self._request = actions.compile_request(
+            url=self.url,
+            method=self.method,
+            headers=self.headers,
+            content_type=self.content_type,
+            url_problem=netguard.http_url_problem,
+        )
+        return self
+
+    def action(self, route: str) -> Action:
+        """The action as routing runs it, under its route's name."""
+        assert self._request is not None
+        return Action(
+            name=self.name,
+            route=route,
+            trigger=triggers.parse(self.trigger),
+            mapping=mapping.compile(self.data, name="data"),
+            request=self._request,
+        )
+
+    @property
+    def outbound_auth(self) -> outauth.Auth | None:
+        return self._auth
+
+
 def _field_paths(paths: list[str]) -> list[str]:
     problems = []
     for index, path in enumerate(paths):
@@ -362,7 +535,9 @@ def _x_signature() -> list[Signing]:
 
 class DestinationConfig(_Strict):
     name: str = Field(min_length=1)
-    type: Literal["webhooks"] = "webhooks"
+    # "webhooks": Segment's classic body to every hook; "actions": each action's own request
+    # (docs/actions.md).
+    type: Literal["webhooks", "actions"] = "webhooks"
     shared_secret: SecretStr | None = None
     # How each request is signed: Segment's X-Signature (with shared_secret), Standard
     # Webhooks (with standard_webhooks_secrets), or both.
@@ -370,7 +545,10 @@ class DestinationConfig(_Strict):
     # Every listed secret signs each request: the first is current, the others stay while
     # receivers move over to it (rotation).
     standard_webhooks_secrets: list[SecretStr] = Field(default_factory=list)
-    hooks: list[HookConfig] = Field(min_length=1, max_length=MAX_HOOKS)
+    # A webhooks destination's (1 to MAX_HOOKS: efd.config.checks), none on an actions one.
+    hooks: list[HookConfig] = Field(default_factory=list, max_length=MAX_HOOKS)
+    # An actions destination's (1 to MAX_ACTIONS), none on a webhooks one.
+    actions: list[ActionConfig] = Field(default_factory=list, max_length=MAX_ACTIONS)
     # Applied in Segment's order (sample, drop, drop_fields, allow_fields): docs/filters.md.
     filters: list[FilterConfig] = Field(default_factory=list)
     # "per_user": each user's messages go one at a time, in the order efd acknowledged them
@@ -406,6 +584,35 @@ class DestinationConfig(_Strict):
             )
         return self
 
+    @model_validator(mode="after")
+    def _hooks_or_actions(self) -> DestinationConfig:
+        # Also in efd.config.checks, which reports it beside any other problem of the file.
+        if self.type == "webhooks" and not self.hooks:
+            raise KeyedProblems(["hooks: a webhooks destination needs at least 1 hook"])
+        if self.type == "actions" and not self.actions:
+            raise KeyedProblems(["actions: an actions destination needs 1 to 5 actions"])
+        return self
+
+    def route_name(self, action: ActionConfig) -> str:
+        return f"{self.name}/{action.name}"
+
+    def route_names(self) -> tuple[str, ...]:
+        """The names its deliveries are stored and claimed under: its own, or one per action."""
+        if self.type == "actions":
+            return tuple(self.route_name(action) for action in self.actions)
+        return (self.name,)
+
+    def route_hooks(self) -> tuple[tuple[str, tuple[HookConfig, ...]], ...]:
+        """Each route's name and the hooks it sends to: the destination's, or each action
+        alone (an action is its route's one hook)."""
+        if self.type == "actions":
+            return tuple((self.route_name(a), (a,)) for a in self.actions)
+        return ((self.name, tuple(self.hooks)),)
+
+    def action_set(self) -> ActionSet:
+        """Its actions as routing runs them (an actions destination's only)."""
+        return ActionSet(self.name, tuple(a.action(self.route_name(a)) for a in self.actions))
+
     def filter_set(self) -> FilterSet:
         """The destination's filters, ready to apply (their expressions are already parsed)."""
         return FilterSet([f.rule() for f in self.filters])
@@ -414,24 +621,61 @@ class DestinationConfig(_Strict):
         """The token buckets of the destination's rate-limited hooks (none: unlimited)."""
         return ratelimit.buckets(self.name, [(hook.url, hook.limit()) for hook in self.hooks])
 
+    def route_buckets(self) -> dict[str, tuple[ratelimit.Bucket, ...]]:
+        """Route name -> the token buckets of its rate-limited hooks, for routes that have some."""
+        if self.type != "actions":
+            found = self.buckets()
+            return {self.name: found} if found else {}
+        named = ((self.route_name(a), a) for a in self.actions)
+        return {
+            route: found
+            for route, a in named
+            if (found := ratelimit.buckets(route, [(a.url, a.limit())]))
+        }
+
     def routes(self, user_agent: str) -> tuple[Route, ...]:
-        """What the dispatcher claims and sends for: a webhooks destination is one route."""
-        return (self.route(user_agent),)
+        """What the dispatcher claims and sends for: a webhooks destination is one route, an
+        actions destination one per action, named destination/action, whose one hook is the
+        action's URL as configured (its identity for circuits, rate limits and attempts)."""
+        if self.type != "actions":
+            return (self.route(user_agent),)
+        return tuple(
+            self._route(
+                self.route_name(a),
+                ((a.url, a),),
+                user_agent,
+                method=a.method,
+                content_type=a.content_type,
+            )
+            for a in self.actions
+        )
 
     def auths(self) -> dict[str, outauth.Auth]:
         """Route name -> the outbound auth its requests carry; a webhook route has none."""
-        return {}
+        return {
+            self.route_name(a): a.outbound_auth for a in self.actions if a.outbound_auth is not None
+        }
 
     def route(self, user_agent: str) -> Route:
+        return self._route(self.name, tuple((hook.url, hook) for hook in self.hooks), user_agent)
+
+    def _route(
+        self,
+        name: str,
+        hooks: tuple[tuple[str, HookConfig], ...],
+        user_agent: str,
+        **request: str,
+    ) -> Route:
         secret = self.shared_secret.get_secret_value() if self.shared_secret else None
         keys = tuple(standard_secret(s.get_secret_value()) for s in self.standard_webhooks_secrets)
         return Route(
-            name=self.name,
-            hooks=tuple((hook.url, dict(hook.headers)) for hook in self.hooks),
-            client_certs={hook.url: hook.client for hook in self.hooks if hook.client},
+            name=name,
+            hooks=tuple((url, dict(hook.headers)) for url, hook in hooks),
+            client_certs={url: hook.client for url, hook in hooks if hook.client},
             secret=(secret or None) if "x-signature" in self.signing else None,
             user_agent=user_agent,
             standard_secrets=keys if "standard-webhooks" in self.signing else (),
+            **request,
         )
 
 
@@ -542,9 +786,28 @@ class Settings(BaseSettings):
         costs nothing when this is empty)."""
         return {d.name: d.filter_set() for d in self.destinations if d.filters}
 
+    def action_sets(self) -> dict[str, ActionSet]:
+        """Destination -> its actions, for the actions destinations (routing.shape)."""
+        return {d.name: d.action_set() for d in self.destinations if d.type == "actions"}
+
     def ordered(self) -> frozenset[str]:
-        """The destinations that deliver in order per user (`ordering = "per_user"`)."""
-        return frozenset(d.name for d in self.destinations if d.ordering is Ordering.PER_USER)
+        """The routes that deliver in order per user (`ordering = "per_user"`): a
+        destination's, or each of its actions'."""
+        return frozenset(
+            name
+            for d in self.destinations
+            if d.ordering is Ordering.PER_USER
+            for name in d.route_names()
+        )
+
+    def route_names(self) -> set[str]:
+        """The names a configured destination's deliveries are stored under: each route's
+        (claimed and sent), and an actions destination's own (its `filtered` rows)."""
+        return {name for d in self.destinations for name in (d.name, *d.route_names())}
+
+    def route_buckets(self) -> dict[str, tuple[ratelimit.Bucket, ...]]:
+        """Route -> its rate-limited hooks' token buckets, for the routes that have some."""
+        return {k: v for d in self.destinations for k, v in d.route_buckets().items()}
 
     def destination(self, name: str) -> DestinationConfig:
         for destination in self.destinations:

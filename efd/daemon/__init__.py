@@ -192,7 +192,7 @@ class Daemon:
                 str(error).splitlines()[0][:200],
             )
             return
-        configured = {d.name for d in self.settings.value.destinations}
+        configured = self.settings.value.route_names()
         for name, count in unconfigured(backlog, configured).items():
             log.warning(
                 "destination %r is not configured but has %d pending deliveries, which are "

@@ -137,6 +137,7 @@ class ChildProcesses:
                 filters=settings.filter_sets(),
                 log_level=settings.logging.level,
                 log_format=settings.logging.format,
+                actions=settings.action_sets(),
             )
             self._parsers_ready = asyncio.ensure_future(self.parsers.start())
             stack.push_async_callback(
@@ -160,7 +161,10 @@ class ChildProcesses:
     async def _reload_parsers(self, settings: Settings) -> None:
         assert self.parsers is not None
         await self.parsers.reload(
-            _parser_sources(settings), settings.filter_sets(), settings.logging.level
+            _parser_sources(settings),
+            settings.filter_sets(),
+            settings.logging.level,
+            settings.action_sets(),
         )
 
 

@@ -77,8 +77,9 @@ def reserved_files(settings: Settings, cpus: int) -> int:
     children = 4 * (senders + parsers)
     outbound = 0
     if not senders:  # the daemon sends itself: its sockets are ours
-        urls = {hook.url for d in settings.destinations for hook in d.hooks}
-        widest = max((len(d.hooks) for d in settings.destinations), default=0)
+        routes = [hooks for d in settings.destinations for _, hooks in d.route_hooks()]
+        urls = {hook.url for hooks in routes for hook in hooks}
+        widest = max((len(hooks) for hooks in routes), default=0)
         outbound = min(delivery.max_in_flight * widest, len(urls) * delivery.max_per_hook)
     return _BASE_FILES + database + children + outbound
 

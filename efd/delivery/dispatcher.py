@@ -597,5 +597,5 @@ class Dispatcher:
 
 
 def _buckets(settings: Settings) -> dict[str, tuple[ratelimit.Bucket, ...]]:
-    """The token buckets of each destination that has rate-limited hooks."""
-    return {d.name: found for d in settings.destinations if (found := d.buckets())}
+    """The token buckets of each route that has rate-limited hooks."""
+    return settings.route_buckets()

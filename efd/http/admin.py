@@ -113,7 +113,7 @@ class AdminApi:
 
     @property
     def _configured(self) -> set[str]:
-        return {d.name for d in self._settings.destinations}
+        return self._settings.route_names()
 
     async def _body(self, request: web.Request) -> Any:
         raw = await server.read_body(request, MAX_BODY_BYTES)

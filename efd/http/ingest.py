@@ -121,6 +121,7 @@ class Ingest:
         )
         self._by_name = {s.name: s for s in settings.sources}
         self._filters = settings.filter_sets()
+        self._actions = settings.action_sets()
         self._origins = {
             s.name: AllowedOrigins(s.allowed_origins)
             for s in settings.sources
@@ -213,7 +214,7 @@ class Ingest:
         if fresh < len(status):
             self._metrics.duplicates[source.name] += status.count(InsertStatus.DUPLICATE)
             self._metrics.suppressed[source.name] += status.count(InsertStatus.SUPPRESSED)
-        if self._filters:
+        if self._filters or self._actions:
             for row, row_status in zip(rows, status, strict=True):
                 if row_status == InsertStatus.STORED:
                     for destination, _, filtered in row.shaped:
@@ -239,4 +240,5 @@ class Ingest:
             type_=type_,
             received_at=received_at,
             filters=self._filters,
+            actions=self._actions,
         )

@@ -134,9 +134,13 @@ class LiveApi:
         now = time.time()
         # Each hook as the attempts table names it (its label: credentials and query values
         # hidden), for the circuit lookups its configured URL.
+        routes = [
+            (destination, name, hooks)
+            for destination in self._settings.destinations
+            for name, hooks in destination.route_hooks()
+        ]
         labels = {
-            d.name: webhooks.hook_labels(hook.url for hook in d.hooks)
-            for d in self._settings.destinations
+            name: webhooks.hook_labels(hook.url for hook in hooks) for _, name, hooks in routes
         }
         hooks = {label for named in labels.values() for label in named.values()}
         try:
@@ -154,11 +158,12 @@ class LiveApi:
             log.error("admin API: the store is unavailable: %s", str(error).splitlines()[0][:200])
             return error_response("storage_unavailable", "the store is unavailable; retry", 503)
         result = []
-        for destination in self._settings.destinations:
-            pending, oldest = backlog.get(destination.name, (0, None))
+        # An actions destination is listed as its routes, one per action (destination/action).
+        for destination, name, route_hooks in routes:
+            pending, oldest = backlog.get(name, (0, None))
             hook_list = []
-            for hook in destination.hooks:
-                url = labels[destination.name][hook.url]
+            for hook in route_hooks:
+                url = labels[name][hook.url]
                 last = errors.get(url)
                 limit = hook.limit()
                 hook_list.append(
@@ -174,18 +179,18 @@ class LiveApi:
                         # Its rate limit, and the rounds it held back (this process's count).
                         "maxPerSecond": None if limit is None else limit[0],
                         "burst": None if limit is None else limit[1],
-                        "heldBack": self._metrics.held_back.get((destination.name, url), 0),
+                        "heldBack": self._metrics.held_back.get((name, url), 0),
                     }
                 )
             result.append(
                 {
-                    "name": destination.name,
+                    "name": name,
                     "configured": True,
                     "backlog": pending,
                     "oldestPendingAt": iso(oldest),
                     "ordering": destination.ordering.value,
                     # Ordered: its blocked lanes (efd/delivery/lanes.py); else null.
-                    "lanes": lanes_json(blocked.get(destination.name))
+                    "lanes": lanes_json(blocked.get(name))
                     if destination.ordering == "per_user"
                     else None,
                     "hooks": hook_list,
@@ -193,7 +198,7 @@ class LiveApi:
             )
         # Removed from the configuration with deliveries still pending: never sent, until
         # it is configured again or an operator discards them.
-        configured = {d.name for d in self._settings.destinations}
+        configured = self._settings.route_names()
         for name in sorted(backlog):
             pending, oldest = backlog[name]
             if name not in configured and pending:

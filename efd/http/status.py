@@ -121,7 +121,7 @@ class Status:
                 backlog = await self._db.read(self._db.store.queue.backlog)
                 # Every configured destination, and those no longer configured that still
                 # have pending deliveries (never sent: see efd discard).
-                configured = {d.name: backlog.get(d.name, 0) for d in self._settings.destinations}
+                configured = {name: backlog.get(name, 0) for name in self._settings.route_names()}
                 self._metrics.backlog = {
                     **{(name, True): count for name, count in configured.items()},
                     **{

@@ -23,7 +23,7 @@ from efd.records import (
     MessageRecord,
 )
 from efd.segment.messages import format_timestamp
-from efd.segment.webhooks import redact_urls
+from efd.segment.webhooks import redact_url, redact_urls
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
@@ -324,6 +324,12 @@ def message_json(record: MessageRecord, window: float) -> dict[str, Any]:
                 "replayOf": d.replay_of,
                 # Which filter stopped it, and why (docs/filters.md).
                 "filteredBy": d.last_error if d.status == DeliveryStatus.FILTERED else None,
+                # Why its last round failed, or why routing failed it (an action whose
+                # mapping or request could not be made for the message: docs/actions.md).
+                "lastError": None if d.last_error is None else redact_urls(d.last_error),
+                # An action's: the URL rendered for the message, credentials and query
+                # values hidden as in the attempts.
+                "url": None if d.url is None else redact_url(d.url),
                 # Queued in its lane (an ordered destination): the messageId of the lane's
                 # head, which has to have an outcome first.
                 "waitingFor": record.waiting_for.get(d.id),
@@ -373,6 +379,7 @@ def delivery_json(delivery: DeliveryRecord, window: float) -> dict[str, Any]:
         "type": delivery.type,
         "event": delivery.event,
         "replayOf": delivery.replay_of,
+        "url": None if delivery.url is None else redact_url(delivery.url),
     }
 
 

@@ -15,12 +15,16 @@ from efd.languages.filters import FilterSet
 from efd.processes.pool import LOST, Pool
 from efd.records import NewMessage
 from efd.segment.payload import ChildParser, from_child
+from efd.segment.routing import ActionSet
 
 # (write key, name, destinations) of each source: what a parser process knows of them.
 SourceList = Sequence[tuple[str, str, tuple[str, ...]]]
 # Destination -> its filters, for the destinations that have some: pickled as configured,
 # compiled again in the child.
 Filters = Mapping[str, FilterSet]
+# Destination -> its actions, for the actions destinations: their mappings compiled again in
+# the child too.
+Actions = Mapping[str, ActionSet]
 
 
 class ParserChild:
@@ -28,15 +32,17 @@ class ParserChild:
 
     def __init__(self, setup: dict[str, Any]) -> None:
         self._setup = setup
-        self._parse = ChildParser(setup["sources"], setup["filters"])
+        self._parse = ChildParser(setup["sources"], setup["filters"], setup["actions"])
 
     async def start(self) -> None:
         pass
 
     def configure(self, update: dict[str, Any]) -> None:
-        if "sources" in update or "filters" in update:
+        if "sources" in update or "filters" in update or "actions" in update:
             self._setup = {**self._setup, **update}
-            self._parse = ChildParser(self._setup["sources"], self._setup["filters"])
+            self._parse = ChildParser(
+                self._setup["sources"], self._setup["filters"], self._setup["actions"]
+            )
 
     async def __call__(
         self, data: bytes, source: str | None, type_: str | None, received_at: float
@@ -56,12 +62,13 @@ class ParserPool:
         filters: Filters,
         log_level: str,
         log_format: str,
+        actions: Actions | None = None,
     ) -> None:
         self._pool = Pool(
             "parser",
             processes,
             "efd.processes.parsers:ParserChild",
-            {"sources": list(sources), "filters": dict(filters)},
+            {"sources": list(sources), "filters": dict(filters), "actions": dict(actions or {})},
             log_level=log_level,
             log_format=log_format,
         )
@@ -76,9 +83,16 @@ class ParserPool:
     async def close(self, timeout: float) -> None:
         await self._pool.close(timeout)
 
-    async def reload(self, sources: SourceList, filters: Filters, log_level: str) -> None:
+    async def reload(
+        self, sources: SourceList, filters: Filters, log_level: str, actions: Actions | None = None
+    ) -> None:
         await self._pool.configure(
-            {"sources": list(sources), "filters": dict(filters), "log_level": log_level}
+            {
+                "sources": list(sources),
+                "filters": dict(filters),
+                "actions": dict(actions or {}),
+                "log_level": log_level,
+            }
         )
 
     async def parse(

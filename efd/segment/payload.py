@@ -131,6 +131,7 @@ _row_values = attrgetter(*(field.name for field in fields(NewMessage)))
 
 
 _NO_FILTERS: Mapping[str, FilterSet] = {}
+_NO_ACTIONS: Mapping[str, routing.ActionSet] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,12 +148,14 @@ def parse_request(
     type_: str | None,
     received_at: datetime,
     filters: Mapping[str, FilterSet] = _NO_FILTERS,
+    actions: Mapping[str, routing.ActionSet] = _NO_ACTIONS,
 ) -> tuple[S, list[NewMessage]]:
     """The body of an ingestion request → the rows to store (pure; raises ClientError).
 
     `source` is the one named by the Basic auth header, if any; otherwise the body's
     writeKey is looked up in `keys`. `filters`: the destination filters, by destination,
-    of those destinations that have some (routing.shape).
+    of those destinations that have some; `actions`: the actions destinations' actions
+    (routing.shape).
     """
     try:
         payload, plain = jsonjs.loads_checked(data)
@@ -179,7 +182,7 @@ def parse_request(
     rows = []
     for index, message in enumerate(messages):
         try:
-            rows.append(message_row(source, message, received_at, plain, filters))
+            rows.append(message_row(source, message, received_at, plain, filters, actions))
         except ClientError as rejection:
             if type_ is None:  # a batch: say which message
                 rejection.index = index
@@ -205,14 +208,17 @@ def out_of_range(error: jsonjs.OutOfRange, *, batch: bool) -> ClientError:
 class ChildParser:
     """parse_request in a parser process (efd/processes/parsers.py), its answers as plain tuples:
     what crosses the pipe is cheap to pickle. `from_child` reads them back. The filters
-    arrive pickled as their configuration and are compiled again here (FilterSet)."""
+    arrive pickled as their configuration and are compiled again here (FilterSet), and
+    so do the actions' mappings (routing.ActionSet)."""
 
     def __init__(
         self,
         sources: Sequence[tuple[str, str, tuple[str, ...]]],
         filters: Mapping[str, FilterSet] = _NO_FILTERS,
+        actions: Mapping[str, routing.ActionSet] = _NO_ACTIONS,
     ) -> None:
         self._filters = dict(filters)
+        self._actions = dict(actions)
         by_key = {key: _ChildSource(name, dests) for key, name, dests in sources}
         self._keys = WriteKeys(by_key)
         self._by_name = {source.name: source for source in by_key.values()}
@@ -228,6 +234,7 @@ class ChildParser:
                 type_=type_,
                 received_at=datetime.fromtimestamp(received_at, UTC),
                 filters=self._filters,
+                actions=self._actions,
             )
         except ClientError as r:
             return ("rejected", r.code, r.message, r.field, r.index, r.status)
@@ -240,6 +247,7 @@ def message_row(
     received_at: datetime,
     plain: bool,
     filters: Mapping[str, FilterSet] = _NO_FILTERS,
+    actions: Mapping[str, routing.ActionSet] = _NO_ACTIONS,
 ) -> NewMessage:
     body_dict = webhooks.body_for(message)
     data = webhooks.encode(body_dict, plain=plain)
@@ -254,8 +262,11 @@ def message_row(
     body = data.decode("utf-8")
     destinations = routing.route(source.destinations, message.integrations)
     shaped: tuple[routing.Shaped, ...] = ()
-    if filters:
-        plain_ones, shaped = routing.shape(body_dict, destinations, filters, plain=plain)
+    mapped: tuple[routing.Mapped, ...] = ()
+    if filters or actions:
+        plain_ones, shaped, mapped = routing.shape(
+            body_dict, destinations, filters, plain=plain, actions=actions
+        )
         destinations = list(plain_ones)
     return NewMessage(
         source=source.name,
@@ -272,6 +283,7 @@ def message_row(
             None if message.original_timestamp is None else message.original_timestamp.timestamp()
         ),
         shaped=shaped,
+        mapped=mapped,
     )
 
 

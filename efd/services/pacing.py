@@ -11,7 +11,9 @@ write by at most one step. Only so long, though: a step that has deferred long e
 steps to fall below `FLOOR_SHARE` of the writer's time runs whatever waits, so that retention
 keeps that share of a writer the others saturate and the database never grows without bound
 (docs/decisions.md#retention-pacing). While steps come back full the walk is behind, and it
-takes larger steps, which cost less per message.
+takes larger steps, which cost less per message; but a step that ran while other writes
+wanted the writer, or that one queued behind, is followed by a short one, since a write
+queued behind a step waits for all of it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from __future__ import annotations
 FLOOR_SHARE = 0.1  # of the writer's time retention keeps however busy the others keep it
 SMALL_STEP = 1000  # messages a step: the first of a run, and after a step that was not full
 LARGE_STEP = 5000  # messages a step while the one before came back full
+# Messages a step after one that other writes wanted the writer during: short, so that a
+# write queued behind one waits little.
+CONTENDED_STEP = 500
 LOOK_AGAIN_MIN = 0.001  # seconds: the shortest wait before a deferred step looks again
 LOOK_AGAIN_MAX = 0.02  # seconds: the longest, so an idle writer is taken up soon
 
@@ -31,14 +36,19 @@ def pause_after(seconds: float, share: float) -> float:
     return max(0.0, seconds) * (1.0 - share) / share
 
 
+def contended(waiting: int, quiet: float, last: float) -> bool:
+    """Whether other writes want the writer: some wait for it (`waiting` queued), or one
+    ended less than `quiet` seconds ago, sooner than the last step took (`last` seconds)."""
+    return waiting > 0 or quiet < last
+
+
 def may_step(
     waiting: int, quiet: float, since_last: float, last: float, floor: float = FLOOR_SHARE
 ) -> bool:
-    """Whether a step may start now: when no other write waits (`waiting` of them queued for
-    the writer) and none has ended for `quiet` seconds, as long as the last step, which held
-    the writer `last` seconds; or when `since_last` seconds since that step ended are enough
-    for steps to keep `floor` of the writer's time."""
-    return (waiting <= 0 and quiet >= last) or since_last >= pause_after(last, floor)
+    """Whether a step may start now: when the writer is not contended (no other write waits
+    and none has ended for as long as the last step held the writer); or when `since_last`
+    seconds since that step ended are enough for steps to keep `floor` of the writer's time."""
+    return not contended(waiting, quiet, last) or since_last >= pause_after(last, floor)
 
 
 def look_again(last: float) -> float:
@@ -47,7 +57,10 @@ def look_again(last: float) -> float:
     return min(LOOK_AGAIN_MAX, max(LOOK_AGAIN_MIN, max(0.0, last) / 4))
 
 
-def next_step(looked_at: int, limit: int) -> int:
+def next_step(looked_at: int, limit: int, forced: bool = False) -> int:
     """The size of the next step after one of `limit` that looked at `looked_at` messages:
-    large while steps come back full (more waits beyond them), small otherwise."""
+    large while steps come back full (more waits beyond them), small otherwise, and shorter
+    still after a step `forced`: one that other writes wanted the writer during."""
+    if forced:
+        return CONTENDED_STEP
     return LARGE_STEP if looked_at >= limit else SMALL_STEP

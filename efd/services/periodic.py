@@ -32,7 +32,7 @@ from efd.personas.sync import (
     longest_lookback,
     run_sync,
 )
-from efd.services.pacing import SMALL_STEP, look_again, may_step, next_step
+from efd.services.pacing import SMALL_STEP, contended, look_again, may_step, next_step
 from efd.settings import Current
 from efd.store.computations import Computations
 from efd.store.profiles import Profiles
@@ -97,6 +97,8 @@ class Periodic:
         # The last retention step: when it ended (time.monotonic) and how long it held the writer;
         # the writer's turn when retention last looked at it, and when another write last ended.
         self._last_end, self._last_step, self._last_look = -math.inf, 0.0, 0
+        # Whether other writes wanted the writer during the last step, or queued behind it.
+        self._forced = False
         self._others_ended = -math.inf
 
     async def start(self, stack: AsyncExitStack) -> None:
@@ -217,7 +219,7 @@ class Periodic:
                 break
             purged += step.purged
             self._metrics.retention_purged += step.purged
-            limit = next_step(step.looked_at, limit)
+            limit = next_step(step.looked_at, limit, forced=self._forced)
         lag = await self._db.read(store.retention.lag, before)
         self._metrics.retention_behind = lag.behind_seconds
         self._metrics.retention_kept = lag.kept
@@ -298,11 +300,15 @@ class Periodic:
             self._others_ended = self._db.write_ended
         self._last_look = turn
         quiet, since_last = started - self._others_ended, started - self._last_end
-        if not may_step(self._db.writes_waiting, quiet, since_last, self._last_step):
+        waiting = self._db.writes_waiting
+        if not may_step(waiting, quiet, since_last, self._last_step):
             return None
+        forced = contended(waiting, quiet, self._last_step)
         result = write(*args)
         self._last_end = time.monotonic()
         self._last_step = self._last_end - started
+        # A write that queued behind this step waited for all of it: the next one is short.
+        self._forced = forced or self._db.writes_waiting > 0
         return (result,)
 
     # -- audiences and computed traits ------------------------------------------------------

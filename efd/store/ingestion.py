@@ -186,7 +186,7 @@ class Ingestion:
                 ]
         pending = len(delivery_rows) > len(handed)
         laned = any(row[8] is not None for row in delivery_rows)
-        if any(r.shaped for r in rows):
+        if any(r.shaped or r.mapped for r in rows):
             shaped_rows = shaped.rows(ids, rows, now)
             if lanes_of is not None:
                 by_pk = dict(zip(ids, rows, strict=True))

@@ -16,15 +16,17 @@ from array import array
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sqlalchemy import ColumnElement, Connection, and_, case, func, insert, select, update
+from sqlalchemy import ColumnElement, Connection, and_, case, func, insert, or_, select, update
 
 from efd.records import (
+    ROUTING_FAILURES,
     AttemptRecord,
     BlockedLanes,
     DeliveryQuery,
     DeliveryRecord,
     DeliveryStatus,
     MessageRecord,
+    failed_at_routing,
 )
 from efd.store import lanes
 from efd.store.dedupe import message_key
@@ -54,6 +56,7 @@ _DELIVERY_COLUMNS = (
     messages.c.user_id,
     messages.c.event,
     messages.c.received_at,
+    deliveries.c.url,
 )
 
 
@@ -85,9 +88,28 @@ def _delivery_conditions(query: DeliveryQuery) -> list[ColumnElement[bool]]:
     return conditions
 
 
+# NULL as "": a NOT over a NULL comparison would leave the row out.
+_last_error = func.coalesce(deliveries.c.last_error, "")
+
+
+def _routed_unsent(kept: Any) -> DeliveryStatus | None:
+    """What a replay repeats of an original that routing finished without sending: a
+    filter's `filtered`, an action's `failed` whose request could not be made for its
+    message (failed with no round sent); None: a delivery to send."""
+    if kept is None:
+        return None
+    if kept.status == DeliveryStatus.FILTERED.value:
+        return DeliveryStatus.FILTERED
+    if failed_at_routing(kept.status, kept.attempts, kept.last_error):
+        return DeliveryStatus.FAILED
+    return None
+
+
 def _redrivable(query: DeliveryQuery) -> ColumnElement[bool]:
     """The deliveries a redrive of `query` moves, and a dry run counts: failed or expired
-    (or the subset asked for), of a message whose payload is still there."""
+    (or the subset asked for), of a message whose payload is still there. An action's
+    delivery that failed at routing (no round sent: its mapping or request could not be
+    made for the message) is not: sent again, it would carry no request of its own."""
     statuses = [s for s in (query.statuses or REDRIVABLE) if s in REDRIVABLE]
     # Correlated, so the status index picks the deliveries and each looks up its message by
     # key: an IN list would gather every kept message first.
@@ -100,7 +122,14 @@ def _redrivable(query: DeliveryQuery) -> ColumnElement[bool]:
         )
         .exists()
     )
-    conditions = [deliveries.c.status.in_([str(s) for s in statuses])]
+    conditions = [
+        deliveries.c.status.in_([str(s) for s in statuses]),
+        ~and_(
+            deliveries.c.status == DeliveryStatus.FAILED.value,
+            deliveries.c.attempts == 0,
+            or_(*(_last_error.startswith(p, autoescape=True) for p in ROUTING_FAILURES)),
+        ),
+    ]
     if query.destinations:
         conditions.append(deliveries.c.destination.in_(query.destinations))
     return and_(*conditions, kept)
@@ -397,27 +426,30 @@ class OperationsStore:
                 return None
             for original, destination in targets:
                 kept = conn.execute(
-                    select(deliveries.c.status, deliveries.c.last_error, deliveries.c.body).where(
-                        deliveries.c.id == original
-                    )
+                    select(
+                        deliveries.c.status,
+                        deliveries.c.last_error,
+                        deliveries.c.body,
+                        deliveries.c.url,
+                        deliveries.c.attempts,
+                    ).where(deliveries.c.id == original)
                 ).first()
-                filtered = kept is not None and kept.status == DeliveryStatus.FILTERED.value
+                again = _routed_unsent(kept)
                 new_id = conn.execute(
                     insert(deliveries)
                     .values(
                         message_pk=message_pk,
                         destination=destination,
-                        status=(
-                            DeliveryStatus.FILTERED if filtered else DeliveryStatus.PENDING
-                        ).value,
+                        status=(again or DeliveryStatus.PENDING).value,
                         attempts=0,
                         created_at=now,
-                        next_attempt_at=None if filtered else now,
-                        finished_at=now if filtered else None,
-                        last_error=kept.last_error if filtered and kept is not None else None,
+                        next_attempt_at=None if again else now,
+                        finished_at=now if again else None,
+                        last_error=kept.last_error if again and kept is not None else None,
                         lease_token=0,
                         replay_of=original,
                         body=None if kept is None else kept.body,
+                        url=None if kept is None else kept.url,
                     )
                     .returning(deliveries.c.id)
                 ).scalar_one()

@@ -63,6 +63,7 @@ def _claim_statement(among: Callable[[Any, Any], Any]) -> Any:
             deliveries.c.first_attempt_at,
             deliveries.c.failed_hooks,
             deliveries.c.body,  # a body of its own (field filters: ingestion.py), else NULL
+            deliveries.c.url,  # an action's rendered URL, else NULL
         )
     )
 
@@ -173,8 +174,9 @@ class DeliveryQueue:
                 message_pk=pk,
                 source=bodies[pk][2],
                 received_at=bodies[pk][3],
+                url=url,
             )
-            for delivery_id, token, pk, attempts_so_far, first, failed, own_body in claimed
+            for delivery_id, token, pk, attempts_so_far, first, failed, own_body, url in claimed
         ]
         result.sort(key=lambda c: c.delivery_id)
         return result
@@ -197,7 +199,7 @@ class DeliveryQueue:
                 failed_hooks=_failed_hooks(failed),
                 last_error=MESSAGE_GONE,
             )
-            for delivery_id, token, pk, attempts_so_far, first, failed, _ in claimed
+            for delivery_id, token, pk, attempts_so_far, first, failed, _, _ in claimed
             if pk not in bodies
         ]
         self._backend.record_outcomes(conn, orphans)

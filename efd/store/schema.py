@@ -85,11 +85,14 @@ deliveries = Table(
     Column("lease_owner", String(80)),  # the process holding the claim, NULL when none
     Column("lease_token", Integer, nullable=False, server_default=text("0")),  # fencing
     Column("replay_of", Id),  # a replay: the delivery it sends again (same message)
-    # The body a destination's field filters made; NULL: the message's body (and once a
-    # deletion request purged it).
+    # The body a destination's field filters or an action's mapping made; NULL: the
+    # message's body (and once a deletion request purged it).
     Column("body", Text),
     # The lane of a delivery to an ordered destination (efd/delivery/lanes.py); NULL: none.
     Column("lane", Text),
+    # An action's delivery: the URL rendered for its message at routing; NULL: the route's
+    # hook URLs.
+    Column("url", Text),
     Index(
         "ix_deliveries_due",
         "destination",

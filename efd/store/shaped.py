@@ -1,7 +1,9 @@
-"""Deliveries a destination's filters shaped at routing (docs/filters.md): a pending one with
-a body of its own, or a finished `filtered` one that is never sent. Inserted beside the plain
+"""Deliveries a destination's filters or actions shaped at routing (docs/filters.md,
+docs/actions.md): a pending one with a body of its own (and, an action's, the URL rendered
+for its message), a finished `filtered` one that is never sent, or an action's `failed` one
+whose mapping or request could not be made for its message. Inserted beside the plain
 deliveries of ingestion (efd/store/ingestion.py), in the same transaction; a configuration
-without filters never comes here.
+without filters or actions never comes here.
 """
 
 from __future__ import annotations
@@ -18,17 +20,11 @@ _INSERT = insert(deliveries)
 
 
 def rows(ids: Sequence[int], messages: Sequence[NewMessage], now: float) -> list[dict[str, Any]]:
-    """The shaped deliveries of the messages stored under `ids`."""
+    """The shaped and mapped deliveries of the messages stored under `ids`."""
     out: list[dict[str, Any]] = []
     for pk, message in zip(ids, messages, strict=True):
         for destination, body, filtered in message.shaped:
-            row = {
-                "message_pk": pk,
-                "destination": destination,
-                "attempts": 0,
-                "created_at": now,
-                "lease_token": 0,
-            }
+            row = _row(pk, destination, now)
             if filtered is None:
                 row.update(status=DeliveryStatus.PENDING.value, next_attempt_at=now, body=body)
             else:
@@ -36,7 +32,26 @@ def rows(ids: Sequence[int], messages: Sequence[NewMessage], now: float) -> list
                     status=DeliveryStatus.FILTERED.value, finished_at=now, last_error=filtered
                 )
             out.append(row)
+        for route, body, url, error in message.mapped:
+            row = _row(pk, route, now)
+            if error is None:
+                row.update(
+                    status=DeliveryStatus.PENDING.value, next_attempt_at=now, body=body, url=url
+                )
+            else:
+                row.update(status=DeliveryStatus.FAILED.value, finished_at=now, last_error=error)
+            out.append(row)
     return out
+
+
+def _row(pk: int, destination: str, now: float) -> dict[str, Any]:
+    return {
+        "message_pk": pk,
+        "destination": destination,
+        "attempts": 0,
+        "created_at": now,
+        "lease_token": 0,
+    }
 
 
 def join_lanes(

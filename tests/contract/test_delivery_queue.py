@@ -44,6 +44,8 @@ class Queue:
     # stored as ingestion stores them with a dispatcher's handoff: (destination or "o" with
     # a lane, count, time, the handoff); their ids
     ingest: Callable[[str, int, float, Handoff], Awaitable[list[int]]]
+    # an action's delivery to "d", with the body and URL routing made: (body, url, time)
+    add_action: Callable[[str, str, float], Awaitable[list[int]]]
 
 
 def _twin() -> Queue:
@@ -60,7 +62,10 @@ def _twin() -> Queue:
         lane = "u" if destination == "o" else None
         return twin.ingest(destination, count, handoff, lane=lane)
 
-    return Queue(twin, add, add_lane, ingest)
+    async def add_action(body: str, url: str, at: float) -> list[int]:
+        return twin.add("d", 1, due_in=at - T, body=body, url=url)
+
+    return Queue(twin, add, add_lane, ingest, add_action)
 
 
 def _real(url: str) -> tuple[Queue, AsyncStore]:
@@ -75,9 +80,16 @@ def _real(url: str) -> tuple[Queue, AsyncStore]:
         at: float,
         user: str = "u",
         handoff: Handoff | None = None,
+        mapped: tuple[tuple[str, str | None, str | None, str | None], ...] = (),
     ) -> list[int]:
         rows = [
-            new_message(f"m{next(numbers)}", destinations=(destination,), user=user, received_at=at)
+            new_message(
+                f"m{next(numbers)}",
+                destinations=() if mapped else (destination,),
+                user=user,
+                received_at=at,
+                mapped=mapped,
+            )
             for _ in range(count)
         ]
         await db.write(store.ingestion.insert_messages, rows, at, handoff=handoff)
@@ -95,7 +107,10 @@ def _real(url: str) -> tuple[Queue, AsyncStore]:
     async def ingest(destination: str, count: int, at: float, handoff: Handoff) -> list[int]:
         return await add(destination, count, at, handoff=handoff)
 
-    return Queue(AsyncDeliveries(db), add, add_lane, ingest), db
+    async def add_action(body: str, url: str, at: float) -> list[int]:
+        return await add("d", 1, at, mapped=(("d", body, url, None),))
+
+    return Queue(AsyncDeliveries(db), add, add_lane, ingest, add_action), db
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgresql"])
@@ -182,6 +197,17 @@ async def test_a_claim_takes_only_due_deliveries_of_its_destination(queue: Queue
     await queue.add("other", 1, T - 5)
     assert ids(await claim(queue)) == due
     assert await claim(queue, now=T + 4) == []
+
+
+async def test_an_action_delivery_is_claimed_with_its_own_body_and_url(queue: Queue) -> None:
+    body = '{"order":"o-17","email":"ann@x.com"}'
+    url = "https://crm.example/orders/o%2F17?ref=a%20b"
+    [action] = await queue.add_action(body, url, T)
+    [plain] = await queue.add("d", 1, T)
+    claimed = {c.delivery_id: c for c in await claim(queue)}
+    assert (claimed[action].body, claimed[action].url) == (body, url)
+    assert claimed[plain].url is None
+    assert claimed[plain].body == '{"type":"track"}'
 
 
 async def test_a_claim_takes_the_earliest_due_first_and_answers_in_id_order(queue: Queue) -> None:

@@ -161,7 +161,9 @@ async def test_the_list_filters_and_pages_newest_first(
         "type",
         "event",
         "replayOf",
+        "url",
     }
+    assert row["url"] is None  # a webhooks destination's: its hook URLs
     assert (row["source"], row["userId"], row["type"], row["event"]) == (
         "web",
         "u-even",

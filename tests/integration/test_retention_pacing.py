@@ -15,6 +15,7 @@ import pytest
 from efd import config
 from efd.observe.metrics import Metrics
 from efd.records import InsertStatus
+from efd.services.pacing import CONTENDED_STEP, LARGE_STEP
 from efd.services.periodic import Periodic
 from efd.settings import Current
 from efd.store import Store, migrate
@@ -65,15 +66,18 @@ def remaining(db_url: str) -> int:
     return int(sql(db_url, "SELECT count(*) FROM messages WHERE message_id LIKE 'old-%'")[0][0])
 
 
-def counting(runner: Periodic) -> list[bool]:
+def counting(runner: Periodic, sizes: list[int] | None = None) -> list[bool]:
     """Each of retention's turns in the writer from now on: True where it stepped, False
-    where it left the writer to others."""
+    where it left the writer to others; and in `sizes` the limit of each step of the walk
+    it took."""
     turns: list[bool] = []
     decide = runner._yielding
 
     def counted(*args: Any) -> Any:
         done = decide(*args)
         turns.append(done is not None)
+        if done is not None and sizes is not None and args[0] == runner._db.store.retention.advance:
+            sizes.append(args[-1])
         return done
 
     runner._yielding = counted  # type: ignore[method-assign,assignment]  # a counting wrapper
@@ -101,21 +105,28 @@ async def test_retention_leaves_a_busy_writer_to_ingestion_but_for_its_floor(
     # Two clients: while one's batch is written the other's waits for the writer.
     clients = [asyncio.create_task(client()) for _ in range(2)]
     runner = periodic(db, db_url)
-    turns = counting(runner)
+    sizes: list[int] = []
+    turns = counting(runner, sizes)
     await asyncio.wait_for(runner.retention(), timeout=120)
     stopping = True
     await asyncio.gather(*clients)
     assert remaining(db_url) == 0  # the floor: retention finished however busy the writer was
     assert False in turns  # it left the writer to the queued batches at least once
     assert len(ingested) > turns.count(True)  # and ingestion went on between its steps
+    # A step forced past the queued batches is followed by a short one, never a large one.
+    assert CONTENDED_STEP in sizes
+    assert LARGE_STEP not in sizes
 
 
 async def test_retention_takes_an_idle_writer_with_steps_back_to_back(
     db: AsyncStore, db_url: str
 ) -> None:
     runner = periodic(db, db_url)
-    turns = counting(runner)
+    sizes: list[int] = []
+    turns = counting(runner, sizes)
     await runner.retention()
     assert remaining(db_url) == 0
     assert turns.count(True) >= 3
     assert False not in turns  # no other write waited: no step was put off
+    assert LARGE_STEP in sizes  # full steps grew: the walk was behind
+    assert CONTENDED_STEP not in sizes

@@ -31,6 +31,9 @@ class Row:
     lane: str | None = None  # an ordered destination's lane (efd/store/lanes.py)
     purged: bool = False  # its payload was purged by a deletion request: claimed without one
     last_error: str | None = None
+    # An action's delivery: the body its mapping made and the URL rendered at routing.
+    body: str | None = None
+    url: str | None = None
 
 
 class Completed(Protocol):
@@ -68,17 +71,27 @@ class MemoryDeliveries:
             raise StoreUnavailable("the database stopped")
 
     def add(
-        self, destination: str, count: int, *, due_in: float = 0.0, lane: str | None = None
+        self,
+        destination: str,
+        count: int,
+        *,
+        due_in: float = 0.0,
+        lane: str | None = None,
+        body: str | None = None,
+        url: str | None = None,
     ) -> list[int]:
         """`count` new pending deliveries, created and due at clock + due_in; in `lane`,
-        each waits (queued) unless the lane has no head."""
+        each waits (queued) unless the lane has no head. `body` and `url`: an action's
+        delivery's own, as routing stored them."""
         ids = []
         for _ in range(count):
             pk = len(self.rows) + 1
             at = self.clock + due_in
             waits = lane is not None and self._head(destination, lane) is not None
             status = DeliveryStatus.QUEUED if waits else DeliveryStatus.PENDING
-            self.rows[pk] = Row(pk, destination, at, created_at=at, status=status, lane=lane)
+            self.rows[pk] = Row(
+                pk, destination, at, created_at=at, status=status, lane=lane, body=body, url=url
+            )
             ids.append(pk)
         return ids
 
@@ -111,10 +124,11 @@ class MemoryDeliveries:
             r.first_attempt_at,
             r.failed_hooks,
             f"m{r.id}",
-            None if r.purged else '{"type":"track"}',
+            None if r.purged else r.body or '{"type":"track"}',
             r.id,
             "web",
             1_700_000_000.0 + r.id,
+            url=r.url,
         )
 
     def _head(self, destination: str, lane: str) -> Row | None:

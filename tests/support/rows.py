@@ -15,8 +15,10 @@ def new_message(
     user: str | None = "u",
     anonymous: str | None = None,
     received_at: float | None = None,
+    mapped: tuple[tuple[str, str | None, str | None, str | None], ...] = (),
 ) -> NewMessage:
-    """A track message received at `received_at` (default now), for `destinations`."""
+    """A track message received at `received_at` (default now), for `destinations`, and
+    the actions' deliveries in `mapped` (route, body, URL, why it failed)."""
     now = time.time() if received_at is None else received_at
     return NewMessage(
         source=source,
@@ -29,6 +31,7 @@ def new_message(
         received_at=now,
         body='{"type":"track"}',
         destinations=destinations,
+        mapped=mapped,
     )
 
 

@@ -397,6 +397,38 @@ async def test_a_destination_removed_by_a_reload_with_rounds_in_flight(running: 
     assert d.running
 
 
+def with_actions(*names: str) -> config.Settings:
+    """An actions destination "crm" whose actions each send to their own hook."""
+    urls = {"x": HOOK_A, "y": HOOK_B}
+    actions = [{"name": n, "trigger": 'type = "track"', "url": urls[n]} for n in names]
+    return config.load(
+        None,
+        delivery={"retry_initial_seconds": 0.01, "retry_max_seconds": 0.02},
+        destinations=[{"name": "crm", "type": "actions", "actions": actions}],
+    )
+
+
+async def test_each_action_is_a_route_and_one_removed_by_a_reload_is_left_pending(
+    running: Start,
+) -> None:
+    rounds = FakeRounds()
+    store = MemoryDeliveries(rounds=rounds)
+    holder = Current(with_actions("x", "y"))
+    d = await running(store, rounds, holder=holder)
+    await holder.replace(with_actions("x"))
+    store.add("crm/x", 3)
+    store.add("crm/y", 4)
+    d.notify()
+    await store.wait(lambda: store.status("crm/x") == {"delivered": 3})
+    await advance(1.0)
+    # Its route left the configuration: as a removed destination's, never claimed.
+    assert store.status("crm/y") == {"pending": 4}
+    assert {a.hook_url for a in store.attempts} == {HOOK_A}
+    await holder.replace(with_actions("x", "y"))
+    d.notify()
+    await store.wait(lambda: store.status("crm/y") == {"delivered": 4})
+
+
 # The shortest lease the configuration allows over a round's timeout of 0.05 s (more than
 # 5 s above it); well above the 2 s beyond the timeout a round needs left on it to start.
 LEASE = 5.1

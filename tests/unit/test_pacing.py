@@ -1,11 +1,13 @@
 import pytest
 
 from efd.services.pacing import (
+    CONTENDED_STEP,
     FLOOR_SHARE,
     LARGE_STEP,
     LOOK_AGAIN_MAX,
     LOOK_AGAIN_MIN,
     SMALL_STEP,
+    contended,
     look_again,
     may_step,
     next_step,
@@ -90,6 +92,19 @@ def test_a_deferred_step_looks_again_soon_in_proportion_to_the_last() -> None:
     assert look_again(0.0) == LOOK_AGAIN_MIN
     assert look_again(-1.0) == LOOK_AGAIN_MIN
     assert look_again(10.0) == LOOK_AGAIN_MAX
+
+
+def test_a_step_forced_past_waiting_writes_is_followed_by_a_short_one() -> None:
+    assert next_step(LARGE_STEP, LARGE_STEP, forced=True) == CONTENDED_STEP
+    assert next_step(0, SMALL_STEP, forced=True) == CONTENDED_STEP
+    assert CONTENDED_STEP < SMALL_STEP
+
+
+def test_the_writer_is_contended_while_writes_wait_or_ended_lately() -> None:
+    assert contended(1, 10.0, 0.05)
+    assert contended(0, 0.01, 0.05)
+    assert not contended(0, 0.05, 0.05)
+    assert not contended(0, 0.0, 0.0)
 
 
 def test_full_steps_grow_and_short_ones_shrink() -> None:

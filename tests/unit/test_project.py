@@ -1,6 +1,6 @@
 """The habits of the repository: the lock files hold what pyproject.toml asks, at one version
-each, with hashes; the pre-commit hooks run the checks scripts/test runs; no unit test waits
-real time."""
+each, with hashes; every package of efd is in the distribution; the pre-commit hooks run the
+checks scripts/test runs; no unit test waits real time."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+PROJECT = PYPROJECT["project"]
 LOCKS = {"base": [], "dev": ["dev"], "bench": ["bench"], "bench-dev": ["bench", "dev"]}
 
 
@@ -34,6 +35,16 @@ def pins(lock: str) -> dict[str, str]:
         assert "--hash=sha256:" in entry, f"{lock}: {pinned.group(1)} has no hash"
         found[name(pinned.group(1))] = pinned.group(2)
     return found
+
+
+def test_every_package_is_in_the_distribution() -> None:
+    # An editable install finds a package left out of the list; a wheel would not hold it.
+    found = {
+        ".".join(init.parent.relative_to(ROOT).parts)
+        for init in (ROOT / "efd").rglob("__init__.py")
+    }
+    listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
+    assert found - listed == set()
 
 
 @pytest.mark.parametrize("lock", sorted(LOCKS))

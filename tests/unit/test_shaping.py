@@ -45,12 +45,12 @@ def point(message_id: str) -> float:
 
 
 def test_without_filters_every_destination_takes_the_message_body() -> None:
-    assert shape(BODY, ["a", "b"], {}) == (("a", "b"), ())
+    assert shape(BODY, ["a", "b"], {}) == (("a", "b"), (), ())
 
 
 def test_a_destination_without_filters_is_left_alone() -> None:
     filters = {"b": FilterSet([drop('event = "Order Completed"')])}
-    assert shape(BODY, ["a", "b"], filters) == (("a",), (("b", None, _reason(filters, "b")),))
+    assert shape(BODY, ["a", "b"], filters) == (("a",), (("b", None, _reason(filters, "b")),), ())
 
 
 def _reason(filters: dict[str, FilterSet], name: str) -> str:
@@ -64,18 +64,19 @@ def test_a_drop_names_the_filter_and_its_condition() -> None:
     assert shape(BODY, ["crm"], filters) == (
         (),
         (("crm", None, 'filters[1] drop, if event = "Order Completed"'),),
+        (),
     )
 
 
 def test_a_filter_that_does_not_apply_keeps_the_message_body() -> None:
     filters = {"crm": FilterSet([drop('event = "Debug Ping"')])}
-    assert shape(BODY, ["crm"], filters) == (("crm",), ())
+    assert shape(BODY, ["crm"], filters) == (("crm",), (), ())
 
 
 def test_field_filters_give_the_destination_its_own_body_and_leave_the_message_whole() -> None:
     original = json.loads(json.dumps(BODY))
     filters = {"crm": FilterSet([drop_fields(properties=["email"], context=["ip"])])}
-    plain, shaped = shape(BODY, ["crm", "other"], filters)
+    plain, shaped, _ = shape(BODY, ["crm", "other"], filters)
     assert plain == ("other",)
     [(name, body, filtered)] = shaped
     assert (name, filtered) == ("crm", None)
@@ -91,7 +92,7 @@ def test_field_filters_give_the_destination_its_own_body_and_leave_the_message_w
 
 def test_a_field_filter_that_removes_nothing_keeps_the_message_body() -> None:
     filters = {"crm": FilterSet([drop_fields(traits=["email"])])}
-    assert shape(BODY, ["crm"], filters) == (("crm",), ())
+    assert shape(BODY, ["crm"], filters) == (("crm",), (), ())
 
 
 def test_sampling_follows_the_message_id_alone() -> None:
@@ -100,10 +101,10 @@ def test_sampling_follows_the_message_id_alone() -> None:
     for i in range(400):
         message_id = f"id-{i}"
         body = dict(BODY, messageId=message_id)
-        plain, shaped = shape(body, ["crm"], filters)
+        plain, shaped, _ = shape(body, ["crm"], filters)
         expected_sent = point(message_id) * 100 < 30
         assert (plain == ("crm",)) is expected_sent
-        assert shape(body, ["crm"], filters) == (plain, shaped)  # the same choice again
+        assert shape(body, ["crm"], filters) == (plain, shaped, ())  # the same choice again
         if not expected_sent:
             assert shaped == (("crm", None, "filters[0] sample 30 %, if all: sampled out"),)
         kept += expected_sent

@@ -49,6 +49,23 @@ export async function messageDetail(source, messageId) {
         el("td", {}, delivery.replayOf ?? "—"),
       ),
     );
+    // An action's delivery: the URL rendered for its message, or why routing failed it.
+    const routingFailed = delivery.status === "failed" && !delivery.attemptCount;
+    for (const [label, text] of [
+      ["↳ url", delivery.url],
+      ["↳ failed at routing", routingFailed ? delivery.lastError : null],
+    ]) {
+      if (text) {
+        body.append(
+          el(
+            "tr",
+            { class: "routing" },
+            el("td", { class: "muted" }, label),
+            el("td", { class: "mono", colspan: "5" }, text),
+          ),
+        );
+      }
+    }
     if (delivery.filteredBy) {
       body.append(
         el(

@@ -177,6 +177,8 @@ DELIVERY = {
         "windowEndsAt",
         "replayOf",
         "filteredBy",
+        "lastError",
+        "url",
         "waitingFor",
         "attempts",
     ],
@@ -192,6 +194,16 @@ DELIVERY = {
             **NULLABLE_STRING,
             "description": "status filtered: the destination filter that stopped the message, "
             "and why (never sent); null otherwise",
+        },
+        "lastError": {
+            **NULLABLE_STRING,
+            "description": "why its last round failed; for an action's delivery that failed "
+            "at routing (no rounds), why its mapping or request could not be made",
+        },
+        "url": {
+            **NULLABLE_STRING,
+            "description": "an action's delivery: the URL rendered for its message (query "
+            "values hidden); null for a webhooks destination",
         },
         "waitingFor": {
             **NULLABLE_STRING,
@@ -247,6 +259,7 @@ DELIVERY_ROW = {
         "type",
         "event",
         "replayOf",
+        "url",
     ],
     "properties": {
         "id": {"type": "integer"},
@@ -262,6 +275,7 @@ DELIVERY_ROW = {
         "type": {"type": "string"},
         "event": NULLABLE_STRING,
         "replayOf": {"type": ["integer", "null"]},
+        "url": {**NULLABLE_STRING, "description": "an action's delivery: its rendered URL"},
     },
 }
 

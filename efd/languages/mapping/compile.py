@@ -74,6 +74,10 @@ class Mapping:
     def apply(self, payload: Any) -> Any:
         return apply(self, payload)
 
+    def __reduce__(self) -> tuple[Callable[..., Mapping], tuple[Any, str]]:
+        # Its closures do not pickle: a parser process compiles the source again.
+        return _compiled, (self.source, self.name)
+
 
 def compile(mapping: Any, *, name: str = "data") -> Mapping:
     """Compile a mapping (a JSON-like value, or its JSON text); MappingError lists every
@@ -88,6 +92,10 @@ def compile(mapping: Any, *, name: str = "data") -> Mapping:
     if compiler.problems:
         raise MappingError(compiler.problems)
     return Mapping(mapping, name, run)
+
+
+def _compiled(source: Any, name: str) -> Mapping:
+    return compile(source, name=name)
 
 
 def apply(compiled: Mapping, payload: Any) -> Any:
