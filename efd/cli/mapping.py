@@ -87,9 +87,10 @@ def cmd_map(args: argparse.Namespace) -> int:
     if found is None:
         return _fail(f"no request: the trigger does not match: {action.trigger}")
     _, body, url, why = found
-    if why is not None or body is None or url is None:
+    if why is not None or body is None:
         return _fail(f"no request: {why}")
-    print(f"{action.method} {url}")
+    # None: the action's URL has no template, and the request goes to it as configured.
+    print(f"{action.method} {url if url is not None else action.url}")
     for name, value in action.headers.items():
         print(f"{name}: {value}")
     print(f"Content-Type: {action.content_type}")

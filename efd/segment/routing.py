@@ -71,7 +71,10 @@ class Action:
             return (self.route, None, None, ROUTING_FAILURES[0] + "; ".join(error.problems))
         except actions.ActionRequestError as error:
             return (self.route, None, None, ROUTING_FAILURES[1] + "; ".join(error.problems))
-        return (self.route, request.body.decode("utf-8"), request.url, None)
+        # A URL without templates is the route's own hook: nothing of it is stored again (nor
+        # any credentials it holds).
+        url = None if self.request.fixed_url is not None else request.url
+        return (self.route, request.body.decode("utf-8"), url, None)
 
 
 @dataclass(frozen=True)
