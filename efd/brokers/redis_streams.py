@@ -85,7 +85,7 @@ class RedisStreams(Publisher[RedisLink]):
             # server's idle timeout, a CLIENT KILL): at least once, as webhooks are.
             retry=Retry(NoBackoff(), 1),
         )
-        client = aioredis.Redis(connection_pool=pool)
+        client = aioredis.Redis.from_pool(pool)  # closing the client closes its pool
         try:
             await client.ping()
         except BaseException as error:
