@@ -21,7 +21,7 @@ from efd.languages.mapping.values import UNDEFINED, get, js_string, parse_path
 _TEMPLATE: Final = re.compile(r"\{\{([^{}]*)\}\}")
 _LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 REPLACEMENT: Final = "_"  # what a reserved character of a value, and an empty value, become
-_MARK: Final = "\x00"  # stands for a field in the literal text's skeleton (never allowed there)
+_MARK: Final = "x"  # stands for a field in the skeleton whose tokens are checked
 
 
 class TemplateError(ValueError):
@@ -53,15 +53,22 @@ class Rule:
     max_bytes: int | None  # UTF-8 bytes of the rendered name
     empty_tokens: bool  # whether the separator may stand at an end or twice in a row
     dollar: bool  # whether the name may start with "$" (the broker's own names do)
+    patterns: str = ""  # allowed in the literal text, replaced in a value
 
     def replaced(self, ch: str) -> bool:
         """Whether `ch` of a field's value is written as `_`."""
-        return ch in self.separator or ch in self.wildcards or _space(ch) or _control(ch)
+        return (
+            ch in self.separator
+            or ch in self.wildcards
+            or ch in self.patterns
+            or _space(ch)
+            or _control(ch)
+        )
 
 
 RULES: Final = {
     # A topic exchange splits routing keys at dots; `*` and `#` are its binding patterns.
-    "amqp": Rule("routing_key", "routing key", ".", "", True, 255, True, True),
+    "amqp": Rule("routing_key", "routing key", ".", "", True, 255, True, True, "*#"),
     # NATS: tokens split at dots, no whitespace, `*` and `>` wildcards.
     "nats": Rule("subject", "subject", ".", "*>", False, None, False, False),
     # A stream's key may be any bytes; efd keeps it printable and free of spaces.
@@ -93,10 +100,10 @@ class Template:
         return render(self, message)
 
 
-def _literal_problems(rule: Rule, skeleton: str) -> list[str]:
-    """What the broker refuses in the literal text; each field is one _MARK in `skeleton`."""
+def _literal_problems(rule: Rule, skeleton: str, text: str) -> list[str]:
+    """What the broker refuses in the literal `text`; `skeleton` is it with each field one
+    _MARK, for the tokens."""
     key, problems = rule.key, []
-    text = skeleton.replace(_MARK, "")
     if not skeleton:
         problems.append(f"{key}: must not be empty")
         return problems
@@ -157,11 +164,12 @@ def compile_template(kind: str, source: Any) -> Template:
             parts.append(_Field(written, keys))
     parts.append(source[position:])
     skeleton += source[position:]
-    if "{" in skeleton or "}" in skeleton:
+    if "{" in skeleton or "}" in skeleton:  # (the literal text's braces: fields are marks)
         problems.append(
             f"{key}: {{ and }} stand only in {{{{field}}}} templates (a {{{{ without its }}}})"
         )
-    problems += _literal_problems(rule, skeleton)
+    text = "".join(part for part in parts if isinstance(part, str))
+    problems += _literal_problems(rule, skeleton, text)
     if problems:
         raise TemplateError(problems)
     return Template(source, rule, tuple(part for part in parts if part != ""))
