@@ -224,6 +224,10 @@ class Received:
     headers: dict[str, str]
     body: bytes
     at: float
+    method: str = "POST"
+    target: str = ""  # the request target as sent: path and query, still percent-encoded
+    # Every header line as sent, in order (`headers` keeps one of each name).
+    header_lines: list[tuple[str, str]] = field(default_factory=list)
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -249,7 +253,18 @@ class Receiver:
     async def start(self, ssl_context: ssl.SSLContext | None = None, port: int = 0) -> Receiver:
         async def handle(request: web.Request) -> web.StreamResponse:
             body = await request.read()
-            self.received.append(Received(request.path, dict(request.headers), body, time.time()))
+            lines = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.raw_headers]
+            self.received.append(
+                Received(
+                    request.path,
+                    dict(request.headers),
+                    body,
+                    time.time(),
+                    request.method,
+                    request.raw_path,
+                    lines,
+                )
+            )
             self._event.set()
             return await self.behaviour(request, len(self.received))
 
@@ -561,7 +576,7 @@ def write_toml(path: Path, settings: dict[str, Any]) -> Path:
     for destination in settings.get("destinations", []):
         lines.append("[[destinations]]")
         lines += [f"{k} = {value(v)}" for k, v in destination.items() if k != "hooks"]
-        for hook in destination["hooks"]:
+        for hook in destination.get("hooks", []):
             lines.append("[[destinations.hooks]]")
             lines += [f"{k} = {value(v)}" for k, v in hook.items()]
     path.write_text("\n".join(lines) + "\n")

@@ -57,3 +57,38 @@ def sample_webhook_body() -> bytes:
         "timestamp": "2025-01-01T00:00:00.000Z",
     }
     return json.dumps(body, separators=(",", ":")).encode()
+
+
+# The actions phase's mapping: ten fields of the generator's messages, in the directives a
+# Segment Webhooks (Actions) user writes most (paths, a case change, a condition, a
+# template). Its messageId is the receiver's key for each event, as in the webhook body.
+ACTION_DATA = {
+    "messageId": {"@path": "$.messageId"},
+    "userId": {"@path": "$.userId"},
+    "event": {"@path": "$.event"},
+    "order_id": {"@path": "$.properties.orderId"},
+    "plan": {"@case": {"operator": "upper", "value": {"@path": "$.properties.plan"}}},
+    "amount": {"@path": "$.properties.amount"},
+    "currency": {"@path": "$.properties.currency"},
+    "items": {"@path": "$.properties.items"},
+    "coupon": {
+        "@if": {
+            "exists": {"@path": "$.properties.coupon"},
+            "then": {"@path": "$.properties.coupon"},
+            "else": None,
+        }
+    },
+    "summary": {"@template": "{{userId}} ordered {{properties.items}} items"},
+}
+
+
+def action_destination(hook_url: str) -> list[str]:
+    """The configuration lines of an Actions destination with one action, ACTION_DATA's."""
+    return [
+        'type = "actions"',
+        "[[destinations.actions]]",
+        'name = "orders"',
+        'trigger = \'type = "track" and event = "Order Completed"\'',
+        f'url = "{hook_url}"',
+        f"data = '''{json.dumps(ACTION_DATA, separators=(',', ':'))}'''",
+    ]

@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
             bench.limits()
         if args.store == "sqlite" and "ingest" in only:
             bench.ingest_and_backlog()
-        if args.store == "sqlite" and only & {"deliver", "latency"}:
+        if args.store == "sqlite" and only & {"deliver", "actions", "latency"}:
             bench.deliver_and_latency()
         if args.store == "sqlite" and "recovery" in only:
             bench.recovery()

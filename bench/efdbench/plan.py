@@ -10,6 +10,9 @@ TARGETS = {
     "deliver_ratio": (">=", 0.9),
     "deliver_cpu_us_per_event": ("<=", 90),
     "deliver_cpu_ratio_to_bare": ("<=", 2),
+    "actions_cpu_ratio_to_classic": ("<=", 1.15),
+    "actions_lost": ("==", 0),
+    "actions_duplicates": ("==", 0),
     "latency_p99_ms": ("<=", 50),
     "backlog_ingest_ratio": (">=", 0.8),
     "rss_mb_backlog": ("<=", 300),
@@ -17,7 +20,7 @@ TARGETS = {
     "duplicates": ("==", 0),
 }
 
-PHASES = ("limits", "ingest", "backlog", "deliver", "latency", "recovery")
+PHASES = ("limits", "ingest", "backlog", "deliver", "actions", "latency", "recovery")
 # Run only when named in --only: too long for the full run's ten minutes (bench/README.md).
 OPTIONAL_PHASES = ("retention",)
 

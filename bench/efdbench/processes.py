@@ -97,6 +97,7 @@ class Daemon:
         server: dict[str, Any] | None = None,
         storage: dict[str, Any] | None = None,
         db: Path | None = None,
+        destination: list[str] | None = None,
     ) -> None:
         signing = signing or Daemon.signing
         self.name = name
@@ -126,10 +127,12 @@ class Daemon:
             'destinations = ["receiver"]',
             "[[destinations]]",
             'name = "receiver"',
-            'type = "webhooks"',
             *SIGNING[signing],
-            "[[destinations.hooks]]",
-            f'url = "{hook_url}"',
+            *(
+                destination
+                if destination is not None
+                else ['type = "webhooks"', "[[destinations.hooks]]", f'url = "{hook_url}"']
+            ),
         ]
         self.config = self.dir / "efd.toml"
         self.config.write_text("\n".join(lines) + "\n")

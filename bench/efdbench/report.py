@@ -17,6 +17,11 @@ KEYS = (
     "deliver_cpu_us_per_event",
     "bare_cpu_us_per_post",
     "deliver_cpu_ratio_to_bare",
+    "actions_events_per_s",
+    "actions_cpu_us_per_event",
+    "actions_cpu_ratio_to_classic",
+    "actions_lost",
+    "actions_duplicates",
     "latency_p50_ms",
     "latency_p99_ms",
     "latency_cpu_us_per_event",
@@ -32,6 +37,7 @@ LIMIT_OF = {
     "ingest_single_events_per_s": "sqlite_raw_rows_per_s",
     "deliver_events_per_s": "deliver_bare_post_per_s",
     "deliver_cpu_us_per_event": "bare_cpu_us_per_post",
+    "actions_events_per_s": "actions_bare_post_per_s",
     "recovery_events_per_s": "deliver_events_per_s",
 }
 

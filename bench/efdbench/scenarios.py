@@ -11,12 +11,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from efdbench.bodies import sample_webhook_body
+from efdbench.bodies import action_destination, sample_webhook_body
 from efdbench.limits import sqlalchemy_core, sqlite_raw
 from efdbench.plan import INGEST_DELIVERY, Plan
 from efdbench.processes import Daemon, Profiler, Worker, db_bytes
 from efdbench.procstats import cpu_seconds, machine_cpu_seconds, memory_mb, own_cpu_seconds
 from efdbench.stats import median_spread, p99_by_second, pct, rounded, sample_at, window_fill
+
+# The delivering daemons' settings: short retries, so a slow start costs a slice little.
+_DELIVER = {"timeout_seconds": 5, "retry_initial_seconds": 0.5, "retry_max_seconds": 2}
 
 
 @dataclass
@@ -120,9 +123,10 @@ class Bench:
         self.phases[f"{name}_startup"] = {"seconds": round(self.daemon.startup_seconds, 2)}
         return self.daemon
 
-    def stop_daemon(self) -> None:
-        assert self.daemon is not None
-        daemon = self.daemon
+    def stop_daemon(self, other: Daemon | None = None) -> None:
+        """Stop the scenario's daemon, or `other` started beside it."""
+        daemon = other or self.daemon
+        assert daemon is not None
         info = daemon.stop()
         info["log_lines"] = daemon.log_counts()
         if info["log_lines"].get("ERROR") or info["log_lines"].get("Traceback"):
@@ -134,7 +138,8 @@ class Bench:
             )
         info["log_tail"] = daemon.log_tail(5).splitlines()
         self.phases[f"{daemon.name}_stop"] = info
-        self.daemon = None
+        if other is None:
+            self.daemon = None
 
     # -- phases ------------------------------------------------------------------------------
 
@@ -332,14 +337,12 @@ class Bench:
 
     def deliver_and_latency(self) -> None:
         port = self.receiver.hello["port"]
-        daemon = self.start_daemon(
-            "deliver",
-            {"timeout_seconds": 5, "retry_initial_seconds": 0.5, "retry_max_seconds": 2},
-            f"http://127.0.0.1:{port}/hook",
-        )
+        daemon = self.start_daemon("deliver", _DELIVER, f"http://127.0.0.1:{port}/hook")
         try:
             if "deliver" in self.only:
                 self.deliver(daemon)
+            if "actions" in self.only:
+                self.actions(daemon)
             if "latency" in self.only:
                 self.latency(daemon)
             self.results["rss_mb_after_delivery"] = memory_mb(daemon.pid).get("VmRSS")
@@ -424,6 +427,72 @@ class Bench:
         if stats["bad_signatures"]:
             self.notes.append(f"deliver: {stats['bad_signatures']} sampled signatures were wrong")
 
+    def actions(self, classic: Daemon) -> None:
+        """An Actions destination (one action, a ten-field mapping: bodies.ACTION_DATA) beside
+        the classic body, in triples: the bare POST, the classic daemon's delivery, the
+        Actions daemon's, so the machine's drift falls on all three. The figure is the
+        Actions daemon's CPU per delivered event over the classic one's, pair by pair."""
+        plan = self.plan
+        port = self.receiver.hello["port"]
+        url = f"http://127.0.0.1:{port}/hook"
+        mapped = Daemon("actions", self.root, _DELIVER, url, destination=action_destination(url))
+        self.phases["actions_startup"] = {"seconds": round(mapped.startup_seconds, 2)}
+        try:
+            self.receiver.call("reset")
+            acked = self.deliver_slice(classic, "cw")["acked"]  # warm-ups: not counted
+            acked += self.deliver_slice(mapped, "aw")["acked"]
+            triples: list[dict[str, Any]] = []
+            with self.phase("actions", second_daemon=mapped.pid) as info:
+                for i in range(plan.deliver_pairs):
+                    bare = self.bare_slice(port)
+                    plain = self.deliver_slice(classic, f"c{i}")
+                    actions = self.deliver_slice(mapped, f"a{i}")
+                    acked += plain["acked"] + actions["acked"]
+                    triple = {
+                        "bare_per_s": bare["per_s"],
+                        "bare_cpu_us_per_post": bare["cpu_us_per_post"],
+                        "classic_per_s": plain["per_s"],
+                        "classic_cpu_us_per_event": plain["cpu_us_per_event"],
+                        "actions_per_s": actions["per_s"],
+                        "actions_cpu_us_per_event": actions["cpu_us_per_event"],
+                    }
+                    if plain["cpu_us_per_event"]:
+                        triple["cpu_ratio"] = round(
+                            actions["cpu_us_per_event"] / plain["cpu_us_per_event"], 3
+                        )
+                    triples.append(triple)
+                    print(
+                        f" [{i + 1}] classic {plain['cpu_us_per_event']:.0f} us,"
+                        f" actions {actions['cpu_us_per_event']:.0f} us",
+                        end="",
+                        flush=True,
+                    )
+                time.sleep(0.5)  # late duplicates
+                stats = self.receiver.call("stats")
+                info.update(delivered=stats["unique"], events_acked=acked, triples=triples)
+            figures = {
+                key: median_spread([t[key] for t in triples if t.get(key) is not None])
+                for key in (
+                    "cpu_ratio",
+                    "actions_cpu_us_per_event",
+                    "classic_cpu_us_per_event",
+                    "actions_per_s",
+                    "bare_per_s",
+                )
+            }
+            info["medians"] = figures
+            self.results["actions_cpu_ratio_to_classic"] = figures["cpu_ratio"][0]
+            self.results["actions_cpu_ratio_spread"] = figures["cpu_ratio"][1]
+            self.results["actions_cpu_us_per_event"] = figures["actions_cpu_us_per_event"][0]
+            self.results["actions_events_per_s"] = figures["actions_per_s"][0]
+            self.results["actions_bare_post_per_s"] = figures["bare_per_s"][0]
+            self.results["actions_lost"] = acked - stats["unique"]
+            self.results["actions_duplicates"] = stats["duplicates"]
+            if stats["bad_signatures"]:
+                self.notes.append(f"actions: {stats['bad_signatures']} sampled signatures wrong")
+        finally:
+            self.stop_daemon(mapped)
+
     def bare_slice(self, port: int) -> dict[str, Any]:
         """The delivery stack's limit for one pair: the generator's aiohttp client alone,
         with the generator's own CPU per POST."""
@@ -450,7 +519,7 @@ class Bench:
             "loadavg": round(loadavg, 2),
         }
 
-    def deliver_slice(self, daemon: Daemon, index: int) -> dict[str, Any]:
+    def deliver_slice(self, daemon: Daemon, index: int | str) -> dict[str, Any]:
         """efd's side of one pair: /v1/batch clients ingest while at most `deliver_window`
         acknowledged messages are undelivered; the receipt rate after the warm-up, and the
         daemon's CPU from the slice's start until all it acknowledged were delivered, per

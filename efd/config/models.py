@@ -646,6 +646,7 @@ class DestinationConfig(_Strict):
                 user_agent,
                 method=a.method,
                 content_type=a.content_type,
+                action=True,
             )
             for a in self.actions
         )
@@ -664,7 +665,10 @@ class DestinationConfig(_Strict):
         name: str,
         hooks: tuple[tuple[str, HookConfig], ...],
         user_agent: str,
-        **request: str,
+        *,
+        method: str = "POST",
+        content_type: str = "application/json",
+        action: bool = False,
     ) -> Route:
         secret = self.shared_secret.get_secret_value() if self.shared_secret else None
         keys = tuple(standard_secret(s.get_secret_value()) for s in self.standard_webhooks_secrets)
@@ -675,7 +679,9 @@ class DestinationConfig(_Strict):
             secret=(secret or None) if "x-signature" in self.signing else None,
             user_agent=user_agent,
             standard_secrets=keys if "standard-webhooks" in self.signing else (),
-            **request,
+            method=method,
+            content_type=content_type,
+            action=action,
         )
 
 

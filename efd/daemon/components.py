@@ -26,8 +26,9 @@ from efd.config import Settings
 from efd.daemon.startup import Cpus, StartupError, fit_open_files
 from efd.delivery.dispatcher import SHUTDOWN_MARGIN, Dispatcher
 from efd.delivery.lanes import Lanes
+from efd.delivery.outauth import Auth
 from efd.delivery.ports import Rounds
-from efd.delivery.sender import SenderOptions, SenderPool
+from efd.delivery.sender import Sender, SenderOptions, SenderPool
 from efd.errors import StoreError
 from efd.groupcommit import GroupCommit
 from efd.http import cors
@@ -125,6 +126,7 @@ class ChildProcesses:
                 routes=[r for d in settings.destinations for r in d.routes(delivery.user_agent)],
                 log_level=settings.logging.level,
                 log_format=settings.logging.format,
+                auths=_auths(settings),
             )
             self._senders_ready = asyncio.ensure_future(self.senders.start())
             grace = delivery.timeout_seconds + SHUTDOWN_MARGIN
@@ -156,7 +158,7 @@ class ChildProcesses:
     async def _reload_senders(self, settings: Settings) -> None:
         assert self.senders is not None
         routes = [r for d in settings.destinations for r in d.routes(settings.delivery.user_agent)]
-        await self.senders.reload(routes, settings.logging.level)
+        await self.senders.reload(routes, settings.logging.level, _auths(settings))
 
     async def _reload_parsers(self, settings: Settings) -> None:
         assert self.parsers is not None
@@ -313,8 +315,10 @@ class Delivery:
             rounds = senders
         else:
             sender = sender_options(shared.settings.value).sender()
+            sender.configure_auths(_auths(shared.settings.value))
             await sender.start()
             stack.push_async_callback(sender.close)
+            shared.settings.subscribe(functools.partial(_reload_auths, sender), early=True)
             rounds = sender
         dispatcher = self._dispatcher = Dispatcher(
             deliveries=AsyncDeliveries(db),
@@ -493,6 +497,15 @@ class Http:
                 if status is InsertStatus.STORED:
                     hub.publish("message", functools.partial(_message_event, row))
         return statuses
+
+
+def _auths(settings: Settings) -> dict[str, Auth]:
+    """Route name -> the outbound auth of its requests, over every destination."""
+    return {name: auth for d in settings.destinations for name, auth in d.auths().items()}
+
+
+async def _reload_auths(sender: Sender, settings: Settings) -> None:
+    sender.configure_auths(_auths(settings))
 
 
 def sender_options(settings: Settings) -> SenderOptions:

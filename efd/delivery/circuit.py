@@ -15,9 +15,10 @@ from enum import StrEnum
 
 from efd.delivery.retry import AttemptResult, Verdict
 
-# Failures that say nothing about the receiver: efd's own sender process died, a bug, or
-# the hook's client certificate files no longer load.
-_NOT_THE_RECEIVER = frozenset({"interrupted", "internal", "client_cert"})
+# Failures that say nothing about the receiver: efd's own sender process died, a bug, the
+# hook's client certificate files no longer load, or an action's OAuth2 token (its endpoint
+# gave none, or the receiver refused a cached one and the request went again with a new one).
+_NOT_THE_RECEIVER = frozenset({"interrupted", "internal", "client_cert", "token"})
 
 
 class Change(StrEnum):

@@ -475,7 +475,7 @@ class Dispatcher:
         else:
             note = None
             message = (item.message_pk, item.source, item.message_id, item.received_at)
-            round_ = self._rounds.start_round(route, urls, item.body, message)
+            round_ = self._rounds.start_round(route, urls, item.body, message, item.url)
         # A callback, not a task per round: the round's end is handled in one plain call.
         self._worker.track(
             round_, functools.partial(self._answered, route, item, urls, failed, note)

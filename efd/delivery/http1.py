@@ -1,11 +1,12 @@
-"""efd's HTTP/1.1 client for webhook POSTs: keep-alive connections pooled per receiver and
-client certificate, the address guard at connect, one deadline for the whole exchange.
+"""efd's HTTP/1.1 client for webhook POSTs and actions' PUTs and PATCHes: keep-alive
+connections pooled per receiver and client certificate, the address guard at connect, one
+deadline for the whole exchange.
 
-Written here rather than taken from aiohttp because a POST is all delivery sends, and
-aiohttp's general client (redirects, cookies, proxies, multidicts, streams) costs several
-times the CPU of the bytes it moves (docs/decisions.md). What the wire format says lives in
-efd/delivery/wire.py (the request) and efd/delivery/reader.py (the answer); this module does
-the I/O.
+Written here rather than taken from aiohttp because a request with a body is all delivery
+sends, and aiohttp's general client (redirects, cookies, proxies, multidicts, streams) costs
+several times the CPU of the bytes it moves (docs/decisions.md). What the wire format says
+lives in efd/delivery/wire.py (the request) and efd/delivery/reader.py (the answer); this
+module does the I/O.
 
 Every failure is a `RequestFailed` carrying the error class of docs/delivery.md; nothing
 else escapes `Client.post` except cancellation and bugs.
@@ -278,14 +279,19 @@ class Client:
         body: bytes,
         headers: Mapping[str, str],
         context: ssl.SSLContext | None = None,
+        *,
+        method: str = "POST",
     ) -> Answer:
         """POST `body` to `url` and read the answer, all within the timeout. `context`: the
-        TLS context to use instead of the client's (one presenting a certificate)."""
+        TLS context to use instead of the client's (one presenting a certificate); `method`:
+        an action's PUT or PATCH instead, the body framed alike (wire.METHODS)."""
         target = self.target(url)
         if target.authorization is not None:
             headers = {**headers, "Authorization": target.authorization}
         try:
-            request = request_head(target.path, target.host_header, headers, len(body)) + body
+            request = (
+                request_head(target.path, target.host_header, headers, len(body), method) + body
+            )
         except BadHeader as error:
             raise RequestFailed("invalid_request", str(error)) from None
         tls = (context or self._tls) if target.tls else None

@@ -16,10 +16,18 @@ class Rounds(Protocol):
     """Sends one round of a delivery: the in-process Sender, or the sender processes."""
 
     def start_round(
-        self, route: Route, urls: Sequence[str], body: str, message: MessageKey
+        self,
+        route: Route,
+        urls: Sequence[str],
+        body: str,
+        message: MessageKey,
+        url: str | None = None,
     ) -> asyncio.Future[list[AttemptResult]]:
-        """Start POSTing `body` to `urls` under the webhook-id of `message`; the future
-        holds the round's results (it never fails for what a receiver or the network does).
+        """Start sending `body` to `urls` (hook URLs of `route`) under the webhook-id of
+        `message`, with the route's method and Content-Type; `url`: an action's delivery's
+        own URL, sent to instead of the hook's (whose URL still names it in the results,
+        circuits and limits). The future holds the round's results (it never fails for
+        what a receiver or the network does).
         A future, not a coroutine: the dispatcher adds a callback instead of running a task
         per round."""
         ...

@@ -22,8 +22,8 @@ class Verdict(StrEnum):
 # blocked, bad URL, a request that cannot be built) is final for that hook; the others
 # (timeout, connect, dns, reset, protocol; `interrupted`: the sender process died
 # mid-round; `internal`: a bug in efd's sending code; `client_cert`: the hook's client
-# certificate files no longer load, until they are fixed and reloaded) may succeed on a
-# later try.
+# certificate files no longer load, until they are fixed and reloaded; `token`: an action's
+# token endpoint gave no token) may succeed on a later try.
 FINAL_ERRORS = frozenset({"tls", "blocked", "invalid_url", "invalid_request"})
 
 

@@ -1,5 +1,6 @@
-"""What POSTs webhooks: a round's signed requests through efd's HTTP client (http1.py: exact
-timeouts, verified TLS, the address guard), and the answers as AttemptResults.
+"""What sends webhooks and actions' requests: a round's signed requests through efd's HTTP
+client (http1.py: exact timeouts, verified TLS, the address guard), with the route's method,
+Content-Type and outbound auth, and the answers as AttemptResults.
 
 `Sender` sends in this process; `SenderPool` has sender processes (efd/processes/pool.py) run
 `SenderChild`, each its own Sender, so the sending runs on the machine's other cores. Both
@@ -13,11 +14,12 @@ import functools
 import logging
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from efd.delivery import http1, netguard, tls
+from efd.delivery import http1, netguard, outauth, tls, tokens
+from efd.delivery.outauth import Auth, ClientCredentials
 from efd.delivery.retry import (
     AttemptResult,
     Verdict,
@@ -35,10 +37,22 @@ log = logging.getLogger(__name__)
 _MAX_RESPONSE_BYTES = 1 << 20
 
 
+# What a 401 to a cached OAuth2 token is recorded as: the request is sent again at once with
+# a new token, and this attempt, like a token endpoint's failure, says nothing of the
+# receiver's health (efd/delivery/circuit.py).
+RENEWED = (
+    "the receiver refused the token (HTTP 401): a new one was fetched and the request sent again"
+)
+
+
 class Sender:
     """One HTTP client (efd/delivery/http1.py) for all hooks. Concurrency is gated by the
     dispatcher before a request starts, so no request waits for a connection and the
-    timeout is the receiver's time alone."""
+    timeout is the receiver's time alone.
+
+    Owns the OAuth2 token sources of the actions it sends for, one per (route, credentials),
+    kept across reloads while the credentials are unchanged, and the client they ask their
+    token endpoints with (the same address guard, TLS verification and timeout)."""
 
     def __init__(
         self,
@@ -47,6 +61,7 @@ class Sender:
         allowed_networks: Sequence[str],
         ca_file: str | None = None,
         response_head_bytes: int = 512,
+        token_clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.timeout = timeout
         self._allowed = netguard.parse_networks(allowed_networks)
@@ -57,6 +72,11 @@ class Sender:
         # and requests in flight keep the one they started with.
         self._presenting: dict[ClientCert, ssl.SSLContext] = {}
         self._client: http1.Client | None = None
+        # Route name -> the outbound auth of its requests (DestinationConfig.auths).
+        self._auths: dict[str, Auth] = {}
+        self._tokens: dict[tuple[str, ClientCredentials], tokens.TokenSource] = {}
+        self._token_client: http1.Client | None = None
+        self._token_clock = token_clock
         # Held: asyncio.get_running_loop() asks the kernel for the process id at each call.
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -69,17 +89,51 @@ class Sender:
             keep=self._head_bytes,
             limit=_MAX_RESPONSE_BYTES,
         )
+        self._token_client = tokens.token_client(
+            timeout=self.timeout, allowed=self._allowed, tls=self._ssl
+        )
 
     async def close(self) -> None:
         if self._client is not None:
             await self._client.close()
             self._client = None
+        if self._token_client is not None:
+            await self._token_client.close()
+            self._token_client = None
+
+    def configure_auths(self, auths: Mapping[str, Auth]) -> None:
+        """Take the routes' outbound auths (route name -> Auth) for rounds that start from
+        now on. A token source whose route keeps the same credentials is kept, with its
+        token; the others are dropped."""
+        self._auths = dict(auths)
+        wanted = {
+            (name, auth) for name, auth in auths.items() if isinstance(auth, ClientCredentials)
+        }
+        self._tokens = {key: source for key, source in self._tokens.items() if key in wanted}
+
+    def _token_source(self, route: str, credentials: ClientCredentials) -> tokens.TokenSource:
+        """The token source of `route` under `credentials`, made at its first use."""
+        key = (route, credentials)
+        source = self._tokens.get(key)
+        if source is None:
+            assert self._token_client is not None, "Sender.start() was not awaited"
+            source = tokens.TokenSource(credentials, self._token_client, self._token_clock)
+            if self._auths.get(route) == credentials:  # not a round begun before a reload
+                self._tokens[key] = source
+        return source
 
     async def send_round(
-        self, route: Route, urls: Sequence[str], body: str, webhook_id: str
+        self,
+        route: Route,
+        urls: Sequence[str],
+        body: str,
+        webhook_id: str,
+        url: str | None = None,
     ) -> list[AttemptResult]:
-        """One round: the same signed body POSTed at once to each of `urls` (a subset of
-        the route's hooks). Standard Webhooks' timestamp is this attempt's."""
+        """One round: the same signed body sent at once to each of `urls` (a subset of the
+        route's hooks), with the route's method and Content-Type; to `url` instead when
+        given (an action's delivery's own URL), the results still naming the hook.
+        Standard Webhooks' timestamp is this attempt's."""
         data = body.encode("utf-8")
         headers = webhooks.request_headers(
             user_agent=route.user_agent,
@@ -89,28 +143,102 @@ class Sender:
             webhook_id=webhook_id,
             timestamp=int(time.time()),
             standard_secrets=route.standard_secrets,
+            content_type=route.content_type,
         )
-        hooks = [(url, static) for url, static in route.hooks if url in urls]
+        hooks = [(hook, static) for hook, static in route.hooks if hook in urls]
         clients = route.client_certs
+        method = route.method
+        auth = self._auths.get(route.name) if self._auths else None
+        if auth is not None:
+            if len(hooks) == 1:  # an action's route: its one hook
+                hook, static = hooks[0]
+                with_auth = _with_auth(static, headers)
+                return await self._authorized(
+                    route.name, auth, url or hook, hook, data, with_auth, clients.get(hook), method
+                )
+            rounds = await asyncio.gather(
+                *(
+                    self._authorized(
+                        route.name, auth, url or hook, hook, data,
+                        _with_auth(static, headers), clients.get(hook), method,
+                    )
+                    for hook, static in hooks
+                )
+            )  # fmt: skip
+            return [result for results in rounds for result in results]
         if len(hooks) == 1:  # the common case, without gather's task per request
-            url, static = hooks[0]
-            return [await self.post(url, data, {**static, **headers}, clients.get(url))]
+            hook, static = hooks[0]
+            return [
+                await self.post(
+                    url or hook, data, {**static, **headers}, clients.get(hook), method, hook
+                )
+            ]
         return list(
             await asyncio.gather(
                 *(
-                    self.post(url, data, {**static, **headers}, clients.get(url))
-                    for url, static in hooks
+                    self.post(
+                        url or hook, data, {**static, **headers}, clients.get(hook), method, hook
+                    )
+                    for hook, static in hooks
                 )
             )
         )
 
+    async def _authorized(
+        self,
+        route: str,
+        auth: Auth,
+        url: str,
+        hook: str,
+        body: bytes,
+        headers: dict[str, str],
+        client: ClientCert | None,
+        method: str,
+    ) -> list[AttemptResult]:
+        """One hook's requests under `auth`: Bearer's and Basic's fixed header; an OAuth2
+        token, fetched again once and the request sent again after a 401 (the 401 is then
+        an attempt of its own, recorded as RENEWED). No token: an attempt with error class
+        `token`, and no request to the receiver."""
+        if not isinstance(auth, ClientCredentials):
+            headers["Authorization"] = auth.header()
+            secrets = _auth_secrets(auth)
+            return [await self.post(url, body, headers, client, method, hook, secrets)]
+        source = self._token_source(route, auth)
+        started_at, clock = time.time(), time.monotonic()
+        try:
+            token = await source.token()
+        except tokens.TokenFailed as failure:
+            return [self._error(hook, started_at, clock, failure.error_class, failure.message, url)]
+        secrets = (*auth.secrets(), token.value)
+        headers["Authorization"] = token.header()
+        first = await self.post(url, body, headers, client, method, hook, secrets)
+        if first.status_code != 401:
+            return [first]
+        first.verdict = Verdict.RETRY
+        first.error_class = tokens.ERROR_CLASS
+        first.error = RENEWED
+        started_at, clock = time.time(), time.monotonic()
+        try:
+            renewed = await source.renew(token)
+        except tokens.TokenFailed as failure:
+            error = self._error(hook, started_at, clock, failure.error_class, failure.message, url)
+            return [first, error]
+        headers["Authorization"] = renewed.header()
+        secrets = (*secrets, renewed.value)
+        return [first, await self.post(url, body, headers, client, method, hook, secrets)]
+
     def start_round(
-        self, route: Route, urls: Sequence[str], body: str, message: MessageKey
+        self,
+        route: Route,
+        urls: Sequence[str],
+        body: str,
+        message: MessageKey,
+        url: str | None = None,
     ) -> asyncio.Future[list[AttemptResult]]:
         """send_round as the dispatcher's `Rounds` starts it (a task in this process)."""
         assert self._loop is not None, "Sender.start() was not awaited"
         return self._loop.create_task(
-            self.send_round(route, urls, body, webhooks.webhook_id(*message))
+            self.send_round(route, urls, body, webhooks.route_webhook_id(route, message), url)
         )
 
     def _client_context(self, client: ClientCert) -> ssl.SSLContext:
@@ -125,11 +253,22 @@ class Sender:
         return context
 
     async def post(
-        self, url: str, body: bytes, headers: dict[str, str], client: ClientCert | None = None
+        self,
+        url: str,
+        body: bytes,
+        headers: dict[str, str],
+        client: ClientCert | None = None,
+        method: str = "POST",
+        hook: str | None = None,
+        secrets: tuple[str, ...] = (),
     ) -> AttemptResult:
-        """POST once, presenting `client`'s certificate if given; never raises for anything
-        the receiver or network does."""
+        """Send once (a POST, or `method`) to `url`, presenting `client`'s certificate if
+        given; never raises for anything the receiver or network does. The result names
+        `hook` (the configured hook URL an action's own URL stands in for; `url` when not
+        given); `secrets` (what the request's Authorization carries) are masked in what is
+        kept of the answer, which a receiver may echo."""
         assert self._client is not None, "Sender.start() was not awaited"
+        label = hook or url
         started_at = time.time()
         clock = time.monotonic()
         context: ssl.SSLContext | None = None  # None: the client's, which presents none
@@ -137,43 +276,70 @@ class Sender:
             try:
                 context = self._client_context(client)
             except tls.ClientCertError as error:  # the files changed since the last reload
-                return self._error(url, started_at, clock, "client_cert", str(error))
+                return self._error(label, started_at, clock, "client_cert", str(error), url)
         try:
-            answer = await self._client.post(url, body, headers, context)
+            answer = await self._client.post(url, body, headers, context, method=method)
         except http1.RequestFailed as failure:
-            return self._error(url, started_at, clock, failure.error_class, failure.message)
+            message = outauth.scrub(failure.message, secrets) if secrets else failure.message
+            return self._error(label, started_at, clock, failure.error_class, message, url)
         except Exception as error:
             log.exception("sending to %s failed inside efd", webhooks.redact_url(url))
-            return self._error(url, started_at, clock, "internal", repr(error))
+            message = outauth.scrub(repr(error), secrets) if secrets else repr(error)
+            return self._error(label, started_at, clock, "internal", message, url)
         duration = time.monotonic() - clock
         status = answer.status
         verdict = classify_status(status)
         retry_after = None
         if verdict is Verdict.RETRY:
             retry_after = parse_retry_after(answer.retry_after, time.time())
+        # A receiver may echo the URL it was called at, or the request's headers: the
+        # credentials stay hidden.
+        head = webhooks.scrub(answer.head.decode("utf-8", "replace"), url)
+        if secrets:
+            head = outauth.scrub(head, secrets)
         return AttemptResult(
-            hook_url=url,
+            hook_url=label,
             started_at=started_at,
             duration=duration,
             verdict=verdict,
             status_code=status,
-            # A receiver may echo the URL it was called at: its credentials stay hidden.
-            response_head=webhooks.scrub(answer.head.decode("utf-8", "replace"), url),
+            response_head=head,
             retry_after=retry_after,
         )
 
     def _error(
-        self, url: str, started_at: float, clock: float, error_class: str, message: str
+        self,
+        hook: str,
+        started_at: float,
+        clock: float,
+        error_class: str,
+        message: str,
+        url: str | None = None,
     ) -> AttemptResult:
         return AttemptResult(
-            hook_url=url,
+            hook_url=hook,
             started_at=started_at,
             duration=time.monotonic() - clock,
             verdict=classify_error(error_class),
             error_class=error_class,
             # An error may quote the URL (one that cannot be parsed, say).
-            error=webhooks.scrub(message, url)[:500],
+            error=webhooks.scrub(message, url or hook)[:500],
         )
+
+
+def _with_auth(static: Mapping[str, str], headers: Mapping[str, str]) -> dict[str, str]:
+    """An authenticated request's headers but Authorization, which its auth sets in place of
+    one among the static headers (in whatever case: only one is sent)."""
+    merged = {name: value for name, value in static.items() if name.lower() != "authorization"}
+    merged.update(headers)
+    return merged
+
+
+def _auth_secrets(auth: outauth.Bearer | outauth.Basic) -> tuple[str, ...]:
+    """What a fixed Authorization header carries that must not be kept of an answer."""
+    if isinstance(auth, outauth.Bearer):
+        return (auth.token,)
+    return (auth.password, auth.header().removeprefix("Basic "))
 
 
 # -- sender processes ------------------------------------------------------------------------
@@ -232,6 +398,7 @@ class SenderChild:
     def __init__(self, setup: dict[str, Any]) -> None:
         self._routes: dict[str, Route] = {route.name: route for route in setup["routes"]}
         self._sender = setup["options"].sender()
+        self._sender.configure_auths(setup.get("auths", {}))
 
     async def start(self) -> None:
         await self._sender.start()
@@ -239,14 +406,22 @@ class SenderChild:
     def configure(self, update: dict[str, Any]) -> None:
         if "routes" in update:  # rounds in flight keep the Route they started with
             self._routes = {route.name: route for route in update["routes"]}
+        if "auths" in update:  # and the auth; unchanged credentials keep their token
+            self._sender.configure_auths(update["auths"])
 
     async def __call__(
-        self, destination: str, urls: tuple[str, ...], body: str, message: MessageKey
+        self,
+        destination: str,
+        urls: tuple[str, ...],
+        body: str,
+        message: MessageKey,
+        url: str | None = None,
     ) -> Any:
         try:
             # The webhook-id is derived here, on the sender's core, not in the daemon's loop.
+            route = self._routes[destination]
             results = await self._sender.send_round(
-                self._routes[destination], urls, body, webhooks.webhook_id(*message)
+                route, urls, body, webhooks.route_webhook_id(route, message), url
             )
         except Exception as error:  # a bug, not the network: report it, keep serving
             log.exception("sending a round to %s failed", destination)
@@ -279,12 +454,13 @@ class SenderPool:
         routes: Sequence[Route],
         log_level: str,
         log_format: str,
+        auths: Mapping[str, Auth] | None = None,
     ) -> None:
         self._pool = Pool(
             "sender",
             processes,
             "efd.delivery.sender:SenderChild",
-            {"options": options, "routes": list(routes)},
+            {"options": options, "routes": list(routes), "auths": dict(auths or {})},
             log_level=log_level,
             log_format=log_format,
         )
@@ -299,14 +475,25 @@ class SenderPool:
     async def close(self, timeout: float) -> None:
         await self._pool.close(timeout)
 
-    async def reload(self, routes: Sequence[Route], log_level: str) -> None:
-        await self._pool.configure({"routes": list(routes), "log_level": log_level})
+    async def reload(
+        self, routes: Sequence[Route], log_level: str, auths: Mapping[str, Auth] | None = None
+    ) -> None:
+        await self._pool.configure(
+            {"routes": list(routes), "auths": dict(auths or {}), "log_level": log_level}
+        )
 
     def start_round(
-        self, route: Route, urls: Sequence[str], body: str, message: MessageKey
+        self,
+        route: Route,
+        urls: Sequence[str],
+        body: str,
+        message: MessageKey,
+        url: str | None = None,
     ) -> asyncio.Future[list[AttemptResult]]:
         convert = functools.partial(_results, urls, time.time())
-        return self._pool.submit(route.name, tuple(urls), body, message, convert=convert)
+        if url is None:  # a webhook's round: the frame a byte shorter
+            return self._pool.submit(route.name, tuple(urls), body, message, convert=convert)
+        return self._pool.submit(route.name, tuple(urls), body, message, url, convert=convert)
 
 
 def _results(urls: Sequence[str], sent_at: float, answer: Any) -> list[AttemptResult]:

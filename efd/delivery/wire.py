@@ -1,4 +1,4 @@
-"""HTTP/1.1 on the wire for webhook POSTs (pure: text in, bytes out): the request head efd
+"""HTTP/1.1 on the wire for webhook requests (pure: text in, bytes out): the request head efd
 writes. What efd reads from an answer is efd/delivery/reader.py.
 
 A header that could change how the request is framed or routed, or that cannot be written as
@@ -22,13 +22,21 @@ _FRAMING = frozenset({"host", "content-length", "transfer-encoding", "connection
 # Names already found to be tokens efd may send: a hook's headers are the same few on
 # every request, so each name is checked once.
 _GOOD_NAMES: set[str] = set()
+# The methods efd sends: a webhook's POST, and what an action may choose. Each carries a
+# body framed by Content-Length.
+METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
-def request_head(target: str, host: str, headers: Mapping[str, str], length: int) -> bytes:
-    """`POST target HTTP/1.1` with Host, the given headers as given (names' case kept), and
+def request_head(
+    target: str, host: str, headers: Mapping[str, str], length: int, method: str = "POST"
+) -> bytes:
+    """`METHOD target HTTP/1.1` with Host, the given headers as given (names' case kept), and
     Content-Length. BadHeader, and nothing to send, when a header value holds CR, LF or NUL,
     a header holds a character Latin-1 cannot encode, a name is not a token, or a name sets
-    the framing."""
+    the framing; ValueError for a method other than METHODS (the configuration allows no
+    other)."""
+    if method not in METHODS:
+        raise ValueError(f"efd does not send {method[:20]!r} requests")
     for name in headers:
         if name not in _GOOD_NAMES:
             _check_name(name)
@@ -36,7 +44,7 @@ def request_head(target: str, host: str, headers: Mapping[str, str], length: int
     if "\r" in values or "\n" in values or "\x00" in values:
         raise BadHeader(_why_bad(headers))
     lines = "".join([f"{name}: {value}\r\n" for name, value in headers.items()])
-    text = f"POST {target} HTTP/1.1\r\nHost: {host}\r\n{lines}Content-Length: {length}\r\n\r\n"
+    text = f"{method} {target} HTTP/1.1\r\nHost: {host}\r\n{lines}Content-Length: {length}\r\n\r\n"
     try:
         return text.encode("latin-1")
     except UnicodeEncodeError:

@@ -56,6 +56,9 @@ class Route:
     # An action's request line and body type (efd/segment/actions.py); a webhook's are these.
     method: str = "POST"
     content_type: str = "application/json"
+    # An action's route: one message makes a request per action, so its webhook-id names the
+    # route too (webhook_id); a webhook destination's is the message's alone.
+    action: bool = False
     # Each hook URL -> how efd names it in logs, the store and the APIs (hook_labels).
     labels: dict[str, str] = field(init=False, compare=False)
 
@@ -189,7 +192,9 @@ WEBHOOK_ID_PREFIX = "msg_"
 MessageKey = tuple[int, str, str, float]
 
 
-def webhook_id(message_pk: int, source: str, message_id: str, received_at: float) -> str:
+def webhook_id(
+    message_pk: int, source: str, message_id: str, received_at: float, route: str | None = None
+) -> str:
     """The webhook-id of a stored message: `msg_` and 26 base32 letters and digits (a 128-bit
     hash of the row's id, source, messageId and receipt time).
 
@@ -198,8 +203,11 @@ def webhook_id(message_pk: int, source: str, message_id: str, received_at: float
     sources (and after the 24-hour deduplication window), and a receiver that drops repeats
     would lose the second message; the row id alone can come back once the newest rows are
     deleted. Always ASCII, whatever the messageId: Node reads header bytes as Latin-1, so a
-    UTF-8 id would not verify there."""
+    UTF-8 id would not verify there. `route`: an action's route, whose request is another
+    webhook than the other actions' requests for the same message."""
     key = f"{message_pk}\x00{source}\x00{message_id}\x00{float(received_at).hex()}"
+    if route is not None:
+        key += f"\x00{route}"
     digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16).digest()
     # base32 of the 128 bits (RFC 4648, lower case, unpadded), ten bits a lookup: computed
     # for every round, and base64.b32encode is pure Python.
@@ -210,6 +218,11 @@ def webhook_id(message_pk: int, source: str, message_id: str, received_at: float
 _B32_ALPHABET = "abcdefghijklmnopqrstuvwxyz234567"
 _B32_PAIRS = [a + b for a in _B32_ALPHABET for b in _B32_ALPHABET]
 _B32_SHIFTS = range(120, -1, -10)
+
+
+def route_webhook_id(route: Route, message: MessageKey) -> str:
+    """The webhook-id of a message's request on `route`."""
+    return webhook_id(*message, route=route.name if route.action else None)
 
 
 def standard_signature(keys: Sequence[bytes], webhook_id: str, timestamp: int, body: bytes) -> str:
@@ -228,14 +241,15 @@ def request_headers(
     webhook_id: str = "",
     timestamp: int = 0,
     standard_secrets: Sequence[bytes] = (),
+    content_type: str = "application/json",
 ) -> dict[str, str]:
-    """The headers of one attempt: efd's own over the hook's static ones; webhook-id (the
-    receivers' deduplication key, whatever the signing) when there is one; X-Signature when
-    there is a shared secret; webhook-timestamp and webhook-signature when there are
-    Standard Webhooks keys."""
+    """The headers of one attempt: efd's own over the hook's static ones; the body's
+    `content_type` (an action's may be a form); webhook-id (the receivers' deduplication
+    key, whatever the signing) when there is one; X-Signature when there is a shared
+    secret; webhook-timestamp and webhook-signature when there are Standard Webhooks keys."""
     headers = dict(static)
     headers["User-Agent"] = user_agent
-    headers["Content-Type"] = "application/json"
+    headers["Content-Type"] = content_type
     if webhook_id:
         headers[WEBHOOK_ID] = webhook_id
     if secret:

@@ -81,6 +81,22 @@ def test_efds_own_failures_do_not_count(error: str) -> None:
     assert fail(circuits, 1) == [Change.OPENED]  # the two receiver failures, not three
 
 
+def test_an_actions_token_failures_count_neither_way() -> None:
+    """A token endpoint that gives no token (the receiver was never asked) and a 401 to a
+    cached token that was then renewed say nothing of the receiver's health."""
+    circuits = Circuits(threshold=2, probe_seconds=30)
+    for delivery in range(100, 110):
+        assert circuits.record(result(Verdict.RETRY, error="token"), 100, delivery) is None
+    assert not circuits.is_open(URL)
+    renewed = result(Verdict.RETRY, status=401, error="token")
+    assert circuits.record(renewed, 100, 110) is None
+    assert fail(circuits, 2) == [None, Change.OPENED]  # the receiver's own failures count
+    circuits.take_probe(URL, 130)
+    assert circuits.record(result(Verdict.RETRY, error="token"), 130, 111) is None
+    assert circuits.is_open(URL)
+    assert circuits.take_probe(URL, 130)  # the probe told nothing: it may go again
+
+
 def test_one_probe_per_interval_and_none_while_one_is_in_flight() -> None:
     circuits = Circuits(threshold=1, probe_seconds=30)
     fail(circuits, 1, now=100)

@@ -50,13 +50,20 @@ class FakeRounds:
     sent: Counter[str] = field(default_factory=Counter)
     completed: int = 0  # rounds answered
     webhook_ids: list[str] = field(default_factory=list)  # each round's, in order
+    targets: list[str | None] = field(default_factory=list)  # each round's own URL, in order
     started: asyncio.Event = field(default_factory=asyncio.Event)
     gate: asyncio.Event = field(default_factory=asyncio.Event)
     clock: VirtualClock | None = None  # the dispatcher's: an attempt's start is read on it
 
     def start_round(
-        self, route: Route, urls: Sequence[str], body: str, message: webhooks.MessageKey
+        self,
+        route: Route,
+        urls: Sequence[str],
+        body: str,
+        message: webhooks.MessageKey,
+        url: str | None = None,
     ) -> asyncio.Future[list[AttemptResult]]:
+        self.targets.append(url)
         return asyncio.ensure_future(
             self.send_round(route, urls, body, webhooks.webhook_id(*message))
         )
@@ -153,6 +160,19 @@ async def running() -> AsyncIterator[Start]:
         yield start
         for d in started:
             await d.stop(grace=0.1)  # before the stack's stop, which gives a round's timeout
+
+
+async def test_a_claimed_deliverys_own_url_goes_to_its_round_and_the_hook_names_it(
+    running: Start,
+) -> None:
+    store, rounds = MemoryDeliveries(), FakeRounds()
+    [first, _] = store.add("a", 2)
+    store.rows[first].url = "http://a.example/users/u%201?ref=o-17"
+    await running(store, rounds)
+    await store.wait(lambda: store.status("a")["delivered"] == 2)
+    assert sorted(rounds.targets, key=str) == [None, "http://a.example/users/u%201?ref=o-17"]
+    assert {row.hook_url for row in store.attempts} == {HOOK_A}
+    assert rounds.sent == {HOOK_A: 2}
 
 
 async def test_every_due_delivery_is_delivered_once(running: Start) -> None:

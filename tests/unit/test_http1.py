@@ -21,6 +21,35 @@ def test_the_request_head_keeps_names_as_given_and_frames_the_body() -> None:
     )
 
 
+@pytest.mark.parametrize("method", ["PUT", "PATCH"])
+def test_an_actions_put_and_patch_are_framed_as_a_post_is(method: str) -> None:
+    head = request_head(
+        "/users/u%201?ref=o-17",
+        "crm.example:8443",
+        {"Content-Type": "application/x-www-form-urlencoded", "Authorization": "Bearer t"},
+        12,
+        method,
+    )
+    assert head == (
+        method.encode() + b" /users/u%201?ref=o-17 HTTP/1.1\r\nHost: crm.example:8443\r\n"
+        b"Content-Type: application/x-www-form-urlencoded\r\nAuthorization: Bearer t\r\n"
+        b"Content-Length: 12\r\n\r\n"
+    )
+
+
+def test_an_explicit_post_is_the_default_request() -> None:
+    assert request_head("/", "h", {}, 0, "POST") == request_head("/", "h", {}, 0)
+    assert (
+        request_head("/", "h", {}, 0) == b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n"
+    )
+
+
+@pytest.mark.parametrize("method", ["GET", "DELETE", "put", "POST /x HTTP/1.1\r\nX: y", ""])
+def test_no_other_method_is_written(method: str) -> None:
+    with pytest.raises(ValueError, match="efd does not send"):
+        request_head("/", "h", {}, 0, method)
+
+
 def test_latin_1_values_are_encoded_as_latin_1() -> None:
     assert b"X-Name: Zo\xeb\r\n" in request_head("/", "h", {"X-Name": "Zoë"}, 0)
 

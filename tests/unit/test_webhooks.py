@@ -29,6 +29,7 @@ from efd.segment.webhooks import (
     redact_url,
     redact_urls,
     request_headers,
+    route_webhook_id,
     scrub,
     sign,
     standard_secret,
@@ -374,6 +375,17 @@ def test_headers_without_secret() -> None:
     assert headers == {"User-Agent": "efd/1.0", "Content-Type": "application/json"}
 
 
+def test_an_actions_form_body_is_sent_as_a_form_and_signed_the_same() -> None:
+    body = b"a=1&b=x+y"
+    form = "application/x-www-form-urlencoded"
+    headers = request_headers(
+        user_agent="efd/1.0", secret="k", body=body, static={}, content_type=form
+    )
+    assert headers["Content-Type"] == form
+    json_headers = request_headers(user_agent="efd/1.0", secret="k", body=body, static={})
+    assert headers[SIGNATURE_HEADER] == json_headers[SIGNATURE_HEADER]
+
+
 def test_headers_with_empty_secret_are_unsigned() -> None:
     headers = request_headers(user_agent="efd/1.0", secret="", body=b"{}", static={})
     assert SIGNATURE_HEADER not in headers
@@ -603,6 +615,27 @@ def test_webhook_id_differs_for_every_part_of_the_row() -> None:
         webhook_id(1, "we", "bm-1", RECEIVED),  # the parts cannot run into each other
     }
     assert len(ids) == 7
+
+
+def test_an_actions_request_has_a_webhook_id_of_its_own_route() -> None:
+    # Pinned as the message's: printf '42\0web\0m-1\0%s\0crm/orders' … | b2sum -l 128.
+    assert webhook_id(42, "web", "m-1", RECEIVED, route="crm/orders") == "msg_" + _b2sum32(
+        b"42\0web\0m-1\0" + RECEIVED.hex().encode() + b"\0crm/orders"
+    )
+    message = (42, "web", "m-1", RECEIVED)
+    action = Route("crm/orders", (("http://h/o", {}),), None, "efd/1.0", action=True)
+    other = Route("crm/audit", (("http://h/a", {}),), None, "efd/1.0", action=True)
+    hook = Route("hooks", (("http://h/x", {}),), None, "efd/1.0")
+    assert route_webhook_id(hook, message) == webhook_id(*message)  # unchanged for webhooks
+    ids = {route_webhook_id(r, message) for r in (action, other, hook)}
+    assert len(ids) == 3
+
+
+def _b2sum32(data: bytes) -> str:
+    """b2sum -l 128 as base32, lower case, unpadded: the documented derivation, done here
+    with the standard library's own codecs."""
+    digest = hashlib.blake2b(data, digest_size=16).digest()
+    return base64.b32encode(digest).decode().rstrip("=").lower()
 
 
 def test_every_header_is_ascii_for_a_non_ascii_message_id() -> None:
