@@ -21,6 +21,17 @@ from efd.segment.webhooks import ClientCert
 _NOT_AUTHORIZED = ("not authori", "bad user name or password", "bad username or password")
 
 
+def _lost(client: aiomqtt.Client) -> bool:
+    """Whether the client's connection ended; its end's error retrieved, so that asyncio
+    never reports it as lost."""
+    disconnected = client._disconnected
+    if not disconnected.done():
+        return False
+    if not disconnected.cancelled():
+        disconnected.exception()
+    return True
+
+
 class Mqtt(Publisher[aiomqtt.Client]):
     kind = MQTT
 
@@ -58,9 +69,10 @@ class Mqtt(Publisher[aiomqtt.Client]):
         return client
 
     def _alive(self, connection: aiomqtt.Client) -> bool:
-        return not connection._disconnected.done()
+        return not _lost(connection)
 
     async def _close(self, connection: aiomqtt.Client) -> None:
+        _lost(connection)
         await connection.__aexit__(None, None, None)
 
     async def _send(
@@ -87,5 +99,5 @@ class Mqtt(Publisher[aiomqtt.Client]):
             if "timed out" in str(error):
                 raise TimeoutError from None
             raise failed(RESET, error, target.url) from None
-        if connection._disconnected.done():
+        if _lost(connection):
             raise PublishFailed(RESET, "the connection was lost before the acknowledgement")
