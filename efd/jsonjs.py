@@ -83,6 +83,23 @@ def _is_array_index(key: Any) -> bool:
     )
 
 
+def plain_value(value: Any) -> bool:
+    """Whether `dumps(value, plain=True)` writes JSON.stringify's bytes for `value` and for
+    any plain document it is put in: no key an array index, no number Python writes
+    otherwise (for a constant of a configuration, checked once)."""
+    if isinstance(value, dict):
+        return all(not _is_array_index(key) and plain_value(item) for key, item in value.items())
+    if isinstance(value, list | tuple):
+        return all(plain_value(item) for item in value)
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return True
+    if isinstance(value, int):
+        return -_MAX_SAFE < value < _MAX_SAFE
+    if isinstance(value, float):
+        return math.isfinite(value) and not value.is_integer() and not _needs_slow(value)
+    return False
+
+
 def js_key_order(value: dict[Any, Any]) -> list[Any]:
     """JavaScript objects list array-index keys first, ascending, then the rest in order."""
     keys = list(value)

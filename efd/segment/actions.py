@@ -9,6 +9,7 @@ headers and body bytes the sender sends. The reference is docs/actions.md#reques
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -82,9 +83,11 @@ class ActionRequest:
     content_type: str
     parts: tuple[str | _Field, ...]
     origin: tuple[str, str, int | None, str]
+    # The URL of every message when `url` holds no template, rendered once.
+    fixed_url: str | None = None
 
-    def render(self, message: Any, value: Any) -> Request:
-        return render(self, message, value)
+    def render(self, message: Any, value: Any, *, plain: bool = False) -> Request:
+        return render(self, message, value, plain=plain)
 
 
 @dataclass(frozen=True)
@@ -222,7 +225,10 @@ def compile_request(
     if problems:
         raise ActionRequestError(problems)
     assert origin is not None
-    return ActionRequest(url, method, header_pairs, content_type, parts, origin)
+    request = ActionRequest(url, method, header_pairs, content_type, parts, origin)
+    if not any(isinstance(part, _Field) for part in parts):
+        request = dataclasses.replace(request, fixed_url=render_url(request, {}))
+    return request
 
 
 # -- rendering
@@ -329,14 +335,15 @@ def form_body(value: Any) -> bytes:
     return "&".join(pairs).encode("ascii")
 
 
-def render(request: ActionRequest, message: Any, value: Any) -> Request:
-    """The request for one message and its mapped value; raises only ActionRequestError."""
-    url = render_url(request, message)
+def render(request: ActionRequest, message: Any, value: Any, *, plain: bool = False) -> Request:
+    """The request for one message and its mapped value; raises only ActionRequestError.
+    `plain`: the value is plain (efd.jsonjs), written as it is."""
+    url = request.fixed_url or render_url(request, message)
     try:
         if request.content_type == FORM:
             body = form_body(value)
         else:
-            body = jsonjs.dumps(value, replace_surrogates=True)
+            body = jsonjs.dumps(value, plain=plain, replace_surrogates=True)
     except (TypeError, ValueError, RecursionError) as error:
         if isinstance(error, ActionRequestError):
             raise

@@ -56,16 +56,17 @@ class Action:
     mapping: mapping.Mapping
     request: actions.ActionRequest
 
-    def request_for(self, message: dict[str, Any]) -> actions.Request:
+    def request_for(self, message: dict[str, Any], plain: bool = False) -> actions.Request:
         """The request for a message its trigger matched; MappingError or ActionRequestError
-        says why there is none."""
-        return self.request.render(message, self.mapping.apply(message))
+        says why there is none. `plain`: the message is (efd.jsonjs.loads_checked)."""
+        value = self.mapping.apply(message)
+        return self.request.render(message, value, plain=plain and self.mapping.plain)
 
-    def mapped(self, message: dict[str, Any]) -> Mapped:
+    def mapped(self, message: dict[str, Any], plain: bool = False) -> Mapped:
         """Its delivery of a message its trigger matched: the body and URL to send, or why
         none can be made (the delivery then fails at once)."""
         try:
-            request = self.request_for(message)
+            request = self.request_for(message, plain)
         except mapping.MappingError as error:
             return (self.route, None, None, ROUTING_FAILURES[0] + "; ".join(error.problems))
         except actions.ActionRequestError as error:
@@ -120,7 +121,7 @@ def shape(
             matched = action_set.matching(message)
             if not matched:
                 shaped.append((name, None, NO_TRIGGER_MATCHED))
-            mapped += [action.mapped(message) for action in matched]
+            mapped += [action.mapped(message, plain) for action in matched]
         elif result is body:
             plain_ones.append(name)
         else:

@@ -191,7 +191,7 @@ class Ingestion:
             if lanes_of is not None:
                 by_pk = dict(zip(ids, rows, strict=True))
                 laned = shaped.join_lanes(shaped_rows, by_pk, lanes_of.lane) or laned
-            pending = shaped.insert_rows(conn, shaped_rows) or pending
+            pending = shaped.insert_rows(conn, self._backend, shaped_rows) or pending
         if laned:
             lanes.admit(conn, self._backend, now, messages=(min(ids), max(ids)))
         if pending:

@@ -11,12 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, insert
+from sqlalchemy import Connection
 
 from efd.records import DeliveryStatus, NewMessage
-from efd.store.schema import deliveries
-
-_INSERT = insert(deliveries)
+from efd.store.backends.base import SHAPED_COLUMNS, Backend
 
 
 def rows(ids: Sequence[int], messages: Sequence[NewMessage], now: float) -> list[dict[str, Any]]:
@@ -72,13 +70,8 @@ def join_lanes(
     return joined
 
 
-def insert_rows(conn: Connection, shaped: list[dict[str, Any]]) -> bool:
+def insert_rows(conn: Connection, backend: Backend, shaped: list[dict[str, Any]]) -> bool:
     """Insert them; whether any is to be sent (pending, or waiting in a lane)."""
-    # Each group with the same keys: an executemany takes one statement's columns.
-    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
-    for row in shaped:
-        groups.setdefault(tuple(sorted(row)), []).append(row)
-    for group in groups.values():
-        conn.execute(_INSERT, group)
+    backend.insert_shaped(conn, [tuple(row.get(c) for c in SHAPED_COLUMNS) for row in shaped])
     sent = (DeliveryStatus.PENDING.value, DeliveryStatus.QUEUED.value)
     return any(r["status"] in sent for r in shaped)

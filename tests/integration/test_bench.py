@@ -68,7 +68,7 @@ def test_the_bench_runs(tmp_path: Path) -> None:
             str(BENCH / "run.py"),
             "--smoke",
             "--only",
-            "limits,deliver,latency",
+            "limits,deliver,actions,latency",
             "--out",
             str(out),
         ],
@@ -89,11 +89,13 @@ def test_the_bench_runs(tmp_path: Path) -> None:
         "deliver_events_per_s",
         "deliver_cpu_us_per_event",
         "latency_p99_ms",
+        "actions_cpu_ratio_to_classic",
     ):
         assert results[key] is not None, (key, done.stdout)
     extra = context["extra"]
     assert extra["sqlalchemy_core_events_per_s"] is not None, done.stdout
     assert extra["deliver_lost"] == 0, done.stdout
+    assert results["actions_lost"] == 0, done.stdout
     # Read from the daemon's /metrics: None where the counters' names changed.
     assert extra["deliver_handed_over_share"] is not None, done.stdout
 

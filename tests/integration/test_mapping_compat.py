@@ -362,3 +362,27 @@ def test_what_efd_refuses_at_load_the_kit_lets_through() -> None:
     for (name, mapping), theirs in zip(STRICTER, json.loads(done.stdout), strict=True):
         assert "refused" in efd_result(mapping, MESSAGES[0]), name
         assert "value" in theirs, (name, theirs)
+
+
+def test_a_plain_mappings_value_for_a_plain_message_is_written_as_it_is() -> None:
+    # The fast path routing takes (efd.jsonjs.dumps(plain=True)) for a mapping that keeps
+    # plain messages plain: the same bytes as the exact writer, for every generated mapping.
+    generator = Generator(53)
+    plain = [m for m in MESSAGES if jsonjs.loads_checked(jsonjs.dumps(m))[1]]
+    assert plain
+    kept = 0
+    for _ in range(400):
+        try:
+            compiled = compile(generator.mapping())
+        except MappingError:
+            continue
+        if not compiled.plain:
+            continue
+        for message in plain:
+            try:
+                value = apply(compiled, message)
+            except MappingError:
+                continue
+            kept += 1
+            assert jsonjs.dumps(value, plain=True) == jsonjs.dumps(value), compiled.source
+    assert kept > 100

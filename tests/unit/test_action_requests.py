@@ -22,6 +22,7 @@ from efd.segment.actions import (
     Request,
     compile_request,
     render,
+    render_url,
 )
 
 
@@ -234,6 +235,15 @@ def test_the_defaults_and_what_is_kept() -> None:
 
 def test_a_url_without_templates_is_sent_as_configured() -> None:
     assert sent("https://h.example/orders?x=1", {}).url == "https://h.example/orders?x=1"
+
+
+@pytest.mark.parametrize(
+    "url", ["https://h.example/orders?x=1", "http://u:p@h.example:8080/a%20b/", "https://h.example"]
+)
+def test_a_url_without_templates_is_rendered_once_as_every_message_would_have_it(url: str) -> None:
+    request = checked(url=url)
+    assert request.fixed_url == render_url(request, {"a": 1})
+    assert checked(url=url + "{{a}}" if "?" in url else url + "/{{a}}").fixed_url is None
 
 
 @pytest.mark.parametrize(

@@ -457,3 +457,21 @@ def test_applying_raises_only_mapping_errors(mapping: Any, message: dict[str, An
     except MappingError as error:
         reason = str(error)
         assert reason.startswith("data"), reason
+
+
+@pytest.mark.parametrize(
+    ("source", "plain"),
+    [
+        ({"a": {"@path": "$.properties.x"}, "b": {"@template": "{{userId}}"}}, True),
+        ({"a": {"@case": {"operator": "upper", "value": {"@path": "$.a"}}}}, True),
+        ({"a": {"@literal": 1.5}, "b": "text", "c": [1, None, True]}, True),
+        ({"a": {"@literal": 2.0}}, False),  # JSON.stringify writes 2
+        ({"a": 1e-7}, False),  # and 1e-7
+        ({"a": 2**60}, False),  # past 2**53
+        ({"0": {"@path": "$.a"}}, False),  # an array index: listed first by JavaScript
+        ({"a": {"@flatten": {"separator": ".", "value": {"@path": "$.properties"}}}}, False),
+        ({"a": {"@json": {"mode": "decode", "value": {"@path": "$.a"}}}}, False),
+    ],
+)
+def test_a_mapping_knows_whether_it_keeps_a_plain_message_plain(source: Any, plain: bool) -> None:
+    assert compile(source).plain is plain

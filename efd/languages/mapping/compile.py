@@ -46,6 +46,10 @@ DIRECTIVES: Final = (
     "@json",
     "@excludeWhenNull",
 )
+# The directives whose values are made only of the message's values, strings, and the
+# mapping's own constants: on a plain message (efd.jsonjs.loads_checked) their result is plain
+# when those constants are. @flatten makes keys and @json decodes values of its own.
+_KEEPS_PLAIN: Final = frozenset(DIRECTIVES) - {"@flatten", "@json"}
 # The kit's length limits for @replace's texts.
 MAX_PATTERN: Final = 10
 
@@ -65,11 +69,13 @@ def _quoted(names: Sequence[str]) -> str:
 @dataclass(frozen=True)
 class Mapping:
     """A compiled mapping: `source` as it was given, `name` the key path its errors start
-    with."""
+    with; `plain`: its value for a plain message is plain too, so it may be written with
+    efd.jsonjs.dumps(plain=True)."""
 
     source: Any
     name: str
     run: Fn
+    plain: bool = False
 
     def apply(self, payload: Any) -> Any:
         return apply(self, payload)
@@ -91,7 +97,22 @@ def compile(mapping: Any, *, name: str = "data") -> Mapping:
     run = compiler.root(mapping, (name,))
     if compiler.problems:
         raise MappingError(compiler.problems)
-    return Mapping(mapping, name, run)
+    return Mapping(mapping, name, run, _keeps_plain(mapping))
+
+
+def _keeps_plain(node: Any) -> bool:
+    """Whether every directive of `node` keeps a plain message's values plain and every
+    constant in it (an object's key, a literal, an option) is plain itself."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if str(key).startswith("@") and key not in _KEEPS_PLAIN:
+                return False
+            if not jsonjs.plain_value({key: None}) or not _keeps_plain(value):
+                return False
+        return True
+    if isinstance(node, list):
+        return all(_keeps_plain(item) for item in node)
+    return jsonjs.plain_value(node)
 
 
 def _compiled(source: Any, name: str) -> Mapping:

@@ -119,6 +119,10 @@ class Backend(Protocol):
         ids in the rows' order (else none)."""
         ...
 
+    def insert_shaped(self, conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Insert the deliveries routing shaped or mapped (tuples in SHAPED_COLUMNS order)."""
+        ...
+
     def insert_attempts(self, conn: Connection, rows: Sequence[AttemptRow]) -> None: ...
 
     def record_outcomes(self, conn: Connection, outcomes: Sequence[Outcome]) -> int:
@@ -166,6 +170,22 @@ DELIVERY_COLUMNS = (
     "lease_token",
     "lane",
 )  # in the table's order: the SQLite insert then passes rows as they are
+# The deliveries routing shapes (a filter's body) or maps (an action's body and URL), finished
+# at once or pending, in the table's order.
+SHAPED_COLUMNS = (
+    "message_pk",
+    "destination",
+    "status",
+    "attempts",
+    "created_at",
+    "next_attempt_at",
+    "finished_at",
+    "last_error",
+    "lease_token",
+    "body",
+    "lane",
+    "url",
+)
 ATTEMPT_COLUMNS = (
     "delivery_id",
     "hook_url",

@@ -29,6 +29,7 @@ from sqlalchemy import (
     Table,
     any_,
     func,
+    insert,
     text,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -41,12 +42,14 @@ from efd.store.backends.base import (
     DELIVERY_COLUMNS,
     MESSAGE_COLUMNS,
     NOTIFY_CHANNEL,
+    SHAPED_COLUMNS,
     Backend,
     driver_cursor,
     outcome_values,
 )
 from efd.store.dedupe import WINDOW_SECONDS
 from efd.store.engine import make_engine, normalise_url
+from efd.store.schema import deliveries
 
 # The deduplication lookup: one index probe per key. As `message_key IN (...) AND
 # received_at > ...` the planner seq-scans `messages` whenever its statistics are missing or
@@ -302,6 +305,11 @@ class PostgresBackend(Backend):
             return ()
         ids, _ = self._run(conn, _INSERT_NUMBERED_DELIVERIES, params)
         return sorted(pk for (pk,) in ids)
+
+    def insert_shaped(self, conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+        conn.execute(
+            insert(deliveries), [dict(zip(SHAPED_COLUMNS, row, strict=True)) for row in rows]
+        )
 
     def insert_attempts(self, conn: Connection, rows: Sequence[AttemptRow]) -> None:
         params = columns_json(ATTEMPT_COLUMNS, [_attempt_fields(a) for a in rows])

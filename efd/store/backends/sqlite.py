@@ -49,6 +49,7 @@ from efd.store.backends.base import (
     ATTEMPT_COLUMNS,
     DELIVERY_COLUMNS,
     MESSAGE_COLUMNS,
+    SHAPED_COLUMNS,
     Backend,
     chunked,
     driver_cursor,
@@ -403,6 +404,10 @@ class SqliteBackend(Backend):
                 [(pk, *row) for pk, row in zip(ids, rows, strict=True)],
             )
         return ids
+
+    def insert_shaped(self, conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+        with driver_cursor(conn, sqlite3.Error) as cursor:
+            insert_many(cursor, deliveries, SHAPED_COLUMNS, list(rows))
 
     def insert_attempts(self, conn: Connection, rows: Sequence[AttemptRow]) -> None:
         with driver_cursor(conn, sqlite3.Error) as cursor:
