@@ -365,6 +365,5 @@ async def test_a_parser_process_maps_a_large_batch_as_the_daemon_does(
         " ON m.id = d.message_pk WHERE d.destination = 'crm/orders' ORDER BY d.id",
     )
     assert rows == [
-        (f"big-{i}", f'{{"order_id":"o-{i}","email":"a@b.c"}}', None)
-        for i in range(40)
+        (f"big-{i}", f'{{"order_id":"o-{i}","email":"a@b.c"}}', None) for i in range(40)
     ]
