@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
+from packaging.markers import Marker, default_environment
 
 from efd.segment import webhooks
 from tests.conftest import ROOT, free_port
@@ -274,6 +275,17 @@ class Container:
         self.proc.wait(30)
 
 
+def _package_version(root: Path, package: str) -> str:
+    """The upstream version ("3.11.2") of a package installed in the root, from dpkg's status."""
+    status = (root / "var" / "lib" / "dpkg" / "status").read_text()
+    for entry in status.split("\n\n"):
+        if f"Package: {package}\n" in entry + "\n":
+            found = re.search(r"^Version: (?:\d+:)?([0-9.]+)", entry, re.M)
+            if found:
+                return found.group(1)
+    raise AssertionError(f"{package} is not installed in {root}")
+
+
 @pytest.fixture(scope="module")
 def debian_root() -> Path:
     why = _unavailable()
@@ -301,6 +313,7 @@ def wheels(debian_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
         p.name for p in (debian_root / "usr" / "bin").glob("python3.*") if p.name[8:].isdigit()
     ]
     machine = platform.machine()
+    version = _package_version(debian_root, f"{python}-minimal")
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     subprocess.run(
         [*pip, "wheel", "--no-deps", "-w", str(out), str(ROOT)],
@@ -325,7 +338,9 @@ def wheels(debian_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
         [
             *pip,
             *("download", "-d", str(out), "--only-binary=:all:"),
-            *("--python-version", python.removeprefix("python")),
+            # The full version: markers such as python_full_version < "3.11.3" decide
+            # which dependencies the root's Python needs.
+            *("--python-version", version),
             *(arg for tag in platforms for arg in ("--platform", tag)),
             str(wheel),
         ],
@@ -333,7 +348,40 @@ def wheels(debian_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
         timeout=300,
         capture_output=True,
     )
+    # pip judges a dependency's markers by this interpreter, not the root's: the lock's
+    # packages whose markers hold only for the root's Python are fetched by name.
+    only_there = _locked_for(version)
+    if only_there:
+        subprocess.run(
+            [
+                *pip,
+                *("download", "-d", str(out), "--only-binary=:all:", "--no-deps"),
+                *("--python-version", version),
+                *(arg for tag in platforms for arg in ("--platform", tag)),
+                *only_there,
+            ],
+            check=True,
+            timeout=300,
+            capture_output=True,
+        )
     return out
+
+
+def _locked_for(version: str) -> list[str]:
+    """The pins of requirements/base.txt whose markers hold for a Linux CPython `version`
+    and not for this interpreter."""
+    target: dict[str, str] = {
+        **{key: str(value) for key, value in default_environment().items()},
+        "python_full_version": version,
+        "python_version": ".".join(version.split(".")[:2]),
+    }
+    pins = []
+    for line in (ROOT / "requirements" / "base.txt").read_text().splitlines():
+        found = re.match(r"([A-Za-z0-9._-]+==[^\s;]+) ; ([^\\]+)", line)
+        marker = Marker(found.group(2).strip()) if found else None
+        if found and marker and marker.evaluate(target) and not marker.evaluate():
+            pins.append(found.group(1))
+    return pins
 
 
 @pytest.fixture
