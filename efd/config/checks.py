@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from efd.config.models import DeliveryConfig, ServerConfig
+from efd.config.models import DeliveryConfig, ServerConfig, auth_conflicts
 from efd.personas.keys import PERSONAS_SOURCE, snake_case
 
 
@@ -50,18 +50,6 @@ def _hooks_or_actions(i: int, destination: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def _authorization(at: str, action: Mapping[str, Any]) -> list[str]:
-    """An action with auth sets no Authorization header of its own (also ActionConfig's)."""
-    headers = action.get("headers")
-    if action.get("auth") is None or not isinstance(headers, Mapping):
-        return []
-    return [
-        f"{at}.headers.{name}: set by auth; give one or the other"
-        for name in headers
-        if isinstance(name, str) and name.lower() == "authorization"
-    ]
-
-
 def _route_names(
     destinations: list[Mapping[str, Any]], destination_names: dict[str, int]
 ) -> list[str]:
@@ -74,7 +62,8 @@ def _route_names(
             continue
         seen: dict[str, int] = {}
         for j, action in enumerate(_entries(destination, "actions")):
-            problems += _authorization(f"destinations[{i}].actions[{j}]", action)
+            at = f"destinations[{i}].actions[{j}]"
+            problems += [f"{at}.{problem}" for problem in auth_conflicts(action)]
             action_name = action.get("name")
             if not isinstance(action_name, str):
                 continue

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
@@ -312,6 +313,26 @@ def _whole_message() -> Any:
     return {"@path": "$."}
 
 
+def auth_conflicts(action: Mapping[str, Any]) -> list[str]:
+    """An action with `auth` sends that Authorization and no other: none among its headers,
+    no credentials in its URL (which efd would send as Basic in its place). Keys from the
+    action; on plain data, so the load's cross-entry pass reports it too."""
+    if action.get("auth") is None:
+        return []
+    problems = []
+    headers = action.get("headers")
+    if isinstance(headers, Mapping):
+        problems += [
+            f"headers.{name}: set by auth; give one or the other"
+            for name in headers
+            if isinstance(name, str) and name.lower() == "authorization"
+        ]
+    url = action.get("url")
+    if isinstance(url, str) and "@" in urlsplit(url.split("{{", 1)[0]).netloc:
+        problems.append("url: holds credentials, and auth gives them; give one or the other")
+    return problems
+
+
 class ActionConfig(HookConfig):
     """One action of an actions destination (docs/actions.md): a hook whose URL may hold
     `{{field}}` templates, with its trigger, method, body type, mapping and auth."""
@@ -391,11 +412,11 @@ class ActionConfig(HookConfig):
     @model_validator(mode="after")
     def _compiled(self) -> ActionConfig:
         if self.auth is not None:
-            authorization = [name for name in self.headers if name.lower() == "authorization"]
-            if authorization:
-                raise KeyedProblems(
-                    [f"headers.{authorization[0]}: set by auth; give one or the other"]
-                )
+            conflicts = auth_conflicts(
+                {"auth": self.auth, "headers": self.headers, "url": self.url}
+            )
+            if conflicts:
+                raise KeyedProblems(conflicts)
             self._auth = auth_record(self.auth)
         self._request = actions.compile_request(
             url=self.url,

@@ -164,6 +164,14 @@ def test_per_user_ordering_applies_to_each_action_route(tmp_path: Path) -> None:
             "headers.authorization",
             "set by auth",
         ),
+        (
+            {
+                "auth": '{ type = "bearer", token = "t" }',
+                "url": '"https://u:s3cr3t@crm.example.com/x"',
+            },
+            "url",
+            "holds credentials, and auth gives them",
+        ),
         ({"burst": "3"}, "burst", "max_per_second"),
         ({"color": '"red"'}, "color", "unknown key"),
     ],
