@@ -13,6 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from efd.languages.mapping import DIRECTIVES, MappingError, apply, compile
+from efd.languages.mapping.template import compiled as compiled_template
+from efd.languages.mapping.template import render as render_template
 
 MESSAGE: dict[str, Any] = {
     "type": "track",
@@ -475,3 +477,25 @@ def test_applying_raises_only_mapping_errors(mapping: Any, message: dict[str, An
 )
 def test_a_mapping_knows_whether_it_keeps_a_plain_message_plain(source: Any, plain: bool) -> None:
     assert compile(source).plain is plain
+
+
+PAYLOAD = {"a": {"b": 1.5, "c": [1, None, "x"]}, "s": "{{a.b}}", "n": None, "e": ""}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "plain",
+        "{{a.b}} and {{ a.c }}",
+        "{{s}}",  # a value holding braces is not read again
+        "{{missing}}|{{n}}|{{e}}|{{a}}",
+        "{{.}}",
+        "{{a.b}",
+        "}}{{a.b}}{{",
+        "{{{a.b}}} {{a.b}}",  # triple braces: the two passes
+        "{{{s}}}",
+        "",
+    ],
+)
+def test_a_template_compiled_at_load_renders_as_the_template_does(text: str) -> None:
+    assert compiled_template(text)(PAYLOAD) == render_template(text, PAYLOAD)

@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from efd import jsonjs
 from efd.languages.mapping import directives as do
+from efd.languages.mapping.template import compiled as compiled_template
 from efd.languages.mapping.template import render
 from efd.languages.mapping.values import (
     UNDEFINED,
@@ -298,8 +299,7 @@ class _Compiler:
         if text is None:
             return _nothing
         if isinstance(text, str):
-            template = text
-            return lambda payload: render(template, payload)
+            return compiled_template(text)
         fn = text
         return lambda payload: render(fn(payload), payload)
 
