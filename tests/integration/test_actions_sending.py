@@ -20,7 +20,6 @@ import pytest
 from aiohttp import web
 from standardwebhooks.webhooks import Webhook
 
-from efd.config.models import DestinationConfig
 from efd.delivery import outauth
 from efd.delivery.outauth import Basic, Bearer, ClientCredentials
 from efd.delivery.retry import AttemptResult, Verdict
@@ -431,14 +430,33 @@ async def test_a_reload_keeps_the_token_while_the_credentials_are_unchanged(
 # -- through the daemon: the attempts table, the logs, the circuit -----------------------------
 
 
-def auths_for(auth: outauth.Auth) -> Any:
-    """DestinationConfig.auths giving `auth` to the webhooks destination `hooks`, as an
-    actions destination's configuration will give its actions theirs."""
-
-    def auths(self: DestinationConfig) -> dict[str, outauth.Auth]:
-        return {self.name: auth}
-
-    return auths
+def oauth_settings(db_url: str, receiver_url: str, token_url: str) -> dict[str, Any]:
+    """A daemon whose one destination is an actions one, `crm`, with one action, `orders`,
+    sending each track to `receiver_url` with a token from `token_url` (credentials())."""
+    settings = settings_dict(db_url)
+    settings["sources"][0]["destinations"] = ["crm"]
+    auth = credentials(token_url)
+    settings["destinations"] = [
+        {
+            "name": "crm",
+            "type": "actions",
+            "actions": [
+                {
+                    "name": "orders",
+                    "trigger": 'type = "track"',
+                    "url": receiver_url,
+                    "auth": {
+                        "type": "oauth2_client_credentials",
+                        "token_url": auth.token_url,
+                        "client_id": auth.client_id,
+                        "client_secret": auth.client_secret,
+                        "scope": auth.scope,
+                    },
+                }
+            ],
+        }
+    ]
+    return settings
 
 
 @pytest.mark.parametrize("sender_processes", [0, 1])
@@ -446,7 +464,6 @@ async def test_no_secret_or_token_in_the_logs_or_the_attempts_table(
     db_url: str,
     receiver_factory: ReceiverFactory,
     daemon_factory: DaemonFactory,
-    monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
     capfd: pytest.CaptureFixture[str],
     sender_processes: int,
@@ -460,8 +477,7 @@ async def test_no_secret_or_token_in_the_logs_or_the_attempts_table(
 
     endpoint = await receiver_factory(Endpoint())
     receiver = await receiver_factory(echo_then_401_once)
-    monkeypatch.setattr(DestinationConfig, "auths", auths_for(credentials(token_url(endpoint))))
-    settings = settings_dict(db_url, [receiver.url])
+    settings = oauth_settings(db_url, receiver.url, token_url(endpoint))
     settings["delivery"]["sender_processes"] = sender_processes
     settings["logging"] = {"level": "DEBUG"}
     daemon = await daemon_factory(settings)
@@ -498,13 +514,12 @@ async def test_a_token_endpoint_that_is_down_retries_and_leaves_the_receivers_ci
     db_url: str,
     receiver_factory: ReceiverFactory,
     daemon_factory: DaemonFactory,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     receiver = await receiver_factory()
     port = free_port()
     url = f"http://127.0.0.1:{port}/oauth/token"
-    monkeypatch.setattr(DestinationConfig, "auths", auths_for(credentials(url)))
-    settings = settings_dict(db_url, [receiver.url], delivery={"circuit_failures": 2})
+    settings = oauth_settings(db_url, receiver.url, url)
+    settings["delivery"]["circuit_failures"] = 2
     daemon = await daemon_factory(settings)
     for n in range(5):
         status, _ = await post(daemon.port, "/v1/track", {"userId": f"u{n}", "event": "E"})
@@ -520,7 +535,7 @@ async def test_a_token_endpoint_that_is_down_retries_and_leaves_the_receivers_ci
     assert all(row[2].startswith("token endpoint: connect: ") for row in rows)
     # Five messages failed twice each, well past the threshold: the receiver's circuit
     # never opened, since it was never asked.
-    assert daemon.metrics.circuit_open.get(("hooks", receiver.url), 0) == 0
+    assert daemon.metrics.circuit_open.get(("crm/orders", receiver.url), 0) == 0
     assert receiver.received == []
     assert {row[0] for row in sql(db_url, "SELECT status FROM deliveries")} == {"pending"}
     await receiver_factory(Endpoint(), port=port)  # the endpoint comes back
