@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from efd.languages.mapping.values import UNDEFINED, get, js_string, parse_path
+from efd.languages.mapping import template
+from efd.languages.mapping.values import UNDEFINED, get, js_string
 
 _TEMPLATE: Final = re.compile(r"\{\{([^{}]*)\}\}")
 _LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")
@@ -148,18 +149,9 @@ def compile_template(kind: str, source: Any) -> Template:
         skeleton += literal + _MARK
         position = match.end()
         written = match.group(0)
-        path = match.group(1).strip()
-        if not path:
-            problems.append(f"{key}: {written} names no field; write its path, as in {{{{type}}}}")
-        elif any(_control(ch) for ch in path):
-            problems.append(f"{key}: {written}: a field's path may not hold control characters")
-        elif path.startswith("$"):
-            problems.append(
-                f"{key}: {written}: a template's path starts at the message, without $: "
-                f"{{{{{path.removeprefix('$').removeprefix('.')}}}}}"
-            )
-        elif (keys := parse_path(path, dollar=False)) is None:
-            problems.append(f"{key}: {written} names the whole message; name one of its fields")
+        keys = template.field(written, match.group(1), "type")
+        if isinstance(keys, str):
+            problems.append(f"{key}: {keys}")
         else:
             parts.append(_Field(written, keys))
     parts.append(source[position:])

@@ -19,7 +19,8 @@ from urllib.parse import unquote
 import yarl
 
 from efd import jsonjs
-from efd.languages.mapping.values import UNDEFINED, get, js_string, parse_path
+from efd.languages.mapping import template
+from efd.languages.mapping.values import UNDEFINED, get, js_string
 from efd.segment.webhooks import HEADER_NAME, RESERVED_HEADERS, header_value_problem
 
 METHODS: Final = ("POST", "PUT", "PATCH")
@@ -46,11 +47,6 @@ _PLACEMENT: Final = (
 # The literal text before the first template must hold the scheme and the whole authority.
 _AUTHORITY: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^/?#]*[/?#]")
 _TEMPLATE: Final = re.compile(r"\{\{([^{}]*)\}\}")
-# What JavaScript's String#trim removes: a placeholder is trimmed as @template trims it.
-_JS_SPACE: Final = (
-    "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009"
-    "\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
-)
 _LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
 
@@ -121,7 +117,6 @@ def _url_problems(
         skeleton += url[position : match.start()] + "x"
         position = match.end()
         source = match.group(0)
-        path = match.group(1).strip(_JS_SPACE)
         if _AUTHORITY.match(literal) is None:
             problems.append(f"url: {source}: {_PLACEMENT}")
             misplaced = True
@@ -130,17 +125,8 @@ def _url_problems(
                 f"url: {source}: a template may stand only in the path or query, not in the "
                 "fragment, which is never sent"
             )
-        elif not path:
-            problems.append(f"url: {source} names no field; write its path, as in {{{{userId}}}}")
-        elif any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in path):
-            problems.append(f"url: {source}: a field's path may not hold control characters")
-        elif path.startswith("$"):
-            problems.append(
-                f"url: {source}: a template's path starts at the message, without $ "
-                f"(as in @template): {{{{{path.removeprefix('$').removeprefix('.')}}}}}"
-            )
-        elif (keys := parse_path(path, dollar=False)) is None:
-            problems.append(f"url: {source} names the whole message; name one of its fields")
+        elif isinstance(keys := template.field(source, match.group(1), "userId"), str):
+            problems.append(f"url: {keys}")
         else:
             parts.append(_Field(source, keys))
     parts.append(url[position:])

@@ -8,6 +8,7 @@ HTML-escaped.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -20,6 +21,26 @@ _JS_SPACE: Final = (
     "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009"
     "\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
 )
+
+
+def field(written: str, inner: str, example: str) -> tuple[str, ...] | str:
+    """A `{{path}}` that names one field of the message (in an action's URL, a broker's
+    subject or topic): its keys, or why it cannot, to follow `written` and its key. The
+    path is trimmed as render trims it; `example` is a field to show in the reason."""
+    path = inner.strip(_JS_SPACE)
+    if not path:
+        return f"{written} names no field; write its path, as in {{{{{example}}}}}"
+    if any(unicodedata.category(ch) == "Cc" for ch in path):
+        return f"{written}: a field's path may not hold control characters"
+    if path.startswith("$"):
+        return (
+            f"{written}: a template's path starts at the message, without $ (as in "
+            f"@template): {{{{{path.removeprefix('$').removeprefix('.')}}}}}"
+        )
+    keys = parse_path(path, dollar=False)
+    if keys is None:
+        return f"{written} names the whole message; name one of its fields"
+    return keys
 
 
 def _value(match: re.Match[str], payload: Any) -> str:
