@@ -128,7 +128,8 @@ def test_literal_text_is_checked_at_load() -> None:
         "routing_key: {{}} names no field; write its path, as in {{type}}",
     )
     assert refused("amqp", "{{$.type}}") == (
-        "routing_key: {{$.type}}: a template's path starts at the message, without $ (as in @template): {{type}}",
+        "routing_key: {{$.type}}: a template's path starts at the message, without $ (as in "
+        "@template): {{type}}",
     )
     assert refused("amqp", "a{b") == (
         "routing_key: { and } stand only in {{field}} templates (a {{ without its }})",
