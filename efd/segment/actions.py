@@ -21,6 +21,7 @@ import yarl
 from efd import jsonjs
 from efd.languages.mapping import template
 from efd.languages.mapping.values import UNDEFINED, get, js_string
+from efd.segment.messages import MAX_MESSAGE_BYTES
 from efd.segment.webhooks import HEADER_NAME, RESERVED_HEADERS, header_value_problem
 
 METHODS: Final = ("POST", "PUT", "PATCH")
@@ -334,6 +335,13 @@ def render(request: ActionRequest, message: Any, value: Any, *, plain: bool = Fa
         if isinstance(error, ActionRequestError):
             raise
         raise ActionRequestError(["data: the mapped value cannot be written as JSON"]) from None
+    if len(body) > MAX_MESSAGE_BYTES:  # what any delivery may carry, as a message's body
+        raise ActionRequestError(
+            [
+                f"data: the mapped body is {len(body)} bytes; a delivery carries at most "
+                f"{MAX_MESSAGE_BYTES}"
+            ]
+        )
     headers = dict(request.headers)
     headers["Content-Type"] = request.content_type
     return Request(request.method, url, headers, body)

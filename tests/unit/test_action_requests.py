@@ -24,6 +24,7 @@ from efd.segment.actions import (
     render,
     render_url,
 )
+from efd.segment.messages import MAX_MESSAGE_BYTES
 
 
 def checked(**keys: Any) -> ActionRequest:
@@ -507,3 +508,15 @@ def test_the_url_rule_handed_in_judges_the_url_without_its_templates() -> None:
         compile_request(url="https://h.example/{{ a b }}?q={{c}}", url_problem=rule)
     assert caught.value.problems == ("url: not this one",)
     assert seen == ["https://h.example/x?q=x"]
+
+
+@pytest.mark.parametrize("content_type", [JSON, FORM])
+def test_a_mapped_body_larger_than_a_delivery_carries_is_refused(content_type: str) -> None:
+    request = checked(url="https://h.example/", content_type=content_type)
+    fits = render(request, {}, {"a": "x" * (MAX_MESSAGE_BYTES - 10)})
+    assert len(fits.body) <= MAX_MESSAGE_BYTES
+    with pytest.raises(ActionRequestError) as caught:
+        render(request, {}, {"a": "x" * MAX_MESSAGE_BYTES})
+    [problem] = caught.value.problems
+    assert problem.startswith("data: the mapped body is ")
+    assert problem.endswith(f"bytes; a delivery carries at most {MAX_MESSAGE_BYTES}")
