@@ -16,7 +16,7 @@ from efdbench.limits import sqlalchemy_core, sqlite_raw
 from efdbench.plan import INGEST_DELIVERY, Plan
 from efdbench.processes import Daemon, Profiler, Worker, db_bytes
 from efdbench.procstats import cpu_seconds, machine_cpu_seconds, memory_mb, own_cpu_seconds
-from efdbench.stats import median_spread, p99_by_second, pct, rounded, sample_at, window_fill
+from efdbench.stats import medians, p99_by_second, pct, rounded, sample_at, window_fill
 
 # The delivering daemons' settings: short retries, so a slow start costs a slice little.
 _DELIVER = {"timeout_seconds": 5, "retry_initial_seconds": 0.5, "retry_max_seconds": 2}
@@ -398,9 +398,9 @@ class Bench:
                 pairs=pairs,
                 receiver=stats,
             )
-        figures = {
-            key: median_spread([p[key] for p in pairs if p.get(key) is not None])
-            for key in (
+        figures = medians(
+            pairs,
+            (
                 "ratio",
                 "deliver_per_s",
                 "bare_per_s",
@@ -408,8 +408,8 @@ class Bench:
                 "bare_cpu_us_per_post",
                 "cpu_ratio",
                 "window_fill",
-            )
-        }
+            ),
+        )
         info["medians"] = figures
         self.results["deliver_events_per_s"] = figures["deliver_per_s"][0]
         self.results["deliver_ratio"] = figures["ratio"][0]
@@ -470,16 +470,16 @@ class Bench:
                 time.sleep(0.5)  # late duplicates
                 stats = self.receiver.call("stats")
                 info.update(delivered=stats["unique"], events_acked=acked, triples=triples)
-            figures = {
-                key: median_spread([t[key] for t in triples if t.get(key) is not None])
-                for key in (
+            figures = medians(
+                triples,
+                (
                     "cpu_ratio",
                     "actions_cpu_us_per_event",
                     "classic_cpu_us_per_event",
                     "actions_per_s",
                     "bare_per_s",
-                )
-            }
+                ),
+            )
             info["medians"] = figures
             self.results["actions_cpu_ratio_to_classic"] = figures["cpu_ratio"][0]
             self.results["actions_cpu_ratio_spread"] = figures["cpu_ratio"][1]

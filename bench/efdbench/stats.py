@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 def p99_by_second(acks: dict[str, float], receipts: dict[str, float]) -> list[float | None]:
     """The ack-to-receipt p99 of the messages acknowledged in each second: shows whether the
@@ -64,3 +66,10 @@ def median_spread(values: list[float]) -> tuple[float | None, list[float] | None
     middle = len(ordered) // 2
     median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
     return round(median, 3), [ordered[0], ordered[-1]]
+
+
+def medians(
+    rows: list[dict[str, Any]], keys: tuple[str, ...]
+) -> dict[str, tuple[float | None, list[float] | None]]:
+    """median_spread of each key over the rows (pairs or triples) that have it."""
+    return {key: median_spread([r[key] for r in rows if r.get(key) is not None]) for key in keys}
