@@ -73,7 +73,8 @@ def _needs_slow(value: float) -> bool:
 _ARRAY_INDEX = re.compile("0|[1-9][0-9]{0,9}")
 
 
-def _is_array_index(key: Any) -> bool:
+def is_array_index(key: Any) -> bool:
+    """Whether JavaScript lists `key` among an object's array indices, ahead of the rest."""
     # The digit test first: almost no key starts with one, and the regex is the slow part.
     return (
         isinstance(key, str)
@@ -88,7 +89,7 @@ def plain_value(value: Any) -> bool:
     any plain document it is put in: no key an array index, no number Python writes
     otherwise (for a constant of a configuration, checked once)."""
     if isinstance(value, dict):
-        return all(not _is_array_index(key) and plain_value(item) for key, item in value.items())
+        return all(not is_array_index(key) and plain_value(item) for key, item in value.items())
     if isinstance(value, list | tuple):
         return all(plain_value(item) for item in value)
     if isinstance(value, bool) or value is None or isinstance(value, str):
@@ -103,10 +104,10 @@ def plain_value(value: Any) -> bool:
 def js_key_order(value: dict[Any, Any]) -> list[Any]:
     """JavaScript objects list array-index keys first, ascending, then the rest in order."""
     keys = list(value)
-    indices = [key for key in keys if _is_array_index(key)]
+    indices = [key for key in keys if is_array_index(key)]
     if not indices:
         return keys
-    return sorted(indices, key=int) + [key for key in keys if not _is_array_index(key)]
+    return sorted(indices, key=int) + [key for key in keys if not is_array_index(key)]
 
 
 def _normalise(value: Any) -> tuple[Any, bool]:

@@ -108,7 +108,7 @@ def _keeps_plain(node: Any) -> bool:
         for key, value in node.items():
             if str(key).startswith("@") and key not in _KEEPS_PLAIN:
                 return False
-            if not jsonjs.plain_value({key: None}) or not _keeps_plain(value):
+            if jsonjs.is_array_index(key) or not _keeps_plain(value):
                 return False
         return True
     if isinstance(node, list):
