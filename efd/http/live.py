@@ -142,14 +142,17 @@ class LiveApi:
         labels = {
             name: webhooks.hook_labels(hook.url for hook in hooks) for _, name, hooks in routes
         }
-        hooks = {label for named in labels.values() for label in named.values()}
+        # Keyed by destination and hook: two destinations may post to one URL.
+        hooks = sorted(
+            {(name, label) for name, named in labels.items() for label in named.values()}
+        )
         try:
             backlog = await self._db.read(self._health.backlog)
             windows = {
-                label: await self._db.read(self._health.window, list(hooks), now - seconds)
+                label: await self._db.read(self._health.window, hooks, now - seconds)
                 for label, seconds in WINDOWS
             }
-            errors = await self._db.read(self._health.last_errors, list(hooks), now - 86400)
+            errors = await self._db.read(self._health.last_errors, hooks, now - 86400)
             ordered = bool(self._settings.ordered())
             blocked = await self._db.read(self._db.store.lanes.blocked) if ordered else {}
             horizon = now - self._settings.storage.retention_days * 86400
@@ -164,7 +167,7 @@ class LiveApi:
             hook_list = []
             for hook in route_hooks:
                 url = labels[name][hook.url]
-                last = errors.get(url)
+                last = errors.get((name, url))
                 limit = hook.limit()
                 hook_list.append(
                     {
@@ -174,7 +177,8 @@ class LiveApi:
                         "lastError": None if last is None else webhooks.redact_urls(last.error),
                         "lastErrorAt": None if last is None else iso(last.at),
                         "window": {
-                            label: _window_json(windows[label].get(url)) for label, _ in WINDOWS
+                            label: _window_json(windows[label].get((name, url)))
+                            for label, _ in WINDOWS
                         },
                         # Its rate limit, and the rounds it held back (this process's count).
                         "maxPerSecond": None if limit is None else limit[0],

@@ -115,6 +115,40 @@ async def test_destinations_show_backlog_health_and_an_open_circuit(
     assert ok_hook["window"]["1h"]["successRate"] == 1.0
 
 
+async def test_two_destinations_on_one_url_each_count_only_their_own_attempts(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
+    shared = await receiver_factory()
+    settings = live_settings(db_url, [shared.url])
+    settings["destinations"].append(
+        {"name": "twin", "type": "webhooks", "hooks": [{"url": shared.url}]}
+    )
+    settings["sources"][0]["destinations"].append("twin")
+    daemon = await daemon_factory(settings)
+    for i in range(3):
+        status, _ = await post(
+            daemon.port, "/v1/track", {"userId": "u", "event": "E", "messageId": f"m{i}"}
+        )
+        assert status == 200
+    await shared.wait_for(6)
+
+    async def counts() -> dict[str, int]:
+        status, answer = await api(daemon.port, "GET", "/admin/destinations", token=TOKEN)
+        assert status == 200, answer
+        return {
+            d["name"]: d["hooks"][0]["window"]["1h"]["attempts"] for d in answer["destinations"]
+        }
+
+    found: dict[str, int] = {}
+    for _ in range(200):  # polls the endpoint until the attempts are recorded
+        found = await counts()
+        if found == {"hooks": 3, "twin": 3}:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError(f"not counted per destination: {found}")
+
+
 @pytest.mark.parametrize(("token", "status"), [(None, 401), ("wrong", 401)])
 async def test_live_endpoints_need_the_token(
     tmp_path: Path, daemon_factory: DaemonFactory, token: str | None, status: int
