@@ -4,9 +4,10 @@
                               attempts, success rate and p50/p99 over 1 h and 24 h; then
                               each destination not configured that has pending deliveries
     GET /admin/stream         server-sent events: `message`, `attempt`, `sampled`
+    GET /admin/recent         the newest stored messages, each with its destinations' states
     GET /console              the web console (static files in efd/http/console/)
 
-Bearer [server] admin_token (server.require_admin) for the two APIs. The console's page
+Bearer [server] admin_token (server.require_admin) for the APIs. The console's page
 holds no data, but it is off like them (403 with the reason) while no token is set.
 
 A stream was authorised by the token of its start: a reload that changes or removes the
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from multidict import MultiMapping
 
 from efd.config import Settings
 from efd.delivery.circuit import Circuits
@@ -38,6 +40,7 @@ from efd.operations.selection import iso, lanes_json
 from efd.segment import webhooks
 from efd.settings import Current
 from efd.store.health import Health, HealthStore, WindowStats
+from efd.store.recent import RecentMessages
 from efd.store.runner import AsyncStore
 
 log = logging.getLogger(__name__)
@@ -46,6 +49,7 @@ WINDOWS = (("1h", 3600.0), ("24h", 86400.0))
 KEEPALIVE = 15.0  # seconds between comments on a quiet stream, so proxies keep it open
 _CHECK = 1.0  # seconds between looks at whether a quiet stream's client is still there
 _TYPES = {".js": "text/javascript", ".css": "text/css"}
+RECENT_DEFAULT, RECENT_MAX = 50, 200  # messages GET /admin/recent answers with
 
 
 def _assets() -> dict[str, str]:
@@ -97,6 +101,7 @@ class LiveApi:
         settings.subscribe(self._configure)
         self._db = db
         self._health: Health = HealthStore(db.store)
+        self._recent = RecentMessages(db.store)
         self._hub = hub
         self._circuits = circuits
         self._streams: set[asyncio.Transport] = set()  # connections of open streams
@@ -123,6 +128,7 @@ class LiveApi:
         return [
             web.get("/admin/destinations", self._destinations),
             web.get("/admin/stream", self._stream),
+            web.get("/admin/recent", self._recent_messages),
             web.get("/console", self._console),
             web.get("/console/{asset}", self._console_asset),
         ]
@@ -230,6 +236,33 @@ class LiveApi:
             }
         )
 
+    # -- recent messages -----------------------------------------------------------------
+
+    async def _recent_messages(self, request: web.Request) -> web.Response:
+        server.require_admin(self._settings, request)
+        limit = recent_limit(request.query)
+        try:
+            found = await self._db.read(self._recent.newest, limit)
+        except StoreError as error:
+            log.error("admin API: the store is unavailable: %s", str(error).splitlines()[0][:200])
+            return error_response("storage_unavailable", "the store is unavailable; retry", 503)
+        return json_response(
+            {
+                "messages": [
+                    {
+                        "source": m.source,
+                        "messageId": m.message_id,
+                        "type": m.type,
+                        "userId": m.user_id,
+                        "event": m.event,
+                        "receivedAt": iso(m.received_at),
+                        "destinations": m.states,
+                    }
+                    for m in found
+                ]
+            }
+        )
+
     # -- stream --------------------------------------------------------------------------
 
     async def _stream(self, request: web.Request) -> web.StreamResponse:
@@ -318,3 +351,20 @@ class LiveApi:
         response.headers["Cache-Control"] = "no-store"
         response.headers["X-Content-Type-Options"] = "nosniff"
         return response
+
+
+def recent_limit(query: MultiMapping[str]) -> int:
+    """GET /admin/recent's `limit`: a whole number from 1 to RECENT_MAX; no other key."""
+    for key in query:
+        if key != "limit":
+            raise ClientError("invalid_field", f"{key} is not a parameter here", field=key)
+    if len(query.getall("limit", [])) > 1:
+        raise ClientError("invalid_field", "limit is given more than once", field="limit")
+    raw = query.get("limit")
+    if raw is None:
+        return RECENT_DEFAULT
+    if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= RECENT_MAX:
+        raise ClientError(
+            "invalid_field", f"limit must be a whole number from 1 to {RECENT_MAX}", field="limit"
+        )
+    return int(raw)

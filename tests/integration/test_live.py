@@ -154,7 +154,7 @@ async def test_live_endpoints_need_the_token(
     tmp_path: Path, daemon_factory: DaemonFactory, token: str | None, status: int
 ) -> None:
     daemon = await daemon_factory(live_settings(f"sqlite:///{tmp_path}/efd.db", []))
-    for path in ("/admin/destinations", "/admin/stream"):
+    for path in ("/admin/destinations", "/admin/stream", "/admin/recent"):
         got, answer = await api(daemon.port, "GET", path, token=token)
         assert (got, answer["code"]) == (status, "unauthorized")
 
@@ -168,6 +168,55 @@ async def test_live_endpoints_and_console_are_off_without_a_token(
         assert got == 403
         assert answer["code"] == "admin_api_disabled"
         assert "admin_token" in answer["message"]
+
+
+async def test_recent_lists_the_newest_messages_with_each_destinations_state(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
+    failing = await receiver_factory(fails)
+    healthy = await receiver_factory()
+    settings = live_settings(db_url, [failing.url], retry_initial_seconds=60, retry_max_seconds=60)
+    settings["destinations"].append(
+        {"name": "ok", "type": "webhooks", "hooks": [{"url": healthy.url}]}
+    )
+    settings["sources"][0]["destinations"].append("ok")
+    daemon = await daemon_factory(settings)
+    status, answer = await api(daemon.port, "GET", "/admin/recent", token=TOKEN)
+    assert (status, answer) == (200, {"messages": []})
+    for i in range(3):
+        status, _ = await post(
+            daemon.port, "/v1/track", {"userId": "u", "event": f"E{i}", "messageId": f"m{i}"}
+        )
+        assert status == 200
+    await healthy.wait_for(3)
+
+    found: Any = None
+    for _ in range(200):  # polls until the deliveries to "ok" are recorded
+        status, found = await api(daemon.port, "GET", "/admin/recent?limit=2", token=TOKEN)
+        assert status == 200, found
+        if all(m["destinations"]["ok"] == "delivered" for m in found["messages"]):
+            break
+        await asyncio.sleep(0.05)
+    messages = found["messages"]
+    assert [m["messageId"] for m in messages] == ["m2", "m1"]
+    assert [m["event"] for m in messages] == ["E2", "E1"]
+    for message in messages:
+        assert message["source"] == "web"
+        assert message["type"] == "track"
+        assert message["receivedAt"].endswith("Z")
+        assert message["destinations"] == {"hooks": "pending", "ok": "delivered"}
+
+
+@pytest.mark.parametrize(
+    "query", ["limit=0", "limit=201", "limit=x", "limit=-1", "limit=1&limit=2", "since=1"]
+)
+async def test_recent_refuses_bad_parameters(
+    tmp_path: Path, daemon_factory: DaemonFactory, query: str
+) -> None:
+    daemon = await daemon_factory(live_settings(f"sqlite:///{tmp_path}/efd.db", []))
+    got, answer = await api(daemon.port, "GET", f"/admin/recent?{query}", token=TOKEN)
+    assert got == 400, answer
+    assert answer["code"] == "invalid_field"
 
 
 async def events(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, Any]]:
