@@ -409,6 +409,62 @@ def every_path() -> dict[str, Any]:
             },
         )
     }
+    paths["/admin/recent"] = {
+        "get": admin_operation(
+            "listRecentMessages",
+            {
+                "summary": "The newest stored messages, newest first, each with its "
+                "delivery's status at each destination (the console's feed when it opens)",
+                "parameters": [
+                    query_parameter(
+                        "limit",
+                        "how many messages (default 50)",
+                        {"type": "integer", "minimum": 1, "maximum": 200},
+                    )
+                ],
+                "responses": {
+                    "200": answer(
+                        {
+                            "type": "object",
+                            "required": ["messages"],
+                            "properties": {
+                                "messages": {
+                                    "type": "array",
+                                    "items": {
+                                        "type": "object",
+                                        "required": [
+                                            "source",
+                                            "messageId",
+                                            "type",
+                                            "userId",
+                                            "event",
+                                            "receivedAt",
+                                            "destinations",
+                                        ],
+                                        "properties": {
+                                            "source": {"type": "string"},
+                                            "messageId": {"type": "string"},
+                                            "type": {"type": "string"},
+                                            "userId": {"type": ["string", "null"]},
+                                            "event": {"type": ["string", "null"]},
+                                            "receivedAt": {"type": "string"},
+                                            "destinations": {
+                                                "type": "object",
+                                                "additionalProperties": {"type": "string"},
+                                            },
+                                        },
+                                    },
+                                }
+                            },
+                        },
+                        "the newest messages; `destinations` maps each destination to "
+                        "its delivery's status",
+                    ),
+                    "400": refusal("`limit` is invalid, or another parameter is given"),
+                },
+            },
+        )
+    }
     paths["/admin/stream"] = {
         "get": admin_operation(
             "streamEvents",
@@ -416,10 +472,10 @@ def every_path() -> dict[str, Any]:
                 "summary": "Server-sent events: messages as they are stored, attempts as "
                 "they are recorded",
                 "description": "`event: message` data {source, messageId, type, userId, event, "
-                "receivedAt}; `event: attempt` data {destination, url, messageId, statusCode, "
-                "error, durationMs, delivered}; `event: sampled` data {dropped}: that many "
-                "events were left out (over 1,000 a second). A subscriber that does not read "
-                "fast enough is disconnected.",
+                "receivedAt, destinations}; `event: attempt` data {destination, url, "
+                "messageId, statusCode, error, durationMs, delivered}; `event: sampled` data "
+                "{dropped}: that many events were left out (over 1,000 a second). A "
+                "subscriber that does not read fast enough is disconnected.",
                 "responses": {
                     "200": {
                         "description": "the stream, until the client leaves",
