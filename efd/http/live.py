@@ -5,6 +5,7 @@
                               each destination not configured that has pending deliveries
     GET /admin/stream         server-sent events: `message`, `attempt`, `sampled`
     GET /admin/recent         the newest stored messages, each with its destinations' states
+    GET /admin/rates          per destination: delivered and failed per minute, last N minutes
     GET /console              the web console (static files in efd/http/console/)
 
 Bearer [server] admin_token (server.require_admin) for the APIs. The console's page
@@ -40,6 +41,7 @@ from efd.operations.selection import iso, lanes_json
 from efd.segment import webhooks
 from efd.settings import Current
 from efd.store.health import Health, HealthStore, WindowStats
+from efd.store.rates import Rates
 from efd.store.recent import RecentMessages
 from efd.store.runner import AsyncStore
 
@@ -50,6 +52,7 @@ KEEPALIVE = 15.0  # seconds between comments on a quiet stream, so proxies keep 
 _CHECK = 1.0  # seconds between looks at whether a quiet stream's client is still there
 _TYPES = {".js": "text/javascript", ".css": "text/css"}
 RECENT_DEFAULT, RECENT_MAX = 50, 200  # messages GET /admin/recent answers with
+RATES_MAX = 60  # minutes GET /admin/rates looks back at most, and by default
 
 
 def _assets() -> dict[str, str]:
@@ -102,6 +105,7 @@ class LiveApi:
         self._db = db
         self._health: Health = HealthStore(db.store)
         self._recent = RecentMessages(db.store)
+        self._rates = Rates(db.store)
         self._hub = hub
         self._circuits = circuits
         self._streams: set[asyncio.Transport] = set()  # connections of open streams
@@ -129,6 +133,7 @@ class LiveApi:
             web.get("/admin/destinations", self._destinations),
             web.get("/admin/stream", self._stream),
             web.get("/admin/recent", self._recent_messages),
+            web.get("/admin/rates", self._rates_per_minute),
             web.get("/console", self._console),
             web.get("/console/{asset}", self._console_asset),
         ]
@@ -263,6 +268,33 @@ class LiveApi:
             }
         )
 
+    async def _rates_per_minute(self, request: web.Request) -> web.Response:
+        server.require_admin(self._settings, request)
+        minutes = whole_number(request.query, "minutes", RATES_MAX, RATES_MAX)
+        now = time.time()
+        # Whole minutes, the current one last.
+        start = (now // 60 - minutes + 1) * 60
+        try:
+            found = await self._db.read(self._rates.per_minute, start)
+        except StoreError as error:
+            log.error("admin API: the store is unavailable: %s", str(error).splitlines()[0][:200])
+            return error_response("storage_unavailable", "the store is unavailable; retry", 503)
+        names = sorted(set(self._settings.route_names()) | set(found))
+        return json_response(
+            {
+                "minutes": [iso(start + 60 * i) for i in range(minutes)],
+                "destinations": {
+                    name: {
+                        status: [
+                            found.get(name, {}).get(i, {}).get(status, 0) for i in range(minutes)
+                        ]
+                        for status in ("delivered", "failed")
+                    }
+                    for name in names
+                },
+            }
+        )
+
     # -- stream --------------------------------------------------------------------------
 
     async def _stream(self, request: web.Request) -> web.StreamResponse:
@@ -355,16 +387,21 @@ class LiveApi:
 
 def recent_limit(query: MultiMapping[str]) -> int:
     """GET /admin/recent's `limit`: a whole number from 1 to RECENT_MAX; no other key."""
+    return whole_number(query, "limit", RECENT_MAX, RECENT_DEFAULT)
+
+
+def whole_number(query: MultiMapping[str], name: str, most: int, default: int) -> int:
+    """The one parameter `name`: a whole number from 1 to `most`, `default` when absent."""
     for key in query:
-        if key != "limit":
+        if key != name:
             raise ClientError("invalid_field", f"{key} is not a parameter here", field=key)
-    if len(query.getall("limit", [])) > 1:
-        raise ClientError("invalid_field", "limit is given more than once", field="limit")
-    raw = query.get("limit")
+    if len(query.getall(name, [])) > 1:
+        raise ClientError("invalid_field", f"{name} is given more than once", field=name)
+    raw = query.get(name)
     if raw is None:
-        return RECENT_DEFAULT
-    if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= RECENT_MAX:
+        return default
+    if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= most:
         raise ClientError(
-            "invalid_field", f"limit must be a whole number from 1 to {RECENT_MAX}", field="limit"
+            "invalid_field", f"{name} must be a whole number from 1 to {most}", field=name
         )
     return int(raw)

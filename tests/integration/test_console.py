@@ -509,6 +509,16 @@ async def test_console_feed_opens_on_the_newest_messages_with_each_destinations_
             await console.wait(
                 f'.destination[data-destination="{name}"] tr.hook td:nth-child(5):text-is("3")'
             )
+        # Each destination's chart: one bar of each kind per minute of the last hour.
+        for name in ("hooks", "down", "ordered"):
+            chart = f'.destination[data-destination="{name}"] svg.rates'
+            for kind in ("delivered", "failed"):
+                bars = await console.do(
+                    lambda page, c=chart, k=kind: page.locator(f"{c} rect.{k}").count()
+                )
+                assert bars == 60, (name, kind, bars)
+        title = await console.text('.destination[data-destination="hooks"] svg.rates title')
+        assert title == "last 60 min: 3 delivered, 0 failed"
         assert console.errors == []
     finally:
         await console.close()

@@ -154,7 +154,7 @@ async def test_live_endpoints_need_the_token(
     tmp_path: Path, daemon_factory: DaemonFactory, token: str | None, status: int
 ) -> None:
     daemon = await daemon_factory(live_settings(f"sqlite:///{tmp_path}/efd.db", []))
-    for path in ("/admin/destinations", "/admin/stream", "/admin/recent"):
+    for path in ("/admin/destinations", "/admin/stream", "/admin/recent", "/admin/rates"):
         got, answer = await api(daemon.port, "GET", path, token=token)
         assert (got, answer["code"]) == (status, "unauthorized")
 
@@ -215,6 +215,67 @@ async def test_recent_refuses_bad_parameters(
 ) -> None:
     daemon = await daemon_factory(live_settings(f"sqlite:///{tmp_path}/efd.db", []))
     got, answer = await api(daemon.port, "GET", f"/admin/recent?{query}", token=TOKEN)
+    assert got == 400, answer
+    assert answer["code"] == "invalid_field"
+
+
+async def test_rates_count_delivered_and_failed_per_destination_and_minute(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
+    async def refuses(_request: web.Request, _n: int) -> web.StreamResponse:
+        return web.Response(status=400, text="no")
+
+    refusing = await receiver_factory(refuses)
+    healthy = await receiver_factory()
+    settings = live_settings(db_url, [refusing.url])
+    settings["destinations"].append(
+        {"name": "ok", "type": "webhooks", "hooks": [{"url": healthy.url}]}
+    )
+    settings["sources"][0]["destinations"].append("ok")
+    daemon = await daemon_factory(settings)
+    for i in range(3):
+        status, _ = await post(
+            daemon.port, "/v1/track", {"userId": "u", "event": "E", "messageId": f"m{i}"}
+        )
+        assert status == 200
+    await healthy.wait_for(3)
+    await refusing.wait_for(3)
+
+    found: Any = None
+    for _ in range(200):  # polls until the deliveries are finished
+        status, found = await api(daemon.port, "GET", "/admin/rates?minutes=5", token=TOKEN)
+        assert status == 200, found
+        totals = {
+            name: {kind: sum(counts) for kind, counts in series.items()}
+            for name, series in found["destinations"].items()
+        }
+        if totals == {
+            "hooks": {"delivered": 0, "failed": 3},
+            "ok": {"delivered": 3, "failed": 0},
+        }:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError(f"rates not counted: {found}")
+    assert len(found["minutes"]) == 5
+    assert all(m.endswith("Z") for m in found["minutes"])
+    for series in found["destinations"].values():
+        assert len(series["delivered"]) == len(series["failed"]) == 5
+    # The messages were sent within the last minute or two: the newest bars hold them.
+    assert sum(found["destinations"]["ok"]["delivered"][-2:]) == 3
+    status, default = await api(daemon.port, "GET", "/admin/rates", token=TOKEN)
+    assert status == 200
+    assert len(default["minutes"]) == 60
+
+
+@pytest.mark.parametrize(
+    "query", ["minutes=0", "minutes=61", "minutes=1.5", "minutes=5&minutes=6", "limit=3"]
+)
+async def test_rates_refuse_bad_parameters(
+    tmp_path: Path, daemon_factory: DaemonFactory, query: str
+) -> None:
+    daemon = await daemon_factory(live_settings(f"sqlite:///{tmp_path}/efd.db", []))
+    got, answer = await api(daemon.port, "GET", f"/admin/rates?{query}", token=TOKEN)
     assert got == 400, answer
     assert answer["code"] == "invalid_field"
 

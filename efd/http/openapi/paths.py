@@ -465,6 +465,52 @@ def every_path() -> dict[str, Any]:
             },
         )
     }
+    paths["/admin/rates"] = {
+        "get": admin_operation(
+            "listRates",
+            {
+                "summary": "Per destination: deliveries delivered and failed in each of the "
+                "last `minutes` whole minutes, the current one last (the console's chart)",
+                "parameters": [
+                    query_parameter(
+                        "minutes",
+                        "how many minutes back (default 60)",
+                        {"type": "integer", "minimum": 1, "maximum": 60},
+                    )
+                ],
+                "responses": {
+                    "200": answer(
+                        {
+                            "type": "object",
+                            "required": ["minutes", "destinations"],
+                            "properties": {
+                                "minutes": {"type": "array", "items": {"type": "string"}},
+                                "destinations": {
+                                    "type": "object",
+                                    "additionalProperties": {
+                                        "type": "object",
+                                        "required": ["delivered", "failed"],
+                                        "properties": {
+                                            "delivered": {
+                                                "type": "array",
+                                                "items": {"type": "integer"},
+                                            },
+                                            "failed": {
+                                                "type": "array",
+                                                "items": {"type": "integer"},
+                                            },
+                                        },
+                                    },
+                                },
+                            },
+                        },
+                        "each minute's start, and per destination one count per minute",
+                    ),
+                    "400": refusal("`minutes` is invalid, or another parameter is given"),
+                },
+            },
+        )
+    }
     paths["/admin/stream"] = {
         "get": admin_operation(
             "streamEvents",
