@@ -44,7 +44,7 @@ from efd.observe.stream import Hub
 from efd.operations.selection import iso
 from efd.personas.capture import Capture
 from efd.processes.parsers import ParserPool
-from efd.records import InsertStatus, NewMessage
+from efd.records import DeliveryStatus, InsertStatus, NewMessage
 from efd.segment.payload import MAX_RAW_REQUEST_BYTES
 from efd.services.periodic import Periodic, computations
 from efd.services.regulations import RegulationRunner
@@ -527,7 +527,20 @@ def _message_event(row: NewMessage) -> dict[str, Any]:
         "userId": row.user_id,
         "event": row.event,
         "receivedAt": iso(row.received_at),
+        # Each destination's delivery as stored, as GET /admin/recent shows it.
+        "destinations": dict(sorted(_initial_states(row).items())),
     }
+
+
+def _initial_states(row: NewMessage) -> dict[str, str]:
+    states = dict.fromkeys(row.destinations, DeliveryStatus.PENDING.value)
+    for destination, _body, filtered in row.shaped:
+        states[destination] = (
+            DeliveryStatus.PENDING if filtered is None else DeliveryStatus.FILTERED
+        ).value
+    for route, _body, _url, error in row.mapped:
+        states[route] = (DeliveryStatus.PENDING if error is None else DeliveryStatus.FAILED).value
+    return states
 
 
 def _parser_sources(settings: Settings) -> list[tuple[str, str, tuple[str, ...]]]:

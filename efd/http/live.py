@@ -4,9 +4,11 @@
                               attempts, success rate and p50/p99 over 1 h and 24 h; then
                               each destination not configured that has pending deliveries
     GET /admin/stream         server-sent events: `message`, `attempt`, `sampled`
+    GET /admin/recent         the newest stored messages, each with its destinations' states
+    GET /admin/rates          per destination: delivered and failed per minute, last N minutes
     GET /console              the web console (static files in efd/http/console/)
 
-Bearer [server] admin_token (server.require_admin) for the two APIs. The console's page
+Bearer [server] admin_token (server.require_admin) for the APIs. The console's page
 holds no data, but it is off like them (403 with the reason) while no token is set.
 
 A stream was authorised by the token of its start: a reload that changes or removes the
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from multidict import MultiMapping
 
 from efd.config import Settings
 from efd.delivery.circuit import Circuits
@@ -38,6 +41,8 @@ from efd.operations.selection import iso, lanes_json
 from efd.segment import webhooks
 from efd.settings import Current
 from efd.store.health import Health, HealthStore, WindowStats
+from efd.store.rates import Rates
+from efd.store.recent import RecentMessages
 from efd.store.runner import AsyncStore
 
 log = logging.getLogger(__name__)
@@ -46,6 +51,8 @@ WINDOWS = (("1h", 3600.0), ("24h", 86400.0))
 KEEPALIVE = 15.0  # seconds between comments on a quiet stream, so proxies keep it open
 _CHECK = 1.0  # seconds between looks at whether a quiet stream's client is still there
 _TYPES = {".js": "text/javascript", ".css": "text/css"}
+RECENT_DEFAULT, RECENT_MAX = 50, 200  # messages GET /admin/recent answers with
+RATES_MAX = 60  # minutes GET /admin/rates looks back at most, and by default
 
 
 def _assets() -> dict[str, str]:
@@ -97,6 +104,8 @@ class LiveApi:
         settings.subscribe(self._configure)
         self._db = db
         self._health: Health = HealthStore(db.store)
+        self._recent = RecentMessages(db.store)
+        self._rates = Rates(db.store)
         self._hub = hub
         self._circuits = circuits
         self._streams: set[asyncio.Transport] = set()  # connections of open streams
@@ -123,6 +132,8 @@ class LiveApi:
         return [
             web.get("/admin/destinations", self._destinations),
             web.get("/admin/stream", self._stream),
+            web.get("/admin/recent", self._recent_messages),
+            web.get("/admin/rates", self._rates_per_minute),
             web.get("/console", self._console),
             web.get("/console/{asset}", self._console_asset),
         ]
@@ -142,14 +153,17 @@ class LiveApi:
         labels = {
             name: webhooks.hook_labels(hook.url for hook in hooks) for _, name, hooks in routes
         }
-        hooks = {label for named in labels.values() for label in named.values()}
+        # Keyed by destination and hook: two destinations may post to one URL.
+        hooks = sorted(
+            {(name, label) for name, named in labels.items() for label in named.values()}
+        )
         try:
             backlog = await self._db.read(self._health.backlog)
             windows = {
-                label: await self._db.read(self._health.window, list(hooks), now - seconds)
+                label: await self._db.read(self._health.window, hooks, now - seconds)
                 for label, seconds in WINDOWS
             }
-            errors = await self._db.read(self._health.last_errors, list(hooks), now - 86400)
+            errors = await self._db.read(self._health.last_errors, hooks, now - 86400)
             ordered = bool(self._settings.ordered())
             blocked = await self._db.read(self._db.store.lanes.blocked) if ordered else {}
             horizon = now - self._settings.storage.retention_days * 86400
@@ -164,7 +178,7 @@ class LiveApi:
             hook_list = []
             for hook in route_hooks:
                 url = labels[name][hook.url]
-                last = errors.get(url)
+                last = errors.get((name, url))
                 limit = hook.limit()
                 hook_list.append(
                     {
@@ -174,7 +188,8 @@ class LiveApi:
                         "lastError": None if last is None else webhooks.redact_urls(last.error),
                         "lastErrorAt": None if last is None else iso(last.at),
                         "window": {
-                            label: _window_json(windows[label].get(url)) for label, _ in WINDOWS
+                            label: _window_json(windows[label].get((name, url)))
+                            for label, _ in WINDOWS
                         },
                         # Its rate limit, and the rounds it held back (this process's count).
                         "maxPerSecond": None if limit is None else limit[0],
@@ -222,6 +237,60 @@ class LiveApi:
                     "oldestUnpurgedAt": iso(lag.oldest_at),
                     "behindSeconds": round(lag.behind_seconds, 3),
                     "kept": lag.kept,
+                },
+            }
+        )
+
+    # -- recent messages -----------------------------------------------------------------
+
+    async def _recent_messages(self, request: web.Request) -> web.Response:
+        server.require_admin(self._settings, request)
+        limit = recent_limit(request.query)
+        try:
+            found = await self._db.read(self._recent.newest, limit)
+        except StoreError as error:
+            log.error("admin API: the store is unavailable: %s", str(error).splitlines()[0][:200])
+            return error_response("storage_unavailable", "the store is unavailable; retry", 503)
+        return json_response(
+            {
+                "messages": [
+                    {
+                        "source": m.source,
+                        "messageId": m.message_id,
+                        "type": m.type,
+                        "userId": m.user_id,
+                        "event": m.event,
+                        "receivedAt": iso(m.received_at),
+                        "destinations": m.states,
+                    }
+                    for m in found
+                ]
+            }
+        )
+
+    async def _rates_per_minute(self, request: web.Request) -> web.Response:
+        server.require_admin(self._settings, request)
+        minutes = whole_number(request.query, "minutes", RATES_MAX, RATES_MAX)
+        now = time.time()
+        # Whole minutes, the current one last.
+        start = (now // 60 - minutes + 1) * 60
+        try:
+            found = await self._db.read(self._rates.per_minute, start)
+        except StoreError as error:
+            log.error("admin API: the store is unavailable: %s", str(error).splitlines()[0][:200])
+            return error_response("storage_unavailable", "the store is unavailable; retry", 503)
+        names = sorted(set(self._settings.route_names()) | set(found))
+        return json_response(
+            {
+                "minutes": [iso(start + 60 * i) for i in range(minutes)],
+                "destinations": {
+                    name: {
+                        status: [
+                            found.get(name, {}).get(i, {}).get(status, 0) for i in range(minutes)
+                        ]
+                        for status in ("delivered", "failed")
+                    }
+                    for name in names
                 },
             }
         )
@@ -314,3 +383,25 @@ class LiveApi:
         response.headers["Cache-Control"] = "no-store"
         response.headers["X-Content-Type-Options"] = "nosniff"
         return response
+
+
+def recent_limit(query: MultiMapping[str]) -> int:
+    """GET /admin/recent's `limit`: a whole number from 1 to RECENT_MAX; no other key."""
+    return whole_number(query, "limit", RECENT_MAX, RECENT_DEFAULT)
+
+
+def whole_number(query: MultiMapping[str], name: str, most: int, default: int) -> int:
+    """The one parameter `name`: a whole number from 1 to `most`, `default` when absent."""
+    for key in query:
+        if key != name:
+            raise ClientError("invalid_field", f"{key} is not a parameter here", field=key)
+    if len(query.getall(name, [])) > 1:
+        raise ClientError("invalid_field", f"{name} is given more than once", field=name)
+    raw = query.get(name)
+    if raw is None:
+        return default
+    if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= most:
+        raise ClientError(
+            "invalid_field", f"{name} must be a whole number from 1 to {most}", field=name
+        )
+    return int(raw)

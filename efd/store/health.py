@@ -1,6 +1,6 @@
-"""Endpoint health from the attempt log: per hook URL (as the attempts table stores it,
-redacted) over a recent window, and the pending backlog per destination. Synchronous; the
-daemon runs it in a reader thread.
+"""Endpoint health from the attempt log: per destination and hook URL (as the attempts
+table stores it, redacted) over a recent window, and the pending backlog per destination.
+Synchronous; the daemon runs it in a reader thread.
 
 The counts are exact. Percentiles are the database's percentile_cont over the whole window
 where the backend has one; elsewhere they are computed from the newest `SAMPLE` attempts of
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from sqlalchemy import and_, case, func, select, text
+from sqlalchemy import ColumnElement, and_, case, func, select, text
 
 from efd.records import DeliveryStatus
 from efd.store.schema import attempts, deliveries
@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     from efd.store import Store
 
 SAMPLE = 10_000
+
+# A hook as its statistics are keyed: (destination or route name, redacted hook URL).
+Hook = tuple[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,14 +61,15 @@ class Health(Protocol):
 
     def backlog(self) -> dict[str, tuple[int, float | None]]: ...
 
-    def window(self, hooks: Sequence[str], since: float) -> dict[str, WindowStats]: ...
+    def window(self, hooks: Sequence[Hook], since: float) -> dict[Hook, WindowStats]: ...
 
-    def last_errors(self, hooks: Sequence[str], since: float) -> dict[str, LastError]: ...
+    def last_errors(self, hooks: Sequence[Hook], since: float) -> dict[Hook, LastError]: ...
 
 
 class HealthStore:
     """Owns the read-only questions about the store's and the endpoints' health: whether the
-    database answers, the backlog, per-hook windows of the attempt log. Writes nothing."""
+    database answers, the backlog, per destination and hook windows of the attempt log.
+    Writes nothing."""
 
     def __init__(self, store: Store) -> None:
         self._db = store.database
@@ -95,35 +99,50 @@ class HealthStore:
             ).all()
         return {name: (count, oldest) for name, count, oldest in rows}
 
-    def window(self, hooks: Sequence[str], since: float) -> dict[str, WindowStats]:
-        """Attempts to each of `hooks` (redacted URLs) since `since`."""
+    def window(self, hooks: Sequence[Hook], since: float) -> dict[Hook, WindowStats]:
+        """Attempts since `since` of each (destination, redacted hook URL) of `hooks`: a URL
+        two destinations post to counts for each only its own deliveries' attempts."""
         if not hooks:
             return {}
+        wanted = set(hooks)
         success = case((attempts.c.outcome == "success", 1), else_=0)
-        recent = and_(attempts.c.hook_url.in_(hooks), attempts.c.attempted_at >= since)
-        columns = [attempts.c.hook_url, func.count(), func.sum(success)]
+        # Bounded by time first (ix_attempts_attempted_at), then each attempt's delivery by
+        # its primary key for the destination.
+        recent = and_(
+            attempts.c.attempted_at >= since,
+            attempts.c.hook_url.in_({url for _, url in wanted}),
+            deliveries.c.destination.in_({name for name, _ in wanted}),
+        )
+        joined = attempts.join(deliveries, deliveries.c.id == attempts.c.delivery_id)
+        keys = [deliveries.c.destination, attempts.c.hook_url]
+        columns = [*keys, func.count(), func.sum(success)]
         if self._percentiles:
             columns += [
                 func.percentile_cont(0.5).within_group(attempts.c.duration_ms),
                 func.percentile_cont(0.99).within_group(attempts.c.duration_ms),
             ]
-        result: dict[str, WindowStats] = {}
+        result: dict[Hook, WindowStats] = {}
         with self._db.read() as conn:
-            for row in conn.execute(select(*columns).where(recent).group_by(attempts.c.hook_url)):
-                url, count, successes = row[0], int(row[1]), int(row[2] or 0)
+            rows = conn.execute(select(*columns).select_from(joined).where(recent).group_by(*keys))
+            for row in rows.all():
+                key = (str(row[0]), str(row[1]))
+                if key not in wanted:
+                    continue
+                count, successes = int(row[2]), int(row[3] or 0)
                 if self._percentiles:
-                    p50, p99 = row[3], row[4]
+                    p50, p99 = row[4], row[5]
                 else:
                     durations = sorted(
                         conn.execute(
                             select(attempts.c.duration_ms)
-                            .where(attempts.c.hook_url == url, attempts.c.attempted_at >= since)
+                            .select_from(joined)
+                            .where(_of(key), attempts.c.attempted_at >= since)
                             .order_by(attempts.c.attempted_at.desc())
                             .limit(SAMPLE)
                         ).scalars()
                     )
                     p50, p99 = _percentile(durations, 0.5), _percentile(durations, 0.99)
-                result[url] = WindowStats(
+                result[key] = WindowStats(
                     count,
                     successes,
                     None if p50 is None else float(p50),
@@ -131,11 +150,12 @@ class HealthStore:
                 )
         return result
 
-    def last_errors(self, hooks: Sequence[str], since: float) -> dict[str, LastError]:
-        """Each hook's latest failed attempt since `since`."""
-        found: dict[str, LastError] = {}
+    def last_errors(self, hooks: Sequence[Hook], since: float) -> dict[Hook, LastError]:
+        """Each (destination, hook)'s latest failed attempt since `since`."""
+        found: dict[Hook, LastError] = {}
+        joined = attempts.join(deliveries, deliveries.c.id == attempts.c.delivery_id)
         with self._db.read() as conn:
-            for url in hooks:
+            for key in dict.fromkeys(hooks):
                 row = conn.execute(
                     select(
                         attempts.c.attempted_at,
@@ -143,8 +163,9 @@ class HealthStore:
                         attempts.c.error_class,
                         attempts.c.error,
                     )
+                    .select_from(joined)
                     .where(
-                        attempts.c.hook_url == url,
+                        _of(key),
                         attempts.c.attempted_at >= since,
                         attempts.c.outcome != "success",
                     )
@@ -155,5 +176,10 @@ class HealthStore:
                     continue
                 at, status, error_class, error = row
                 text = f"HTTP {status}" if status is not None else f"{error_class}: {error}"
-                found[url] = LastError(text, float(at))
+                found[key] = LastError(text, float(at))
         return found
+
+
+def _of(key: Hook) -> ColumnElement[bool]:
+    """The attempts (joined to their deliveries) of one destination's hook."""
+    return and_(deliveries.c.destination == key[0], attempts.c.hook_url == key[1])

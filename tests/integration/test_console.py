@@ -429,3 +429,96 @@ async def test_console_serves_its_files_and_nothing_else(
         for name in ("..%2Fapp.py", "console.py", "nothing.js", "console.html"):
             async with session.get(f"{base}/{name}") as response:
                 assert response.status == 404
+
+
+async def test_console_feed_opens_on_the_newest_messages_with_each_destinations_state(
+    tmp_path: Path,
+    browser: Browser,  # noqa: F811
+    receiver_factory: ReceiverFactory,
+    daemon_factory: DaemonFactory,
+) -> None:
+    healthy = await receiver_factory()
+    failing = await receiver_factory(Switch(503))
+    settings = settings_dict(f"sqlite:///{tmp_path}/efd.db", [healthy.url])
+    settings["server"]["admin_token"] = TOKEN
+    settings["delivery"].update(retry_initial_seconds=600, retry_max_seconds=600)
+    # "ordered" posts to the same URL as "hooks": each counts only its own attempts.
+    settings["destinations"] += [
+        {"name": "down", "type": "webhooks", "hooks": [{"url": failing.url}]},
+        {
+            "name": "ordered",
+            "type": "webhooks",
+            "ordering": "per_user",
+            "hooks": [{"url": healthy.url}],
+        },
+    ]
+    settings["sources"][0]["destinations"] += ["down", "ordered"]
+    daemon = await daemon_factory(settings)
+    url = f"http://127.0.0.1:{port(daemon)}/console"
+
+    console = Console(browser, url, tmp_path / "images")
+    await console.open()
+    try:
+        await console.log_in()
+        await console.wait("#feed-empty:not([hidden])")
+        assert (await console.text("#feed-empty")).startswith("no messages yet")
+    finally:
+        await console.close()
+
+    for i in range(2):
+        status, _ = await post(
+            port(daemon), "/v1/track", {"userId": "u", "event": "E", "messageId": f"early-{i}"}
+        )
+        assert status == 200
+    await healthy.wait_for(4)
+    await failing.wait_for(2)
+
+    console = Console(browser, url, tmp_path / "images")
+    await console.open()
+    try:
+        await console.log_in()
+        # Stored before the page opened: shown at once, newest first, each destination's
+        # delivery as stored (the failing one is pending its retry).
+        for i in range(2):
+            await console.wait(
+                f'#feed li[data-message-id="early-{i}"] '
+                '.badge.pending:has-text("2 of 3 delivered · down pending")'
+            )
+        order = await console.do(
+            lambda page: page.eval_on_selector_all(
+                "#feed > li", "items => items.map(li => li.dataset.messageId)"
+            )
+        )
+        assert order == ["early-1", "early-0"]
+        assert await console.do(lambda page: page.is_hidden("#feed-empty"))
+
+        # Live: not `delivered` while one destination's attempts fail.
+        await console.wait("#feed-state[data-state=live]")
+        status, _ = await post(
+            port(daemon), "/v1/track", {"userId": "u", "event": "E", "messageId": "live-1"}
+        )
+        assert status == 200
+        await console.wait(
+            '#feed li[data-message-id="live-1"] '
+            '.badge.failed:has-text("2 of 3 delivered · down failing")'
+        )
+
+        # Hook statistics per destination: the shared URL shows each its own attempts.
+        await console.click("#tabs button[data-view=destinations]")
+        for name in ("hooks", "ordered"):
+            await console.wait(
+                f'.destination[data-destination="{name}"] tr.hook td:nth-child(5):text-is("3")'
+            )
+        # Each destination's chart: one bar of each kind per minute of the last hour.
+        for name in ("hooks", "down", "ordered"):
+            chart = f'.destination[data-destination="{name}"] svg.rates'
+            for kind in ("delivered", "failed"):
+                bars = await console.do(
+                    lambda page, c=chart, k=kind: page.locator(f"{c} rect.{k}").count()
+                )
+                assert bars == 60, (name, kind, bars)
+        title = await console.text('.destination[data-destination="hooks"] svg.rates title')
+        assert title == "last 60 min: 3 delivered, 0 failed"
+        assert console.errors == []
+    finally:
+        await console.close()

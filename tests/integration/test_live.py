@@ -115,12 +115,46 @@ async def test_destinations_show_backlog_health_and_an_open_circuit(
     assert ok_hook["window"]["1h"]["successRate"] == 1.0
 
 
+async def test_two_destinations_on_one_url_each_count_only_their_own_attempts(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
+    shared = await receiver_factory()
+    settings = live_settings(db_url, [shared.url])
+    settings["destinations"].append(
+        {"name": "twin", "type": "webhooks", "hooks": [{"url": shared.url}]}
+    )
+    settings["sources"][0]["destinations"].append("twin")
+    daemon = await daemon_factory(settings)
+    for i in range(3):
+        status, _ = await post(
+            daemon.port, "/v1/track", {"userId": "u", "event": "E", "messageId": f"m{i}"}
+        )
+        assert status == 200
+    await shared.wait_for(6)
+
+    async def counts() -> dict[str, int]:
+        status, answer = await api(daemon.port, "GET", "/admin/destinations", token=TOKEN)
+        assert status == 200, answer
+        return {
+            d["name"]: d["hooks"][0]["window"]["1h"]["attempts"] for d in answer["destinations"]
+        }
+
+    found: dict[str, int] = {}
+    for _ in range(200):  # polls the endpoint until the attempts are recorded
+        found = await counts()
+        if found == {"hooks": 3, "twin": 3}:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError(f"not counted per destination: {found}")
+
+
 @pytest.mark.parametrize(("token", "status"), [(None, 401), ("wrong", 401)])
 async def test_live_endpoints_need_the_token(
     tmp_path: Path, daemon_factory: DaemonFactory, token: str | None, status: int
 ) -> None:
     daemon = await daemon_factory(live_settings(f"sqlite:///{tmp_path}/efd.db", []))
-    for path in ("/admin/destinations", "/admin/stream"):
+    for path in ("/admin/destinations", "/admin/stream", "/admin/recent", "/admin/rates"):
         got, answer = await api(daemon.port, "GET", path, token=token)
         assert (got, answer["code"]) == (status, "unauthorized")
 
@@ -134,6 +168,116 @@ async def test_live_endpoints_and_console_are_off_without_a_token(
         assert got == 403
         assert answer["code"] == "admin_api_disabled"
         assert "admin_token" in answer["message"]
+
+
+async def test_recent_lists_the_newest_messages_with_each_destinations_state(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
+    failing = await receiver_factory(fails)
+    healthy = await receiver_factory()
+    settings = live_settings(db_url, [failing.url], retry_initial_seconds=60, retry_max_seconds=60)
+    settings["destinations"].append(
+        {"name": "ok", "type": "webhooks", "hooks": [{"url": healthy.url}]}
+    )
+    settings["sources"][0]["destinations"].append("ok")
+    daemon = await daemon_factory(settings)
+    status, answer = await api(daemon.port, "GET", "/admin/recent", token=TOKEN)
+    assert (status, answer) == (200, {"messages": []})
+    for i in range(3):
+        status, _ = await post(
+            daemon.port, "/v1/track", {"userId": "u", "event": f"E{i}", "messageId": f"m{i}"}
+        )
+        assert status == 200
+    await healthy.wait_for(3)
+
+    found: Any = None
+    for _ in range(200):  # polls until the deliveries to "ok" are recorded
+        status, found = await api(daemon.port, "GET", "/admin/recent?limit=2", token=TOKEN)
+        assert status == 200, found
+        if all(m["destinations"]["ok"] == "delivered" for m in found["messages"]):
+            break
+        await asyncio.sleep(0.05)
+    messages = found["messages"]
+    assert [m["messageId"] for m in messages] == ["m2", "m1"]
+    assert [m["event"] for m in messages] == ["E2", "E1"]
+    for message in messages:
+        assert message["source"] == "web"
+        assert message["type"] == "track"
+        assert message["receivedAt"].endswith("Z")
+        assert message["destinations"] == {"hooks": "pending", "ok": "delivered"}
+
+
+@pytest.mark.parametrize(
+    "query", ["limit=0", "limit=201", "limit=x", "limit=-1", "limit=1&limit=2", "since=1"]
+)
+async def test_recent_refuses_bad_parameters(
+    tmp_path: Path, daemon_factory: DaemonFactory, query: str
+) -> None:
+    daemon = await daemon_factory(live_settings(f"sqlite:///{tmp_path}/efd.db", []))
+    got, answer = await api(daemon.port, "GET", f"/admin/recent?{query}", token=TOKEN)
+    assert got == 400, answer
+    assert answer["code"] == "invalid_field"
+
+
+async def test_rates_count_delivered_and_failed_per_destination_and_minute(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
+    async def refuses(_request: web.Request, _n: int) -> web.StreamResponse:
+        return web.Response(status=400, text="no")
+
+    refusing = await receiver_factory(refuses)
+    healthy = await receiver_factory()
+    settings = live_settings(db_url, [refusing.url])
+    settings["destinations"].append(
+        {"name": "ok", "type": "webhooks", "hooks": [{"url": healthy.url}]}
+    )
+    settings["sources"][0]["destinations"].append("ok")
+    daemon = await daemon_factory(settings)
+    for i in range(3):
+        status, _ = await post(
+            daemon.port, "/v1/track", {"userId": "u", "event": "E", "messageId": f"m{i}"}
+        )
+        assert status == 200
+    await healthy.wait_for(3)
+    await refusing.wait_for(3)
+
+    found: Any = None
+    for _ in range(200):  # polls until the deliveries are finished
+        status, found = await api(daemon.port, "GET", "/admin/rates?minutes=5", token=TOKEN)
+        assert status == 200, found
+        totals = {
+            name: {kind: sum(counts) for kind, counts in series.items()}
+            for name, series in found["destinations"].items()
+        }
+        if totals == {
+            "hooks": {"delivered": 0, "failed": 3},
+            "ok": {"delivered": 3, "failed": 0},
+        }:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError(f"rates not counted: {found}")
+    assert len(found["minutes"]) == 5
+    assert all(m.endswith("Z") for m in found["minutes"])
+    for series in found["destinations"].values():
+        assert len(series["delivered"]) == len(series["failed"]) == 5
+    # The messages were sent within the last minute or two: the newest bars hold them.
+    assert sum(found["destinations"]["ok"]["delivered"][-2:]) == 3
+    status, default = await api(daemon.port, "GET", "/admin/rates", token=TOKEN)
+    assert status == 200
+    assert len(default["minutes"]) == 60
+
+
+@pytest.mark.parametrize(
+    "query", ["minutes=0", "minutes=61", "minutes=1.5", "minutes=5&minutes=6", "limit=3"]
+)
+async def test_rates_refuse_bad_parameters(
+    tmp_path: Path, daemon_factory: DaemonFactory, query: str
+) -> None:
+    daemon = await daemon_factory(live_settings(f"sqlite:///{tmp_path}/efd.db", []))
+    got, answer = await api(daemon.port, "GET", f"/admin/rates?{query}", token=TOKEN)
+    assert got == 400, answer
+    assert answer["code"] == "invalid_field"
 
 
 async def events(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, Any]]:

@@ -5,7 +5,7 @@
 import { token } from "./api.js";
 import { loadDestinations, setUpDestinations } from "./destinations.js";
 import { $ } from "./dom.js";
-import { onEvent, setUpFeed } from "./feed.js";
+import { loadRecent, onEvent, setUpFeed } from "./feed.js";
 import { setUpSearch } from "./search.js";
 import { signIn, signOut, whenSignedIn, whenSignedOut } from "./session.js";
 import { LiveStream } from "./stream.js";
@@ -23,6 +23,7 @@ function show(view) {
 const stream = new LiveStream(onEvent);
 whenSignedIn(() => {
   stream.start();
+  loadRecent();
   show("feed");
 });
 whenSignedOut(() => stream.stop());

@@ -2,6 +2,7 @@
 // error and figures (GET /admin/destinations); the redrive and discard actions.
 
 import { api } from "./api.js";
+import { rateChart } from "./chart.js";
 import { $, el } from "./dom.js";
 import { ms, percent, when } from "./format.js";
 import { failed } from "./session.js";
@@ -10,14 +11,17 @@ export async function loadDestinations() {
   const state = $("#destinations-state");
   state.textContent = "loading…";
   let answer;
+  let rates;
   try {
-    answer = await api("/admin/destinations");
+    [answer, rates] = await Promise.all([api("/admin/destinations"), api("/admin/rates")]);
   } catch (error) {
     state.textContent = failed(error);
     return;
   }
   state.textContent = "as of " + new Date().toLocaleTimeString([], { hour12: false });
-  $("#destinations").replaceChildren(...answer.destinations.map(destinationPanel));
+  $("#destinations").replaceChildren(
+    ...answer.destinations.map((destination) => destinationPanel(destination, rates.destinations[destination.name])),
+  );
 }
 
 export function setUpDestinations() {
@@ -78,7 +82,7 @@ function lanesNote(lanes) {
   ];
 }
 
-function destinationPanel(destination) {
+function destinationPanel(destination, series) {
   if (destination.configured === false) return unconfiguredPanel(destination);
   const redrive = el("div", { class: "redrive" });
   const start = el("button", { type: "button", class: "redrive-start" }, "Redrive failed and expired…");
@@ -133,7 +137,8 @@ function destinationPanel(destination) {
     );
   }
   table.append(body);
-  return el("div", { class: "destination", data: { destination: destination.name } }, head, table);
+  const chart = series ? rateChart(destination.name, series) : null;
+  return el("div", { class: "destination", data: { destination: destination.name } }, head, chart, table);
 }
 
 // A destination-wide action (`/admin/redrive`, `/admin/discard`): a dry run counts what it

@@ -409,6 +409,108 @@ def every_path() -> dict[str, Any]:
             },
         )
     }
+    paths["/admin/recent"] = {
+        "get": admin_operation(
+            "listRecentMessages",
+            {
+                "summary": "The newest stored messages, newest first, each with its "
+                "delivery's status at each destination (the console's feed when it opens)",
+                "parameters": [
+                    query_parameter(
+                        "limit",
+                        "how many messages (default 50)",
+                        {"type": "integer", "minimum": 1, "maximum": 200},
+                    )
+                ],
+                "responses": {
+                    "200": answer(
+                        {
+                            "type": "object",
+                            "required": ["messages"],
+                            "properties": {
+                                "messages": {
+                                    "type": "array",
+                                    "items": {
+                                        "type": "object",
+                                        "required": [
+                                            "source",
+                                            "messageId",
+                                            "type",
+                                            "userId",
+                                            "event",
+                                            "receivedAt",
+                                            "destinations",
+                                        ],
+                                        "properties": {
+                                            "source": {"type": "string"},
+                                            "messageId": {"type": "string"},
+                                            "type": {"type": "string"},
+                                            "userId": {"type": ["string", "null"]},
+                                            "event": {"type": ["string", "null"]},
+                                            "receivedAt": {"type": "string"},
+                                            "destinations": {
+                                                "type": "object",
+                                                "additionalProperties": {"type": "string"},
+                                            },
+                                        },
+                                    },
+                                }
+                            },
+                        },
+                        "the newest messages; `destinations` maps each destination to "
+                        "its delivery's status",
+                    ),
+                    "400": refusal("`limit` is invalid, or another parameter is given"),
+                },
+            },
+        )
+    }
+    paths["/admin/rates"] = {
+        "get": admin_operation(
+            "listRates",
+            {
+                "summary": "Per destination: deliveries delivered and failed in each of the "
+                "last `minutes` whole minutes, the current one last (the console's chart)",
+                "parameters": [
+                    query_parameter(
+                        "minutes",
+                        "how many minutes back (default 60)",
+                        {"type": "integer", "minimum": 1, "maximum": 60},
+                    )
+                ],
+                "responses": {
+                    "200": answer(
+                        {
+                            "type": "object",
+                            "required": ["minutes", "destinations"],
+                            "properties": {
+                                "minutes": {"type": "array", "items": {"type": "string"}},
+                                "destinations": {
+                                    "type": "object",
+                                    "additionalProperties": {
+                                        "type": "object",
+                                        "required": ["delivered", "failed"],
+                                        "properties": {
+                                            "delivered": {
+                                                "type": "array",
+                                                "items": {"type": "integer"},
+                                            },
+                                            "failed": {
+                                                "type": "array",
+                                                "items": {"type": "integer"},
+                                            },
+                                        },
+                                    },
+                                },
+                            },
+                        },
+                        "each minute's start, and per destination one count per minute",
+                    ),
+                    "400": refusal("`minutes` is invalid, or another parameter is given"),
+                },
+            },
+        )
+    }
     paths["/admin/stream"] = {
         "get": admin_operation(
             "streamEvents",
@@ -416,10 +518,10 @@ def every_path() -> dict[str, Any]:
                 "summary": "Server-sent events: messages as they are stored, attempts as "
                 "they are recorded",
                 "description": "`event: message` data {source, messageId, type, userId, event, "
-                "receivedAt}; `event: attempt` data {destination, url, messageId, statusCode, "
-                "error, durationMs, delivered}; `event: sampled` data {dropped}: that many "
-                "events were left out (over 1,000 a second). A subscriber that does not read "
-                "fast enough is disconnected.",
+                "receivedAt, destinations}; `event: attempt` data {destination, url, "
+                "messageId, statusCode, error, durationMs, delivered}; `event: sampled` data "
+                "{dropped}: that many events were left out (over 1,000 a second). A "
+                "subscriber that does not read fast enough is disconnected.",
                 "responses": {
                     "200": {
                         "description": "the stream, until the client leaves",
