@@ -24,8 +24,14 @@ class RecentMessage:
     user_id: str | None
     event: str | None
     received_at: float
-    # destination -> its delivery's status (the latest one's, when replays were made)
+    # destination -> its delivery's state (the latest one's, when replays were made): the
+    # status, but "failing" for a pending delivery that has been tried, as the live feed says
     states: dict[str, str]
+
+
+def _state(status: str, attempts: int) -> str:
+    # A retry is due: the console shows it as the live stream does after a failed attempt.
+    return "failing" if status == "pending" and attempts > 0 else status
 
 
 class RecentMessages:
@@ -53,13 +59,18 @@ class RecentMessages:
             states: dict[int, dict[str, str]] = {row.id: {} for row in rows}
             if rows:
                 found = conn.execute(
-                    select(deliveries.c.message_pk, deliveries.c.destination, deliveries.c.status)
+                    select(
+                        deliveries.c.message_pk,
+                        deliveries.c.destination,
+                        deliveries.c.status,
+                        deliveries.c.attempts,
+                    )
                     .where(deliveries.c.message_pk.in_(list(states)))
                     .order_by(deliveries.c.id)
                 )
                 # Ordered by id: a replay, made later, overrides its original.
-                for pk, destination, status in found:
-                    states[pk][destination] = status
+                for pk, destination, status, attempts in found:
+                    states[pk][destination] = _state(status, attempts)
         return [
             RecentMessage(
                 row.source,
