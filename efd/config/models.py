@@ -375,7 +375,13 @@ def _broker_hook_class(kind: str) -> type[BrokerHookConfig]:
 BROKER_HOOKS: dict[str, type[BrokerHookConfig]] = {
     kind: _broker_hook_class(kind) for kind in broker_targets.KINDS
 }
-_BROKER_HOOK_LISTS = {kind: TypeAdapter(list[model]) for kind, model in BROKER_HOOKS.items()}
+
+
+def _hook_list(model: type[BrokerHookConfig]) -> TypeAdapter[list[BrokerHookConfig]]:
+    return TypeAdapter(list[model])  # type: ignore[valid-type]
+
+
+_BROKER_HOOK_LISTS = {kind: _hook_list(model) for kind, model in BROKER_HOOKS.items()}
 
 
 # An action's auth table: its type -> the keys it takes (efd.delivery.outauth's records).
