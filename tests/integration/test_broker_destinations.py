@@ -1,0 +1,409 @@
+"""Broker destinations end to end: the real daemon, configured with a destination of each
+broker kind, takes messages over HTTP and publishes them to the real servers on this
+machine (RabbitMQ, NATS with JetStream, Redis, Mosquitto), where a consumer written here
+reads them back with their bodies and headers. docs/brokers.md."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiomqtt
+import aiormq
+import nats
+import pytest
+import redis.asyncio as aioredis
+
+from efd import config
+from efd.segment import webhooks
+from tests.conftest import (
+    ROOT,
+    SECRET,
+    DaemonFactory,
+    eventually,
+    post,
+    settings_dict,
+    sql,
+    write_toml,
+)
+
+PORTS = {"amqp": 5672, "nats": 4222, "redis_streams": 6379, "mqtt": 1883}
+COUNT = 1000
+BATCH = 100
+
+
+async def _require(kind: str) -> None:
+    port = PORTS[kind]
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 5)
+    except (OSError, TimeoutError):
+        pytest.fail(f"no {kind} broker answers on 127.0.0.1:{port}: start it, then run again")
+    writer.close()
+    await writer.wait_closed()
+
+
+def _broker_settings(db_url: str, kind: str, hooks: list[dict[str, Any]]) -> dict[str, Any]:
+    settings = settings_dict(db_url)
+    settings["destinations"] = [
+        {"name": "hooks", "type": kind, "shared_secret": SECRET, "hooks": hooks}
+    ]
+    return settings
+
+
+async def _ingest(port: int, count: int = COUNT) -> None:
+    """`count` track messages over HTTP, ten users' worth, in batches."""
+    for start in range(0, count, BATCH):
+        batch = [
+            {
+                "type": "track",
+                "messageId": f"m-{i}",
+                "userId": f"u-{i % 10}",
+                "event": "Order Completed",
+                "properties": {"n": i},
+            }
+            for i in range(start, min(count, start + BATCH))
+        ]
+        status, answer = await post(port, "/v1/batch", {"batch": batch})
+        assert (status, answer) == (200, {"success": True})
+
+
+def _delivered(db_url: str) -> int:
+    [(count,)] = sql(db_url, "SELECT count(*) FROM deliveries WHERE status = 'delivered'")
+    return int(count)
+
+
+def _check(got: list[tuple[bytes, dict[str, str]]], count: int = COUNT) -> None:
+    """Each message once, its body a webhook's, its headers a webhook's (in lower case),
+    and its X-Signature verifying over the body bytes."""
+    by_id: dict[str, tuple[bytes, dict[str, str]]] = {}
+    for body, headers in got:
+        webhook_id = headers["webhook-id"]
+        assert webhook_id not in by_id, f"{webhook_id} arrived twice"
+        by_id[webhook_id] = (body, headers)
+    assert len(by_id) == count
+    numbers = set()
+    for body, headers in by_id.values():
+        assert webhooks.verify(SECRET, body, headers["x-signature"])
+        assert headers["user-agent"] == "efd/1.0"
+        message = json.loads(body)
+        assert message["type"] == "track"
+        assert message["event"] == "Order Completed"
+        assert message["messageId"] == f"m-{message['properties']['n']}"
+        numbers.add(message["properties"]["n"])
+    assert numbers == set(range(count))
+
+
+async def _retried_with(db_url: str, error_class: str, reason: str) -> None:
+    """The one message's delivery is retried (still pending after several attempts), each
+    attempt naming the broker's reason, and no credentials."""
+
+    def attempts() -> list[Any]:
+        rows = sql(db_url, "SELECT error_class, error, hook_url FROM attempts ORDER BY id")
+        return rows if len(rows) >= 3 else []
+
+    rows = await eventually(attempts, timeout=30)
+    for got_class, error, hook in rows:
+        assert got_class == error_class, rows
+        assert reason in error, rows
+        assert "wrong-one" not in error and "wrong-one" not in hook, rows
+    [(status, last_error)] = sql(db_url, "SELECT status, last_error FROM deliveries")
+    assert status == "pending"
+    assert reason in last_error
+
+
+# -- RabbitMQ ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def rabbit() -> AsyncIterator[aiormq.abc.AbstractChannel]:
+    await _require("amqp")
+    connection = await aiormq.connect("amqp://guest:guest@127.0.0.1:5672/")
+    channel = await connection.channel()
+    yield channel
+    await connection.close()
+
+
+async def test_amqp_destination_delivers_each_message_once(
+    db_url: str, daemon_factory: DaemonFactory, rabbit: aiormq.abc.AbstractChannel
+) -> None:
+    prefix = f"efd-test-{secrets.token_hex(6)}"
+    declared = await rabbit.queue_declare(prefix, auto_delete=True)
+    assert declared.queue == prefix
+    await rabbit.queue_bind(prefix, "amq.topic", routing_key=f"{prefix}.track")
+    daemon = await daemon_factory(
+        _broker_settings(
+            db_url,
+            "amqp",
+            [
+                {
+                    "url": "amqp://guest:guest@127.0.0.1:5672/%2f",
+                    "exchange": "amq.topic",
+                    "routing_key": f"{prefix}.{{{{type}}}}",
+                    "headers": {"X-Team": "data"},
+                }
+            ],
+        )
+    )
+    await _ingest(daemon.port)
+    await eventually(lambda: _delivered(db_url) == COUNT, timeout=60)
+    got: list[tuple[bytes, dict[str, str]]] = []
+    while True:
+        message = await rabbit.basic_get(prefix, no_ack=True)
+        if message.delivery_tag is None:  # Basic.GetEmpty
+            break
+        properties = message.header.properties
+        headers = {str(k): str(v) for k, v in (properties.headers or {}).items()}
+        assert properties.content_type == "application/json"
+        assert properties.message_id == headers["webhook-id"]
+        assert headers["x-team"] == "data"
+        got.append((message.body, headers))
+    _check(got)
+    [(answer,)] = sql(db_url, "SELECT DISTINCT response_head FROM attempts")
+    assert answer == "basic.ack (publisher confirm)"
+
+
+async def test_amqp_unroutable_is_retried_with_the_brokers_reason(
+    sqlite_url: str, daemon_factory: DaemonFactory, rabbit: aiormq.abc.AbstractChannel
+) -> None:
+    prefix = f"efd-test-{secrets.token_hex(6)}"
+    daemon = await daemon_factory(
+        _broker_settings(
+            sqlite_url,
+            "amqp",
+            [
+                {
+                    "url": "amqp://guest:guest@127.0.0.1:5672/",
+                    "exchange": "amq.topic",
+                    "routing_key": f"{prefix}.{{{{type}}}}",
+                }
+            ],
+        )
+    )
+    await _ingest(daemon.port, 1)
+    await _retried_with(sqlite_url, "refused", "312 NO_ROUTE")
+    [(hook,)] = sql(sqlite_url, "SELECT DISTINCT hook_url FROM attempts")
+    assert hook == "amqp://***@127.0.0.1:5672/"
+
+
+async def test_a_second_broker_is_published_to_when_the_first_refuses(
+    sqlite_url: str, daemon_factory: DaemonFactory, rabbit: aiormq.abc.AbstractChannel
+) -> None:
+    queue = f"efd-test-{secrets.token_hex(6)}"
+    await rabbit.queue_declare(queue, auto_delete=True)
+    daemon = await daemon_factory(
+        _broker_settings(
+            sqlite_url,
+            "amqp",
+            [
+                {"url": "amqp://127.0.0.1:5672/", "exchange": "amq.topic", "routing_key": queue},
+                {"url": "amqp://guest:guest@127.0.0.1:5672/%2f", "routing_key": queue},
+            ],
+        )
+    )
+    await _ingest(daemon.port, 1)
+    await eventually(lambda: _delivered(sqlite_url) == 1)
+    rows = sql(sqlite_url, "SELECT hook_url, outcome, error_class FROM attempts ORDER BY id")
+    assert rows == [
+        ("amqp://127.0.0.1:5672/", "retry", "refused"),
+        ("amqp://***@127.0.0.1:5672/%2f", "success", None),
+    ]
+    message = await rabbit.basic_get(queue, no_ack=True)
+    assert message.delivery_tag is not None
+    again = await rabbit.basic_get(queue, no_ack=True)
+    assert again.delivery_tag is None  # one copy: the round stopped at the first success
+
+
+# -- NATS JetStream ------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def jetstream() -> AsyncIterator[tuple[Any, str]]:
+    await _require("nats")
+    client = await nats.connect("nats://127.0.0.1:4222")
+    js = client.jetstream()
+    stream = f"EFDTEST{secrets.token_hex(4).upper()}"
+    await js.add_stream(name=stream, subjects=[f"{stream.lower()}.>"])
+    yield js, stream
+    await js.delete_stream(stream)
+    await client.close()
+
+
+async def test_nats_destination_delivers_each_message_once(
+    sqlite_url: str, daemon_factory: DaemonFactory, jetstream: tuple[Any, str]
+) -> None:
+    js, stream = jetstream
+    daemon = await daemon_factory(
+        _broker_settings(
+            sqlite_url,
+            "nats",
+            [{"url": "nats://127.0.0.1:4222", "subject": f"{stream.lower()}.{{{{type}}}}"}],
+        )
+    )
+    await _ingest(daemon.port)
+    await eventually(lambda: _delivered(sqlite_url) == COUNT, timeout=60)
+    subscription = await js.pull_subscribe(f"{stream.lower()}.>", durable=None, stream=stream)
+    got: list[tuple[bytes, dict[str, str]]] = []
+    while True:
+        try:
+            batch = await subscription.fetch(500, timeout=1)
+        except TimeoutError:
+            break
+        for message in batch:
+            assert message.subject == f"{stream.lower()}.track"
+            assert message.headers["Nats-Msg-Id"] == message.headers["webhook-id"]
+            assert message.headers["content-type"] == "application/json"
+            got.append((message.data, dict(message.headers)))
+            await message.ack()
+    _check(got)
+
+
+async def test_nats_subject_without_a_stream_is_retried_with_the_reason(
+    sqlite_url: str, daemon_factory: DaemonFactory
+) -> None:
+    await _require("nats")
+    subject = f"efd-test-{secrets.token_hex(6)}"
+    daemon = await daemon_factory(
+        _broker_settings(
+            sqlite_url, "nats", [{"url": "nats://127.0.0.1:4222", "subject": f"{subject}.x"}]
+        )
+    )
+    await _ingest(daemon.port, 1)
+    await _retried_with(sqlite_url, "refused", f"no stream takes the subject '{subject}.x'")
+
+
+# -- Redis Streams -------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def redis_client() -> AsyncIterator[aioredis.Redis]:
+    await _require("redis_streams")
+    client = aioredis.Redis(host="127.0.0.1", port=6379)
+    yield client
+    await client.aclose()
+
+
+async def test_redis_destination_delivers_each_message_once(
+    sqlite_url: str, daemon_factory: DaemonFactory, redis_client: aioredis.Redis
+) -> None:
+    prefix = f"efd-test-{secrets.token_hex(6)}"
+    daemon = await daemon_factory(
+        _broker_settings(
+            sqlite_url,
+            "redis_streams",
+            [{"url": "redis://127.0.0.1:6379/0", "stream": f"{prefix}:{{{{type}}}}"}],
+        )
+    )
+    try:
+        await _ingest(daemon.port)
+        await eventually(lambda: _delivered(sqlite_url) == COUNT, timeout=60)
+        entries: list[tuple[bytes, dict[bytes, bytes]]] = await redis_client.xrange(  # type: ignore[assignment]
+            f"{prefix}:track"
+        )
+    finally:
+        await redis_client.delete(f"{prefix}:track")
+    got = []
+    for _id, fields in entries:
+        assert next(iter(fields)) == b"body"
+        headers = {k.decode(): v.decode() for k, v in fields.items() if k != b"body"}
+        assert headers["content-type"] == "application/json"
+        got.append((fields[b"body"], headers))
+    _check(got)
+    answers = sql(sqlite_url, "SELECT response_head FROM attempts")
+    assert all(answer.startswith("XADD added the entry ") for (answer,) in answers)
+
+
+async def test_redis_wrong_password_is_retried_with_the_reason(
+    sqlite_url: str, daemon_factory: DaemonFactory, redis_client: aioredis.Redis
+) -> None:
+    user = f"efd-test-{secrets.token_hex(4)}"
+    await redis_client.acl_setuser(
+        user, enabled=True, passwords=["+the-right-one"], keys=["*"], commands=["+@all"]
+    )
+    try:
+        daemon = await daemon_factory(
+            _broker_settings(
+                sqlite_url,
+                "redis_streams",
+                [{"url": f"redis://{user}:wrong-one@127.0.0.1:6379/0", "stream": user}],
+            )
+        )
+        await _ingest(daemon.port, 1)
+        await _retried_with(sqlite_url, "auth", "invalid username-password pair")
+    finally:
+        await redis_client.acl_deluser(user)
+        await redis_client.delete(user)
+
+
+# -- MQTT ----------------------------------------------------------------------------------
+
+
+async def test_mqtt_destination_delivers_each_message_once(
+    sqlite_url: str, daemon_factory: DaemonFactory
+) -> None:
+    await _require("mqtt")
+    prefix = f"efd-test-{secrets.token_hex(6)}"
+    got: list[tuple[bytes, dict[str, str]]] = []
+    async with aiomqtt.Client("127.0.0.1", 1883, protocol=aiomqtt.ProtocolVersion.V5) as consumer:
+        await consumer.subscribe(f"{prefix}/#", qos=1)
+
+        async def consume() -> None:
+            async for message in consumer.messages:
+                assert message.topic.value == f"{prefix}/track"
+                properties: Any = message.properties
+                assert properties.ContentType == "application/json"
+                headers = dict(properties.UserProperty)
+                assert isinstance(message.payload, bytes)
+                got.append((message.payload, headers))
+                if len(got) == COUNT:
+                    return
+
+        consuming = asyncio.create_task(consume())
+        daemon = await daemon_factory(
+            _broker_settings(
+                sqlite_url,
+                "mqtt",
+                [{"url": "mqtt://127.0.0.1:1883", "topic": f"{prefix}/{{{{type}}}}", "qos": 1}],
+            )
+        )
+        await _ingest(daemon.port)
+        await eventually(lambda: _delivered(sqlite_url) == COUNT, timeout=60)
+        await asyncio.wait_for(consuming, 30)
+    _check(got)
+
+
+# -- configuration -------------------------------------------------------------------------
+
+
+def test_serve_refuses_broker_hooks_naming_each_key(tmp_path: Path) -> None:
+    settings = _broker_settings(
+        f"sqlite:///{tmp_path / 'efd.db'}",
+        "nats",
+        [
+            {"url": "nats://127.0.0.1:4222", "subject": "events.>"},
+            {"url": "amqp://127.0.0.1/", "routing_key": "x"},
+        ],
+    )
+    path = write_toml(tmp_path / "efd.toml", settings)
+    result = subprocess.run(
+        [sys.executable, "-m", "efd", "serve", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert result.returncode == 2, result.stderr
+    for problem in (
+        "destinations[0].hooks[0].subject: ",
+        "destinations[0].hooks[1].url: must be a nats:// or tls:// URL",
+        "destinations[0].hooks[1].routing_key: not a key of a nats hook",
+    ):
+        assert problem in result.stderr
+    with pytest.raises(config.ConfigError) as caught:
+        config.load(path)
+    assert len(caught.value.problems) == 4, caught.value.problems
