@@ -10,7 +10,7 @@ import json
 import secrets
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +111,8 @@ async def _retried_with(db_url: str, error_class: str, reason: str) -> None:
     for got_class, error, hook in rows:
         assert got_class == error_class, rows
         assert reason in error, rows
-        assert "wrong-one" not in error and "wrong-one" not in hook, rows
+        assert "wrong-one" not in error, rows
+        assert "wrong-one" not in hook, rows
     [(status, last_error)] = sql(db_url, "SELECT status, last_error FROM deliveries")
     assert status == "pending"
     assert reason in last_error
