@@ -289,17 +289,22 @@ async def redis_client() -> AsyncIterator[aioredis.Redis]:
     await client.aclose()
 
 
+@pytest.mark.parametrize("sender_processes", [0, 1])
 async def test_redis_destination_delivers_each_message_once(
-    sqlite_url: str, daemon_factory: DaemonFactory, redis_client: aioredis.Redis
+    sqlite_url: str,
+    daemon_factory: DaemonFactory,
+    redis_client: aioredis.Redis,
+    sender_processes: int,
 ) -> None:
     prefix = f"efd-test-{secrets.token_hex(6)}"
-    daemon = await daemon_factory(
-        _broker_settings(
-            sqlite_url,
-            "redis_streams",
-            [{"url": "redis://127.0.0.1:6379/0", "stream": f"{prefix}:{{{{type}}}}"}],
-        )
+    settings = _broker_settings(
+        sqlite_url,
+        "redis_streams",
+        [{"url": "redis://127.0.0.1:6379/0", "stream": f"{prefix}:{{{{type}}}}"}],
     )
+    # In a sender process too: the targets travel to it with the routes.
+    settings["delivery"]["sender_processes"] = sender_processes
+    daemon = await daemon_factory(settings)
     try:
         await _ingest(daemon.port)
         await eventually(lambda: _delivered(sqlite_url) == COUNT, timeout=60)
