@@ -413,3 +413,54 @@ def test_serve_refuses_broker_hooks_naming_each_key(tmp_path: Path) -> None:
     with pytest.raises(config.ConfigError) as caught:
         config.load(path)
     assert len(caught.value.problems) == 4, caught.value.problems
+
+
+# -- efd check-receiver --------------------------------------------------------------------
+
+
+def _check_receiver(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "efd", "check-receiver", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+
+
+async def test_check_receiver_publishes_one_message_and_says_what_the_broker_answered(
+    redis_client: aioredis.Redis,
+) -> None:
+    stream = f"efd-test-{secrets.token_hex(6)}"
+    try:
+        result = _check_receiver(
+            "redis://127.0.0.1:6379/0", "--key", f"stream={stream}", "--secret", SECRET
+        )
+        entries: list[tuple[bytes, dict[bytes, bytes]]] = await redis_client.xrange(stream)  # type: ignore[assignment]
+    finally:
+        await redis_client.delete(stream)
+    assert result.returncode == 0, result.stderr
+    assert "the broker confirmed it: XADD added the entry " in result.stdout
+    [(entry_id, fields)] = entries
+    assert entry_id.decode() in result.stdout
+    assert webhooks.verify(SECRET, fields[b"body"], fields[b"x-signature"].decode())
+
+
+async def test_check_receiver_says_what_the_broker_refused(
+    rabbit: aiormq.abc.AbstractChannel,
+) -> None:
+    result = _check_receiver(
+        "amqp://guest:guest@127.0.0.1:5672/",
+        "--key",
+        "exchange=amq.topic",
+        "--key",
+        f"routing_key=efd-test-{secrets.token_hex(6)}",
+    )
+    assert result.returncode == 1, result.stderr
+    assert "the broker did not confirm it (refused): unroutable: " in result.stdout
+    assert "312 NO_ROUTE" in result.stdout
+    assert "guest:guest" not in result.stdout
+    missing = _check_receiver("amqp://127.0.0.1/", "--key", "subject=x")
+    assert missing.returncode == 2
+    assert "subject: not a key of a amqp hook" in missing.stderr
+    assert "routing_key: required for a amqp hook" in missing.stderr
