@@ -245,3 +245,19 @@ def test_at_most_five_hooks(tmp_path: Path) -> None:
     hooks = '[[destinations.hooks]]\nurl = "nats://127.0.0.1"\nsubject = "efd"\n' * 6
     problems = problems_of(tmp_path, f'[[destinations]]\nname = "bus"\ntype = "nats"\n{hooks}')
     assert problems == ["destinations[0].hooks: at most 5 hooks"]
+
+
+def test_the_commented_example_in_config_example_toml_loads(tmp_path: Path) -> None:
+    text = (Path(__file__).resolve().parents[2] / "config.example.toml").read_text()
+    start = text.index('# [[destinations]]\n# name = "bus"')
+    end = text.index('# A Segment "Webhooks (Actions)" destination')
+    block = "\n".join(
+        line.removeprefix("#").removeprefix(" ") for line in text[start:end].splitlines()
+    )
+    settings = load(tmp_path, block)
+    [target] = settings.broker_targets()["bus"].values()
+    assert (target.kind, target.exchange, target.name.source) == (
+        AMQP,
+        "amq.topic",
+        "efd.{{type}}",
+    )
