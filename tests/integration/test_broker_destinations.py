@@ -324,6 +324,40 @@ async def test_redis_destination_delivers_each_message_once(
     assert all(answer.startswith("XADD added the entry ") for (answer,) in answers)
 
 
+async def test_redis_ordering_per_user_holds_across_refusals(
+    db_url: str, daemon_factory: DaemonFactory, redis_client: aioredis.Redis
+) -> None:
+    key = f"efd-test-{secrets.token_hex(6)}"
+    # A key holding a string: every XADD is refused (WRONGTYPE) until the key is deleted.
+    await redis_client.set(key, "not a stream")
+    settings = _broker_settings(
+        db_url, "redis_streams", [{"url": "redis://127.0.0.1:6379/0", "stream": key}]
+    )
+    settings["destinations"][0]["ordering"] = "per_user"
+    daemon = await daemon_factory(settings)
+    count = 200
+    try:
+        await _ingest(daemon.port, count)
+
+        def refused() -> bool:
+            query = "SELECT count(*) FROM attempts WHERE error_class = 'refused'"
+            return int(sql(db_url, query)[0][0]) >= 20
+
+        await eventually(refused, timeout=30)
+        await redis_client.delete(key)
+        await eventually(lambda: _delivered(db_url) == count, timeout=60)
+        entries: list[tuple[bytes, dict[bytes, bytes]]] = await redis_client.xrange(key)  # type: ignore[assignment]
+    finally:
+        await redis_client.delete(key)
+    by_user: dict[str, list[int]] = {}
+    for _id, fields in entries:
+        message = json.loads(fields[b"body"])
+        by_user.setdefault(message["userId"], []).append(message["properties"]["n"])
+    assert sorted(by_user) == [f"u-{i}" for i in range(10)]
+    for user, numbers in by_user.items():
+        assert numbers == list(range(int(user.removeprefix("u-")), count, 10)), user
+
+
 async def test_redis_wrong_password_is_retried_with_the_reason(
     sqlite_url: str, daemon_factory: DaemonFactory, redis_client: aioredis.Redis
 ) -> None:
