@@ -26,7 +26,9 @@ from tests.conftest import (
     ROOT,
     SECRET,
     DaemonFactory,
+    ReceiverFactory,
     eventually,
+    free_port,
     post,
     settings_dict,
     sql,
@@ -56,9 +58,9 @@ def _broker_settings(db_url: str, kind: str, hooks: list[dict[str, Any]]) -> dic
     return settings
 
 
-async def _ingest(port: int, count: int = COUNT) -> None:
-    """`count` track messages over HTTP, ten users' worth, in batches."""
-    for start in range(0, count, BATCH):
+async def _ingest(port: int, count: int = COUNT, first: int = 0) -> None:
+    """Track messages `first` to `count` - 1 over HTTP, ten users' worth, in batches."""
+    for start in range(first, count, BATCH):
         batch = [
             {
                 "type": "track",
@@ -356,6 +358,104 @@ async def test_redis_ordering_per_user_holds_across_refusals(
     assert sorted(by_user) == [f"u-{i}" for i in range(10)]
     for user, numbers in by_user.items():
         assert numbers == list(range(int(user.removeprefix("u-")), count, 10)), user
+
+
+class Relay:
+    """A TCP relay to a broker that a test can stop (every connection aborted, none taken)
+    and start again on the same port: to efd, the broker went away and came back, while the
+    server itself, which other tests use, keeps running with what it stored."""
+
+    def __init__(self, upstream: int) -> None:
+        self.port = free_port()
+        self._upstream = upstream
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", self.port)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for writer in self._writers:
+            writer.transport.abort()
+        self._writers.clear()
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._upstream)
+        self._writers |= {writer, up_writer}
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            try:
+                while data := await source.read(65536):
+                    sink.write(data)
+                    await sink.drain()
+            except OSError:
+                pass
+            finally:
+                sink.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+
+async def test_redis_away_for_10_s_loses_nothing_and_holds_up_no_other_destination(
+    sqlite_url: str,
+    daemon_factory: DaemonFactory,
+    redis_client: aioredis.Redis,
+    receiver_factory: ReceiverFactory,
+) -> None:
+    key = f"efd-test-{secrets.token_hex(6)}"
+    relay = Relay(6379)
+    await relay.start()
+    receiver = await receiver_factory()
+    settings = _broker_settings(
+        sqlite_url,
+        "redis_streams",
+        [{"url": f"redis://127.0.0.1:{relay.port}/0", "stream": key}],
+    )
+    settings["destinations"].append(
+        {"name": "web", "type": "webhooks", "hooks": [{"url": receiver.url}]}
+    )
+    settings["sources"][0]["destinations"] = ["hooks", "web"]
+    daemon = await daemon_factory(settings)
+
+    def delivered(destination: str) -> int:
+        query = "SELECT count(*) FROM deliveries WHERE status = 'delivered' AND destination = :d"
+        return int(sql(sqlite_url, query, d=destination)[0][0])
+
+    try:
+        half = COUNT // 2
+        await _ingest(daemon.port, half)
+        await eventually(lambda: delivered("hooks") >= half // 2, timeout=60)
+        await relay.stop()
+        try:
+            # While the broker is away, the webhook destination takes the next messages.
+            await _ingest(daemon.port, COUNT, half)
+            await eventually(lambda: delivered("web") == COUNT, timeout=10)
+            stalled = delivered("hooks")
+            assert stalled < COUNT
+            await asyncio.sleep(10)
+            assert delivered("hooks") == stalled
+        finally:
+            await relay.start()
+        await eventually(lambda: delivered("hooks") == COUNT, timeout=90)
+        entries: list[tuple[bytes, dict[bytes, bytes]]] = await redis_client.xrange(key)  # type: ignore[assignment]
+    finally:
+        await relay.stop()
+        await redis_client.delete(key)
+    numbers = [json.loads(fields[b"body"])["properties"]["n"] for _id, fields in entries]
+    assert set(numbers) == set(range(COUNT))
+    # Duplicates only of publishes in flight when the broker went away (at most the hook's
+    # concurrency).
+    assert len(numbers) - COUNT <= settings["delivery"].get("max_per_hook", 64)
+    classes = {
+        row[0]
+        for row in sql(sqlite_url, "SELECT DISTINCT error_class FROM attempts")
+        if row[0] is not None
+    }
+    assert classes, "no attempt failed while the broker was away"
+    assert classes <= {"connect", "reset", "timeout"}, classes
 
 
 async def test_redis_wrong_password_is_retried_with_the_reason(
