@@ -458,6 +458,31 @@ async def test_redis_away_for_10_s_loses_nothing_and_holds_up_no_other_destinati
     assert classes <= {"connect", "reset", "timeout"}, classes
 
 
+@pytest.mark.parametrize("sender_processes", [0, 1])
+async def test_a_reload_moves_a_broker_hook_to_its_new_stream(
+    sqlite_url: str,
+    daemon_factory: DaemonFactory,
+    redis_client: aioredis.Redis,
+    sender_processes: int,
+) -> None:
+    before, after = (f"efd-test-{secrets.token_hex(6)}" for _ in range(2))
+    url = "redis://127.0.0.1:6379/0"
+    settings = _broker_settings(sqlite_url, "redis_streams", [{"url": url, "stream": before}])
+    settings["delivery"]["sender_processes"] = sender_processes
+    daemon = await daemon_factory(settings)
+    try:
+        await _ingest(daemon.port, 10)
+        await eventually(lambda: _delivered(sqlite_url) == 10)
+        settings["destinations"][0]["hooks"][0]["stream"] = after
+        await daemon.reload(config.load(None, **settings))
+        await _ingest(daemon.port, 20, 10)
+        await eventually(lambda: _delivered(sqlite_url) == 20)
+        assert await redis_client.xlen(before) == 10
+        assert await redis_client.xlen(after) == 10
+    finally:
+        await redis_client.delete(before, after)
+
+
 async def test_redis_wrong_password_is_retried_with_the_reason(
     sqlite_url: str, daemon_factory: DaemonFactory, redis_client: aioredis.Redis
 ) -> None:
