@@ -89,7 +89,7 @@ class JetStream(Publisher[NATS]):
         name: str,
         body: bytes,
         headers_: Mapping[str, str],
-    ) -> None:
+    ) -> str:
         js = connection.jetstream()
         try:
             ack = await js.publish(name, body, timeout=self.timeout, headers=headers.nats(headers_))
@@ -111,3 +111,5 @@ class JetStream(Publisher[NATS]):
             raise failed(RESET, error, target.url) from None
         if not ack.stream:
             raise PublishFailed(REFUSED, "JetStream answered without a stream")
+        duplicate = ", a duplicate" if ack.duplicate else ""
+        return f"stored in the stream {ack.stream} at sequence {ack.seq}{duplicate}"

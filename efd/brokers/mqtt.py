@@ -82,7 +82,7 @@ class Mqtt(Publisher[aiomqtt.Client]):
         name: str,
         body: bytes,
         headers_: Mapping[str, str],
-    ) -> None:
+    ) -> str:
         mapped = headers.mqtt(headers_)
         properties = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
         if mapped.content_type is not None:
@@ -101,3 +101,4 @@ class Mqtt(Publisher[aiomqtt.Client]):
             raise failed(RESET, error, target.url) from None
         if _lost(connection):
             raise PublishFailed(RESET, "the connection was lost before the acknowledgement")
+        return "PUBACK" if target.qos == 1 else "PUBREC and PUBCOMP"

@@ -97,10 +97,10 @@ class Publisher(ABC, Generic[C]):
         body: bytes,
         headers: Mapping[str, str],
         client_cert: ClientCert | None = None,
-    ) -> None:
+    ) -> str:
         """Publish `body` with `headers` (a webhook's: efd/segment/webhooks.py's
         request_headers) to `name` (name_for) at `target`, and wait for the broker's
-        confirmation, all within the timeout."""
+        confirmation, all within the timeout; what the broker answered, in a few words."""
         if target.kind != self.kind:
             raise ValueError(f"a {target.kind} target given to the {self.kind} publisher")
         loop = asyncio.get_running_loop()
@@ -108,7 +108,7 @@ class Publisher(ABC, Generic[C]):
         connection = await self.link(target.broker, client_cert).get(deadline)
         try:
             async with asyncio.timeout_at(deadline):
-                await self._send(connection, target, name, body, headers)
+                return await self._send(connection, target, name, body, headers)
         except TimeoutError:
             raise PublishFailed(TIMEOUT, self._timed_out) from None
         except HeaderError as error:
@@ -132,5 +132,6 @@ class Publisher(ABC, Generic[C]):
     @abstractmethod
     async def _send(
         self, connection: C, target: Target, name: str, body: bytes, headers: Mapping[str, str]
-    ) -> None:
-        """Publish and wait for the confirmation; PublishFailed saying what the broker did."""
+    ) -> str:
+        """Publish and wait for the confirmation, and say what it was; PublishFailed saying
+        what the broker did."""

@@ -129,7 +129,7 @@ class RabbitMQ(Publisher[AmqpLink]):
         name: str,
         body: bytes,
         headers_: Mapping[str, str],
-    ) -> None:
+    ) -> str:
         properties = headers.amqp(headers_)
         basic = spec.Basic.Properties(
             headers=dict(properties.headers),
@@ -174,3 +174,4 @@ class RabbitMQ(Publisher[AmqpLink]):
         if not isinstance(confirmation, spec.Basic.Ack):
             shown = type(confirmation).__name__ if confirmation is not None else "nothing"
             raise PublishFailed(REFUSED, f"the broker did not take the message ({shown})")
+        return "basic.ack (publisher confirm)"

@@ -126,7 +126,7 @@ class RedisStreams(Publisher[RedisLink]):
         name: str,
         body: bytes,
         headers_: Mapping[str, str],
-    ) -> None:
+    ) -> str:
         fields = headers.redis_fields(body, headers_)
         try:
             entry = await connection.client.xadd(
@@ -143,3 +143,5 @@ class RedisStreams(Publisher[RedisLink]):
             raise failure from None
         if not entry:
             raise PublishFailed(REFUSED, "XADD answered without an entry id")
+        shown = entry.decode("ascii", "replace") if isinstance(entry, bytes) else str(entry)
+        return f"XADD added the entry {shown}"

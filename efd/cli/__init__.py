@@ -171,7 +171,7 @@ def cmd_check_receiver(args: argparse.Namespace) -> int:
     from urllib.parse import urlsplit
 
     from efd.cli.check_receiver import check, report
-    from efd.cli.receiver_check import Row, passed
+    from efd.cli.receiver_check import Row, broker_kind, passed
     from efd.delivery import tls
     from efd.segment.webhooks import ClientCert, standard_secret
 
@@ -180,9 +180,12 @@ def cmd_check_receiver(args: argparse.Namespace) -> int:
         return 2
 
     parts = urlsplit(args.url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return usage("the URL must be a full http:// or https:// URL")
-    if not (args.secret or args.standard_webhooks_secret):
+    kind = broker_kind(args.url)
+    if kind is None and args.key:
+        return usage("--key is for a broker's URL (amqp://, nats://, redis://, mqtt://)")
+    if kind is None and (parts.scheme not in ("http", "https") or not parts.hostname):
+        return usage("the URL must be a full http:// or https:// URL, or a broker's")
+    if kind is None and not (args.secret or args.standard_webhooks_secret):
         return usage(
             "give the receiver's secrets: --secret and/or --standard-webhooks-secret, "
             "as for efd listen"
@@ -205,6 +208,8 @@ def cmd_check_receiver(args: argparse.Namespace) -> int:
             client = tls.check(args.client_cert, args.client_key)
         except tls.ClientCertError as error:
             return usage(f"--client-cert: {error}")
+    if kind is not None:
+        return _check_broker(args, kind, keys, client)
     rows: list[Row] = []
 
     async def run() -> None:
@@ -223,6 +228,44 @@ def cmd_check_receiver(args: argparse.Namespace) -> int:
     _run_loop(run())
     print(report(args.url, rows))
     return 0 if passed(rows) else 1
+
+
+def _check_broker(args: argparse.Namespace, kind: str, keys: list[bytes], client: Any) -> int:
+    """check-receiver for a broker's URL: one test message published, the answer printed."""
+    from efd.brokers.targets import BrokerConfigError, parse_target
+    from efd.cli.check_receiver import broker_report, publish
+    from efd.cli.receiver_check import broker_keys
+    from efd.delivery.retry import AttemptResult, Verdict
+
+    try:
+        target = parse_target(kind, args.url, broker_keys(args.key or []))
+    except BrokerConfigError as error:
+        for problem in error.problems:
+            print(
+                f"efd check-receiver: {problem} (give the hook's keys with --key)", file=sys.stderr
+            )
+        return 2
+    except ValueError as error:
+        print(f"efd check-receiver: {error}", file=sys.stderr)
+        return 2
+    results: list[AttemptResult] = []
+
+    async def run() -> None:
+        results.append(
+            await publish(
+                target,
+                args.secret or [],
+                keys,
+                timeout=args.timeout,
+                user_agent=config.DeliveryConfig().user_agent,
+                ca_file=args.ca_file,
+                client=client,
+            )
+        )
+
+    _run_loop(run())
+    print(broker_report(target, results[0]))
+    return 0 if results[0].verdict is Verdict.SUCCESS else 1
 
 
 def cmd_message_key(args: argparse.Namespace) -> int:
@@ -312,6 +355,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     receiver.add_argument("--ca-file", help="extra CA certificates (PEM) to trust")
     receiver.add_argument("--client-cert", help="a client certificate (PEM) to present")
     receiver.add_argument("--client-key", help="its private key, if not in --client-cert")
+    receiver.add_argument(
+        "--key",
+        action="append",
+        metavar="NAME=VALUE",
+        help="a broker hook's key (routing_key, exchange, subject, stream, maxlen, topic, qos; "
+        "repeat for several): the URL is then a broker's, and one test message is published",
+    )
     receiver.set_defaults(func=cmd_check_receiver)
 
     key = sub.add_parser(

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from efd.brokers.targets import SCHEMES
 from efd.segment import webhooks
 from efd.segment.messages import Message
 
@@ -275,3 +276,44 @@ def table(rows: Sequence[Row]) -> str:
     ]
     notes = [f"{r.case}: {r.note}" for r in rows if r.verdict != OK and r.note]
     return "\n".join(lines + (["", *notes] if notes else []))
+
+
+# -- a broker target -------------------------------------------------------------------------
+
+# A broker hook's keys whose values are whole numbers; the others are text.
+_NUMBER_KEYS = frozenset({"maxlen", "qos"})
+
+
+def broker_kind(url: str) -> str | None:
+    """The destination type whose hooks take `url`'s scheme, None for another scheme."""
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    for kind, schemes in SCHEMES.items():
+        if scheme in schemes:
+            return kind
+    return None
+
+
+def broker_keys(pairs: Sequence[str]) -> dict[str, object]:
+    """`--key NAME=VALUE` options as a broker hook's keys (maxlen and qos as numbers);
+    ValueError naming the option that is not NAME=VALUE."""
+    keys: dict[str, object] = {}
+    for pair in pairs:
+        name, equals, value = pair.partition("=")
+        if not equals or not name:
+            raise ValueError(f"--key {pair!r}: write it as NAME=VALUE, e.g. routing_key=efd.test")
+        if name in _NUMBER_KEYS:
+            if not (value.isascii() and value.isdigit()):
+                raise ValueError(f"--key {name}: must be a whole number")
+            keys[name] = int(value)
+        else:
+            keys[name] = value
+    return keys
+
+
+def broker_message(
+    secrets: Sequence[str], keys: Sequence[bytes], *, now: int, run: str, user_agent: str
+) -> Request:
+    """The one test message published to a broker target: a track message signed as a
+    broker destination with these secrets signs (the first of each), or unsigned."""
+    make = _Builder(run, now, user_agent)
+    return make.signed("broker", secret=secrets[0] if secrets else None, keys=keys[:1])

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from efd.brokers.targets import KINDS
 from efd.config.models import DeliveryConfig, ServerConfig, auth_conflicts
 from efd.personas.keys import PERSONAS_SOURCE, snake_case
 
@@ -27,7 +28,8 @@ def _given(value: Any) -> bool:
 
 
 def _hooks_or_actions(i: int, destination: Mapping[str, Any]) -> list[str]:
-    """A webhooks destination has hooks and no actions; an actions destination the reverse."""
+    """A webhooks or broker destination has hooks and no actions; an actions destination
+    the reverse."""
     kind = destination.get("type", "webhooks")
     hooks, actions = destination.get("hooks"), destination.get("actions")
     at = f"destinations[{i}]"
@@ -40,11 +42,11 @@ def _hooks_or_actions(i: int, destination: Mapping[str, Any]) -> list[str]:
         if not _given(actions):
             problems.append(f"{at}.actions: an actions destination needs 1 to 5 actions")
         return problems
-    if kind != "webhooks":
+    if kind != "webhooks" and kind not in KINDS:
         return []
     problems = []
     if not _given(hooks):
-        problems.append(f"{at}.hooks: a webhooks destination needs at least 1 hook")
+        problems.append(f"{at}.hooks: a {kind} destination needs at least 1 hook")
     if _given(actions):
         problems.append(f'{at}.actions: only a destination of type = "actions" has actions')
     return problems

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -20,12 +20,17 @@ from pydantic import (
     PlainSerializer,
     PrivateAttr,
     SecretStr,
+    TypeAdapter,
     ValidationInfo,
+    ValidatorFunctionWrapHandler,
     field_validator,
     model_validator,
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from efd.brokers import headers as broker_headers
+from efd.brokers import targets as broker_targets
+from efd.brokers.targets import BrokerConfigError, Target
 from efd.delivery import netguard, outauth, ratelimit, tls
 from efd.delivery.lanes import Ordering
 from efd.http.origins import check_pattern
@@ -171,6 +176,11 @@ class DeliveryConfig(_Strict):
 
 
 class HookConfig(_Strict):
+    # The URL schemes over which a client certificate is presented, and header names beside
+    # RESERVED_HEADERS that a hook may not set (a broker hook's: BrokerHookConfig).
+    _tls_schemes: ClassVar[tuple[str, ...]] = ("https",)
+    _reserved_headers: ClassVar[frozenset[str]] = frozenset()
+
     url: str
     headers: dict[str, str] = Field(default_factory=dict)
     # mTLS: the private key of client_cert, when it is not in client_cert's file too. Declared
@@ -212,8 +222,11 @@ class HookConfig(_Strict):
     def _valid_headers(cls, headers: dict[str, str]) -> dict[str, str]:
         problems = []
         for name, value in headers.items():
-            if name.strip().lower() in RESERVED_HEADERS:
+            folded = name.strip().lower()
+            if folded in RESERVED_HEADERS:
                 problems.append(f"{name!r}: efd sets it (or it changes the request's framing)")
+            elif folded in cls._reserved_headers:
+                problems.append(f"{name!r}: the broker's header mechanism spends it on efd's own")
             elif not HEADER_NAME.fullmatch(name):
                 problems.append(f"{name!r} is not a valid header name")
             elif (problem := header_value_problem(value)) is not None:
@@ -240,8 +253,10 @@ class HookConfig(_Strict):
                 raise ValueError("required with client_key: the certificate of that key")
             return None
         url = info.data.get("url")
-        if url is not None and urlsplit(url).scheme != "https":
-            raise ValueError("a client certificate is presented over https:// only")
+        if url is not None and urlsplit(url).scheme not in cls._tls_schemes:
+            raise ValueError(
+                f"a client certificate is presented over {cls._tls_schemes[0]}:// only"
+            )
         try:
             tls.check(cert, key)
         except tls.ClientCertError as error:
@@ -261,6 +276,112 @@ class HookConfig(_Strict):
     def client(self) -> ClientCert | None:
         """The client certificate presented to this hook, as the configuration was loaded."""
         return self._client
+
+
+# Every broker kind's keys beside url; a hook of one kind refuses the others by name.
+BROKER_KEYS = tuple(dict.fromkeys(key for keys in broker_targets.KEYS.values() for key in keys))
+
+
+def _broker_problems(kind: str, url: Any, keys: Mapping[str, Any]) -> list[str]:
+    """efd.brokers.targets.parse_target's problems ("key: reason") for one hook."""
+    try:
+        broker_targets.parse_target(kind, url, keys)
+    except BrokerConfigError as error:
+        return list(error.problems)
+    return []
+
+
+def _placeholder_url(kind: str) -> str:
+    return f"{broker_targets.SCHEMES[kind][0]}://efd.invalid"
+
+
+class BrokerHookConfig(HookConfig):
+    """A hook of a broker destination (type amqp, nats, redis_streams or mqtt: one subclass
+    per kind): `url` is the broker's and the kind's keys say where it publishes
+    (efd/brokers/targets.py, docs/brokers.md#keys). Each key is checked on its own, beside
+    the others, so that every problem is reported in one pass."""
+
+    kind: ClassVar[str]
+
+    exchange: Any = Field(default=None, validate_default=True)
+    routing_key: Any = Field(default=None, validate_default=True)
+    subject: Any = Field(default=None, validate_default=True)
+    stream: Any = Field(default=None, validate_default=True)
+    maxlen: Any = Field(default=None, validate_default=True)
+    topic: Any = Field(default=None, validate_default=True)
+    qos: Any = Field(default=None, validate_default=True)
+    _target: Target | None = PrivateAttr(default=None)
+
+    @field_validator("url")
+    @classmethod
+    def _full_http_url(cls, url: str) -> str:
+        # The URL's problems alone: the required name given a value that passes.
+        required = broker_targets.REQUIRED[cls.kind]
+        problems = _broker_problems(cls.kind, url, {required: "efd"})
+        if problems:
+            raise KeyedProblems(problems)
+        return url
+
+    @field_validator(*BROKER_KEYS)
+    @classmethod
+    def _broker_key(cls, value: Any, info: ValidationInfo) -> Any:
+        key = info.field_name
+        assert key is not None
+        required = broker_targets.REQUIRED[cls.kind]
+        # TOML has no null: None is a key not given.
+        if value is None and key != required:
+            return None
+        keys = {} if value is None else {required: "efd", key: value}
+        problems = [
+            problem
+            for problem in _broker_problems(cls.kind, _placeholder_url(cls.kind), keys)
+            if problem.startswith(f"{key}:")
+        ]
+        if problems:
+            raise KeyedProblems(problems)
+        return value
+
+    @model_validator(mode="after")
+    def _parsed(self) -> BrokerHookConfig:
+        keys = {key: getattr(self, key) for key in BROKER_KEYS if getattr(self, key) is not None}
+        try:
+            self._target = broker_targets.parse_target(self.kind, self.url, keys)
+        except BrokerConfigError as error:
+            raise KeyedProblems(error.problems) from None
+        return self
+
+    @property
+    def target(self) -> Target:
+        """Where this hook publishes, as parsed at load."""
+        assert self._target is not None
+        return self._target
+
+
+def _broker_hook_class(kind: str) -> type[BrokerHookConfig]:
+    tls_scheme = broker_targets.SCHEMES[kind][1]
+    return type(
+        f"{kind.title().replace('_', '')}HookConfig",
+        (BrokerHookConfig,),
+        {
+            "__module__": __name__,
+            "__annotations__": {},
+            "kind": kind,
+            "_tls_schemes": (tls_scheme,),
+            "_reserved_headers": broker_headers.reserved_names(kind),
+        },
+    )
+
+
+BROKER_HOOKS: dict[str, type[BrokerHookConfig]] = {
+    kind: _broker_hook_class(kind) for kind in broker_targets.KINDS
+}
+
+
+def _hook_list(model: type[BrokerHookConfig]) -> TypeAdapter[list[BrokerHookConfig]]:
+    return TypeAdapter(list[model])  # type: ignore[valid-type]
+
+
+_BROKER_HOOK_LISTS = {kind: _hook_list(model) for kind, model in BROKER_HOOKS.items()}
 
 
 # An action's auth table: its type -> the keys it takes (efd.delivery.outauth's records).
@@ -557,8 +678,9 @@ def _x_signature() -> list[Signing]:
 class DestinationConfig(_Strict):
     name: str = Field(min_length=1)
     # "webhooks": Segment's classic body to every hook; "actions": each action's own request
-    # (docs/actions.md).
-    type: Literal["webhooks", "actions"] = "webhooks"
+    # (docs/actions.md); a broker's kind: the webhook's body and headers published to each
+    # hook's broker (docs/brokers.md).
+    type: Literal["webhooks", "actions", "amqp", "nats", "redis_streams", "mqtt"] = "webhooks"
     shared_secret: SecretStr | None = None
     # How each request is signed: Segment's X-Signature (with shared_secret), Standard
     # Webhooks (with standard_webhooks_secrets), or both.
@@ -566,7 +688,8 @@ class DestinationConfig(_Strict):
     # Every listed secret signs each request: the first is current, the others stay while
     # receivers move over to it (rotation).
     standard_webhooks_secrets: list[SecretStr] = Field(default_factory=list)
-    # A webhooks destination's (1 to MAX_HOOKS: efd.config.checks), none on an actions one.
+    # A webhooks or broker destination's (1 to MAX_HOOKS: efd.config.checks), none on an
+    # actions one. A broker destination's are BrokerHookConfig of its kind (_hooks_of_type).
     hooks: list[HookConfig] = Field(default_factory=list, max_length=MAX_HOOKS)
     # An actions destination's (1 to MAX_ACTIONS), none on a webhooks one.
     actions: list[ActionConfig] = Field(default_factory=list, max_length=MAX_ACTIONS)
@@ -575,6 +698,21 @@ class DestinationConfig(_Strict):
     # "per_user": each user's messages go one at a time, in the order efd acknowledged them
     # (docs/delivery.md, "Ordered delivery"); "none": each on its own.
     ordering: Ordering = Ordering.NONE
+
+    @field_validator("hooks", mode="wrap")
+    @classmethod
+    def _hooks_of_type(
+        cls, hooks: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
+    ) -> list[HookConfig]:
+        # The hooks' keys depend on the destination's type, declared (and validated) first.
+        adapter = _BROKER_HOOK_LISTS.get(info.data.get("type", ""))
+        if adapter is None:
+            hooks = handler(hooks)
+            assert isinstance(hooks, list)
+            return hooks
+        if isinstance(hooks, list) and len(hooks) > MAX_HOOKS:
+            raise ValueError(f"at most {MAX_HOOKS} hooks")
+        return list(adapter.validate_python(hooks))
 
     @field_validator("signing")
     @classmethod
@@ -608,8 +746,8 @@ class DestinationConfig(_Strict):
     @model_validator(mode="after")
     def _hooks_or_actions(self) -> DestinationConfig:
         # Also in efd.config.checks, which reports it beside any other problem of the file.
-        if self.type == "webhooks" and not self.hooks:
-            raise KeyedProblems(["hooks: a webhooks destination needs at least 1 hook"])
+        if self.type != "actions" and not self.hooks:
+            raise KeyedProblems([f"hooks: a {self.type} destination needs at least 1 hook"])
         if self.type == "actions" and not self.actions:
             raise KeyedProblems(["actions: an actions destination needs 1 to 5 actions"])
         return self
@@ -629,6 +767,21 @@ class DestinationConfig(_Strict):
         if self.type == "actions":
             return tuple((self.route_name(a), (a,)) for a in self.actions)
         return ((self.name, tuple(self.hooks)),)
+
+    @property
+    def broker(self) -> bool:
+        """Whether its hooks are brokers (type amqp, nats, redis_streams or mqtt)."""
+        return self.type in BROKER_HOOKS
+
+    def targets(self) -> dict[str, Target]:
+        """A broker destination's hook URLs -> where each publishes; none for the others.
+        A URL given twice publishes where its first hook says (the URL is the hook's
+        identity for circuits, rate limits and attempts)."""
+        found: dict[str, Target] = {}
+        for hook in self.hooks:
+            if isinstance(hook, BrokerHookConfig):
+                found.setdefault(hook.url, hook.target)
+        return found
 
     def action_set(self) -> ActionSet:
         """Its actions as routing runs them (an actions destination's only)."""
@@ -835,6 +988,11 @@ class Settings(BaseSettings):
     def route_buckets(self) -> dict[str, tuple[ratelimit.Bucket, ...]]:
         """Route -> its rate-limited hooks' token buckets, for the routes that have some."""
         return {k: v for d in self.destinations for k, v in d.route_buckets().items()}
+
+    def broker_targets(self) -> dict[str, dict[str, Target]]:
+        """Route -> its hook URLs' broker targets, for the broker destinations (the sender
+        publishes their rounds instead of POSTing them)."""
+        return {d.name: d.targets() for d in self.destinations if d.broker}
 
     def destination(self, name: str) -> DestinationConfig:
         for destination in self.destinations:

@@ -127,6 +127,7 @@ class ChildProcesses:
                 log_level=settings.logging.level,
                 log_format=settings.logging.format,
                 auths=_auths(settings),
+                targets=settings.broker_targets(),
             )
             self._senders_ready = asyncio.ensure_future(self.senders.start())
             grace = delivery.timeout_seconds + SHUTDOWN_MARGIN
@@ -158,7 +159,9 @@ class ChildProcesses:
     async def _reload_senders(self, settings: Settings) -> None:
         assert self.senders is not None
         routes = [r for d in settings.destinations for r in d.routes(settings.delivery.user_agent)]
-        await self.senders.reload(routes, settings.logging.level, _auths(settings))
+        await self.senders.reload(
+            routes, settings.logging.level, _auths(settings), settings.broker_targets()
+        )
 
     async def _reload_parsers(self, settings: Settings) -> None:
         assert self.parsers is not None
@@ -316,6 +319,7 @@ class Delivery:
         else:
             sender = sender_options(shared.settings.value).sender()
             sender.configure_auths(_auths(shared.settings.value))
+            sender.configure_targets(shared.settings.value.broker_targets())
             await sender.start()
             stack.push_async_callback(sender.close)
             shared.settings.subscribe(functools.partial(_reload_auths, sender), early=True)
@@ -506,6 +510,7 @@ def _auths(settings: Settings) -> dict[str, Auth]:
 
 async def _reload_auths(sender: Sender, settings: Settings) -> None:
     sender.configure_auths(_auths(settings))
+    sender.configure_targets(settings.broker_targets())
 
 
 def sender_options(settings: Settings) -> SenderOptions:

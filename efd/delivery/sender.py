@@ -1,6 +1,8 @@
 """What sends webhooks and actions' requests: a round's signed requests through efd's HTTP
 client (http1.py: exact timeouts, verified TLS, the address guard), with the route's method,
-Content-Type and outbound auth, and the answers as AttemptResults.
+Content-Type and outbound auth, and the answers as AttemptResults. A broker destination's
+round publishes the same body and headers to its hooks' brokers instead (efd/brokers/),
+one hook after the other until one confirms.
 
 `Sender` sends in this process; `SenderPool` has sender processes (efd/processes/pool.py) run
 `SenderChild`, each its own Sender, so the sending runs on the machine's other cores. Both
@@ -18,6 +20,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from efd.brokers.failures import PublishFailed
+from efd.brokers.publishers import Publishers
+from efd.brokers.targets import Target
 from efd.delivery import http1, netguard, outauth, tls, tokens
 from efd.delivery.outauth import Auth, ClientCredentials
 from efd.delivery.retry import (
@@ -77,6 +82,10 @@ class Sender:
         self._tokens: dict[tuple[str, ClientCredentials], tokens.TokenSource] = {}
         self._token_client: http1.Client | None = None
         self._token_clock = token_clock
+        # Route name -> its hook URLs' broker targets (Settings.broker_targets), and the
+        # publishers that keep the brokers' connections for the sender's life.
+        self._targets: dict[str, Mapping[str, Target]] = {}
+        self._publishers = Publishers(timeout=timeout, allowed=self._allowed, ca_file=ca_file)
         # Held: asyncio.get_running_loop() asks the kernel for the process id at each call.
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -100,6 +109,12 @@ class Sender:
         if self._token_client is not None:
             await self._token_client.close()
             self._token_client = None
+        await self._publishers.close()
+
+    def configure_targets(self, targets: Mapping[str, Mapping[str, Target]]) -> None:
+        """Take the broker destinations' targets (route name -> hook URL -> Target) for
+        rounds that start from now on; a round of a route not among them is POSTed."""
+        self._targets = dict(targets)
 
     def configure_auths(self, auths: Mapping[str, Auth]) -> None:
         """Take the routes' outbound auths (route name -> Auth) for rounds that start from
@@ -147,6 +162,9 @@ class Sender:
         )
         hooks = [(hook, static) for hook, static in route.hooks if hook in urls]
         clients = route.client_certs
+        targets = self._targets.get(route.name) if self._targets else None
+        if targets is not None:
+            return await self._publish_round(hooks, targets, data, headers, clients)
         method = route.method
         auth = self._auths.get(route.name) if self._auths else None
         if auth is not None:
@@ -182,6 +200,61 @@ class Sender:
                     for hook, static in hooks
                 )
             )
+        )
+
+    async def _publish_round(
+        self,
+        hooks: Sequence[tuple[str, dict[str, str]]],
+        targets: Mapping[str, Target],
+        body: bytes,
+        headers: Mapping[str, str],
+        clients: Mapping[str, ClientCert],
+    ) -> list[AttemptResult]:
+        """A broker destination's round: each hook in the configuration's order until one
+        confirms (first success wins, and the brokers after it get no copy)."""
+        results = []
+        for hook, static in hooks:
+            target = targets.get(hook)
+            if target is None:  # not a broker hook: the route changed under a reload
+                now = time.time()
+                results.append(
+                    self._error(hook, now, time.monotonic(), "internal", "no broker for this hook")
+                )
+                continue
+            result = await self.publish(
+                target, hook, body, {**static, **headers}, clients.get(hook)
+            )
+            results.append(result)
+            if result.verdict is Verdict.SUCCESS:
+                break
+        return results
+
+    async def publish(
+        self,
+        target: Target,
+        hook: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        client: ClientCert | None = None,
+    ) -> AttemptResult:
+        """Publish once to `target` (the broker of the hook `hook`) and wait for its
+        confirmation; never raises for anything the broker or network does. The broker's
+        answer is kept as the attempt's response head, its refusal as the error."""
+        started_at = time.time()
+        clock = time.monotonic()
+        try:
+            answer = await self._publishers.publish(target, body, headers, client)
+        except PublishFailed as failure:
+            return self._error(hook, started_at, clock, failure.error_class, failure.reason)
+        except Exception as error:
+            log.exception("publishing to %s failed inside efd", target.label)
+            return self._error(hook, started_at, clock, "internal", repr(error))
+        return AttemptResult(
+            hook_url=hook,
+            started_at=started_at,
+            duration=time.monotonic() - clock,
+            verdict=Verdict.SUCCESS,
+            response_head=answer[: self._head_bytes] if self._head_bytes else None,
         )
 
     async def _authorized(
@@ -399,6 +472,7 @@ class SenderChild:
         self._routes: dict[str, Route] = {route.name: route for route in setup["routes"]}
         self._sender = setup["options"].sender()
         self._sender.configure_auths(setup.get("auths", {}))
+        self._sender.configure_targets(setup.get("targets", {}))
 
     async def start(self) -> None:
         await self._sender.start()
@@ -408,6 +482,8 @@ class SenderChild:
             self._routes = {route.name: route for route in update["routes"]}
         if "auths" in update:  # and the auth; unchanged credentials keep their token
             self._sender.configure_auths(update["auths"])
+        if "targets" in update:  # the brokers' connections stay with the publishers
+            self._sender.configure_targets(update["targets"])
 
     async def __call__(
         self,
@@ -455,12 +531,18 @@ class SenderPool:
         log_level: str,
         log_format: str,
         auths: Mapping[str, Auth] | None = None,
+        targets: Mapping[str, Mapping[str, Target]] | None = None,
     ) -> None:
         self._pool = Pool(
             "sender",
             processes,
             "efd.delivery.sender:SenderChild",
-            {"options": options, "routes": list(routes), "auths": dict(auths or {})},
+            {
+                "options": options,
+                "routes": list(routes),
+                "auths": dict(auths or {}),
+                "targets": dict(targets or {}),
+            },
             log_level=log_level,
             log_format=log_format,
         )
@@ -476,10 +558,19 @@ class SenderPool:
         await self._pool.close(timeout)
 
     async def reload(
-        self, routes: Sequence[Route], log_level: str, auths: Mapping[str, Auth] | None = None
+        self,
+        routes: Sequence[Route],
+        log_level: str,
+        auths: Mapping[str, Auth] | None = None,
+        targets: Mapping[str, Mapping[str, Target]] | None = None,
     ) -> None:
         await self._pool.configure(
-            {"routes": list(routes), "auths": dict(auths or {}), "log_level": log_level}
+            {
+                "routes": list(routes),
+                "auths": dict(auths or {}),
+                "targets": dict(targets or {}),
+                "log_level": log_level,
+            }
         )
 
     def start_round(
