@@ -191,6 +191,7 @@ class BatchesStore:
         self._backend = database.backend
         self._steps = steps  # efd/store/steps.py: whether a route is ordered
         self._claim = _claim_statement(self._backend.among)
+        self._routes: set[str] = set()  # routes whose batch_routes row exists
 
     # -- forming ----------------------------------------------------------------------------
 
@@ -217,9 +218,19 @@ class BatchesStore:
         A member no longer waiting (in another batch, finished) rolls the whole formation
         back; so does another daemon forming the route at the same time (it holds the
         route's row): either way `contended` and nothing recorded."""
+        if self._backend.row_locks and route not in self._routes:
+            # Committed on its own: a row inserted in the forming transaction would make
+            # another daemon's insert wait for that transaction instead of skipping it.
+            with self._db.write() as conn:
+                conn.execute(
+                    self._backend.insert(batch_routes)
+                    .values(route=route)
+                    .on_conflict_do_nothing(index_elements=["route"])
+                )
+            self._routes.add(route)
         try:
             with self._db.write() as conn:
-                if self._backend.row_locks and not _lock_route(conn, self._backend, route):
+                if self._backend.row_locks and not _lock_route(conn, route):
                     return Formed((), contended=True)
                 found = _candidates(conn, route, ordered=ordered, limit=limit)
                 chosen = list(plan(found))
@@ -497,14 +508,8 @@ def _candidates(conn: Connection, route: str, *, ordered: bool, limit: int) -> C
     return Candidates(tuple(_waiting(row) for row in rows), busy)
 
 
-def _lock_route(conn: Connection, backend: Any, route: str) -> bool:
-    """Lock the route's batch_routes row (made on first use); False when another
-    transaction holds it."""
-    conn.execute(
-        backend.insert(batch_routes)
-        .values(route=route)
-        .on_conflict_do_nothing(index_elements=["route"])
-    )
+def _lock_route(conn: Connection, route: str) -> bool:
+    """Lock the route's batch_routes row; False when another transaction holds it."""
     held = conn.execute(
         select(batch_routes.c.route)
         .where(batch_routes.c.route == route)
