@@ -353,7 +353,8 @@ def test_a_claim_leases_due_batches_and_a_stale_token_changes_nothing(
         (held.id, 2, (1, 2)),
         (other.id, 2, (3, 4)),
     ]
-    assert claimed[0].body == held.body and claimed[0].webhook_id == held.webhook_id
+    assert claimed[0].body == held.body
+    assert claimed[0].webhook_id == held.webhook_id
     # The first holder comes back: its outcome, renewal and release are all stale.
     tried = [attempt(held)]
     assert store.batches.record([outcome(held, error="late")], tried) == 1
@@ -453,7 +454,7 @@ def test_ordered_members_share_their_batch_and_finished_heads_hand_their_lanes_o
     try:
         ingest(store, 3, user="u")
         ingest(store, 1, user="v", first=3)
-        [(lane, head)] = sql(db_url, "SELECT lane, head FROM lanes WHERE head = 1")
+        assert sql(db_url, "SELECT head FROM lanes ORDER BY head") == [(1,), (4,)]
         found = store.batches.candidates(ROUTE, ordered=True, limit=10)
         # The head and the events queued behind it, in their order.
         assert [w.delivery_id for w in found.waiting] == [1, 2, 3, 4]
@@ -463,7 +464,8 @@ def test_ordered_members_share_their_batch_and_finished_heads_hand_their_lanes_o
         ingest(store, 1, user="u", first=4, at=NOW + 1)
         found = store.batches.candidates(ROUTE, ordered=True, limit=10)
         assert [w.delivery_id for w in found.waiting] == [5]
-        assert found.busy == {lane, *found.busy} and len(found.busy) == 2
+        assert found.busy == {lane for (lane,) in sql(db_url, "SELECT lane FROM lanes")}
+        assert len(found.busy) == 2
         assert form(store, 10, ordered=True, now=NOW + 1) == Formed(())
         store.batches.record([outcome(batch, at=NOW + 2)], [attempt(batch, at=NOW + 2)])
         # u's lane moved on to the event that waited; v's is idle.
@@ -471,7 +473,6 @@ def test_ordered_members_share_their_batch_and_finished_heads_hand_their_lanes_o
         assert sql(db_url, "SELECT status FROM deliveries WHERE id = 5") == [(PENDING,)]
         [after] = form(store, 10, ordered=True, now=NOW + 3).batches
         assert after.members == (5,)
-        assert head == 1
     finally:
         store.dispose()
 
@@ -501,7 +502,8 @@ def test_a_413_splits_the_batch_into_two_new_batches(store: Store, db_url: str) 
     assert split is not None
     first, second = split
     assert (first.members, second.members) == ((1, 2), (3, 4, 5))
-    assert first.body == halves[0].body and second.webhook_id == halves[1].webhook_id
+    assert first.body == halves[0].body
+    assert second.webhook_id == halves[1].webhook_id
     assert memberships(db_url) == {
         1: first.id,
         2: first.id,
