@@ -643,6 +643,10 @@ def _apply(conn: Connection, outcome: BatchOutcome) -> bool:
     values = _batch_values(outcome)
     if not conn.execute(update(batches).where(*_fence(outcome)).values(**values)).rowcount:
         return False
+    if outcome.status == PENDING:
+        # A retry: members queued behind their lane's head stay queued, so a lane keeps
+        # one pending delivery, its head, as efd/store/lanes.py has it.
+        del values["status"]
     conn.execute(
         update(deliveries)
         .where(deliveries.c.batch_id == outcome.batch_id, deliveries.c.status.in_(list(OPEN)))

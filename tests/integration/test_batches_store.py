@@ -467,7 +467,19 @@ def test_ordered_members_share_their_batch_and_finished_heads_hand_their_lanes_o
         assert found.busy == {lane for (lane,) in sql(db_url, "SELECT lane FROM lanes")}
         assert len(found.busy) == 2
         assert form(store, 10, ordered=True, now=NOW + 1) == Formed(())
+        # A retry keeps the events behind each lane's head queued: one pending a lane.
+        store.batches.record([outcome(batch, PENDING, retry_at=NOW + 1.5, error="503")], [])
+        assert sql(db_url, "SELECT id, status FROM deliveries WHERE id < 5 ORDER BY id") == [
+            (1, PENDING),
+            (2, "queued"),
+            (3, "queued"),
+            (4, PENDING),
+        ]
+        [batch] = store.batches.claim(request(NOW + 1.5))
         store.batches.record([outcome(batch, at=NOW + 2)], [attempt(batch, at=NOW + 2)])
+        assert sql(db_url, "SELECT DISTINCT status, attempts FROM deliveries WHERE id < 5") == [
+            (DELIVERED, 2)
+        ]
         # u's lane moved on to the event that waited; v's is idle.
         assert sql(db_url, "SELECT head FROM lanes") == [(5,)]
         assert sql(db_url, "SELECT status FROM deliveries WHERE id = 5") == [(PENDING,)]
