@@ -359,7 +359,8 @@ class BatchesStore:
         whose retry window counts from the batch's first attempt. On an ordered route only
         the first half is recorded: the second half's members leave the batch (batch_id NULL)
         and are formed again once the first half has its outcome. Returns the halves
-        recorded; None when the outcome was stale (nothing changed but the attempts log)."""
+        recorded; None when the outcome was stale (nothing changed but the attempts log).
+        The 413's attempt row (in `tried`) is what names the split batch to retention."""
         try:
             with self._db.bookkeeping() as conn:
                 _insert_attempts(conn, tried)
