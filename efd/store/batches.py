@@ -481,7 +481,9 @@ def _waiting(row: Any) -> Waiting:
 def _candidates(conn: Connection, route: str, *, ordered: bool, limit: int) -> Candidates:
     """Pending deliveries not in a batch, and on an ordered route the queued ones too (a
     lane's events after its head may share the head's batch, in their order)."""
-    statuses = list(OPEN) if ordered else [PENDING]
+    # Literals, not parameters: a plan the server caches for any parameters can then use
+    # the partial indexes of pending (and queued) deliveries.
+    statuses: list[Any] = [literal_column(f"'{s}'") for s in (OPEN if ordered else (PENDING,))]
     rows = conn.execute(
         _waiting_query()
         .where(
@@ -679,7 +681,9 @@ def batch_ids_of(conn: Connection, where: ColumnElement[bool]) -> set[int]:
                 sent, and_(sent.c.delivery_id == deliveries.c.id, sent.c.batch_id.is_not(None))
             )
         )
-        .where(where, deliveries.c.batch_id.is_not(None))
+        # Behind a function, which the partial index of batched deliveries cannot serve:
+        # `where` (a step's range of messages) picks the index, not every batched delivery.
+        .where(where, func.coalesce(deliveries.c.batch_id, 0) != 0)
         .distinct()
     ).all()
     return {int(pk) for row in rows for pk in row if pk is not None}
