@@ -82,8 +82,13 @@ class Candidates:
 
 @dataclass(frozen=True, slots=True)
 class NewBatch:
-    """A batch to record: its members (delivery ids, in the order of its body), its exact
-    body and its webhook-id (efd.delivery.batching's array and webhook_id)."""
+    """A batch to record: its members (delivery ids, in the order of its body, which is the
+    order efd accepted them: ascending), its exact body and its webhook-id
+    (efd.delivery.batching's array and webhook_id)."""
+
+    def __post_init__(self) -> None:
+        if not self.members or list(self.members) != sorted(self.members):
+            raise ValueError("a batch's members are one or more delivery ids, ascending")
 
     members: tuple[int, ...]
     body: bytes
@@ -231,6 +236,8 @@ class BatchesStore:
         try:
             with self._db.write() as conn:
                 if self._backend.row_locks and not _lock_route(conn, route):
+                    # Held by another daemon (or its row is gone: made again next time).
+                    self._routes.discard(route)
                     return Formed((), contended=True)
                 found = _candidates(conn, route, ordered=ordered, limit=limit)
                 chosen = list(plan(found))

@@ -686,3 +686,10 @@ def _columns(url: str, table: str) -> set[str]:
     from tests.integration.test_store import _columns as columns
 
     return columns(url, table)
+
+
+def test_a_batch_lists_its_members_in_the_order_efd_accepted_them() -> None:
+    with pytest.raises(ValueError, match="ascending"):
+        NewBatch(members=(2, 1), body=b"[]", webhook_id="batch_x")
+    with pytest.raises(ValueError, match="ascending"):
+        NewBatch(members=(), body=b"[]", webhook_id="batch_x")
