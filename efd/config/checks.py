@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from efd.brokers.targets import KINDS
-from efd.config.models import DeliveryConfig, ServerConfig, auth_conflicts
+from efd.config.models import DeliveryConfig, ServerConfig, auth_conflicts, batch_problems
 from efd.personas.keys import PERSONAS_SOURCE, snake_case
 
 
@@ -66,6 +66,7 @@ def _route_names(
         for j, action in enumerate(_entries(destination, "actions")):
             at = f"destinations[{i}].actions[{j}]"
             problems += [f"{at}.{problem}" for problem in auth_conflicts(action)]
+            problems += [f"{at}.{problem}" for problem in batch_problems(action)]
             action_name = action.get("name")
             if not isinstance(action_name, str):
                 continue

@@ -31,7 +31,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from efd.brokers import headers as broker_headers
 from efd.brokers import targets as broker_targets
 from efd.brokers.targets import BrokerConfigError, Target
-from efd.delivery import netguard, outauth, ratelimit, tls
+from efd.delivery import batching, netguard, outauth, ratelimit, tls
 from efd.delivery.lanes import Ordering
 from efd.http.origins import check_pattern
 from efd.languages import mapping, triggers
@@ -454,6 +454,27 @@ def auth_conflicts(action: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+def batch_problems(action: Mapping[str, Any]) -> list[str]:
+    """Every problem of an action's batch keys (efd.delivery.batching.policy_problems), keys
+    from the action; on plain data, so the load's cross-entry pass reports them too."""
+    content_type = action.get("content_type", batching.JSON)
+    problems = batching.policy_problems(
+        action, content_type=content_type if isinstance(content_type, str) else batching.JSON
+    )
+    return problems or _batching_not_delivered(action)
+
+
+def _batching_not_delivered(action: Mapping[str, Any]) -> list[str]:
+    """Refuses batch_size above 1 while the dispatcher sends one event a request: the keys
+    are accepted and checked, but nothing would batch. Removed once batches are sent."""
+    if batching.policy(action).batched:
+        return [
+            "batch_size: batching is not yet delivered: an action sends one event a request"
+            " for now; set batch_size = 1 or leave it out (docs/actions.md#batches)"
+        ]
+    return []
+
+
 class ActionConfig(HookConfig):
     """One action of an actions destination (docs/actions.md): a hook whose URL may hold
     `{{field}}` templates, with its trigger, method, body type, mapping and auth."""
@@ -467,7 +488,15 @@ class ActionConfig(HookConfig):
     auth: dict[str, Any] | None = None
     # A mapping (a table, or its JSON text); the default sends the whole message.
     data: Any = Field(default_factory=_whole_message)
+    # Batched delivery (docs/actions.md#batches): as written, checked together by
+    # efd.delivery.batching (which names each problem by key), and read as `batch`.
+    batch_size: Any = 1
+    batch_max_bytes: Any = batching.MAX_BYTES_DEFAULT
+    batch_wait_seconds: Any = batching.WAIT_DEFAULT
+    batch_keys: Any = Field(default_factory=lambda: list(batching.KEYS))
+    batch_signature: Any = batching.BODY
     _request: actions.ActionRequest | None = PrivateAttr(default=None)
+    _batch: batching.BatchPolicy = PrivateAttr(default_factory=batching.BatchPolicy)
     _auth: outauth.Auth | None = PrivateAttr(default=None)
 
     # The URL and headers follow an action request's rules (templates in the path and query;
@@ -547,6 +576,21 @@ class ActionConfig(HookConfig):
             url_problem=netguard.http_url_problem,
         )
         return self
+
+    @model_validator(mode="after")
+    def _batch_policy(self) -> ActionConfig:
+        # Also in efd.config.checks, which reports it beside any other problem of the file.
+        keys = {key: getattr(self, key) for key in batching.CONFIG_KEYS}
+        problems = batch_problems({**keys, "content_type": self.content_type})
+        if problems:
+            raise KeyedProblems(problems)
+        self._batch = batching.policy(keys, content_type=self.content_type)
+        return self
+
+    @property
+    def batch(self) -> batching.BatchPolicy:
+        """How the action batches its events (size 1: one event a request)."""
+        return self._batch
 
     def action(self, route: str) -> Action:
         """The action as routing runs it, under its route's name."""

@@ -1,14 +1,15 @@
 """Persistence: tables, migrations and every SQL statement.
 
 `Store` builds the shared `Database` (engines, the dialect's backend, the error edge) and
-the parts every daemon needs: ingestion, the delivery queue, jobs and retention, the
-listener. The other parts (operations, health, regulations, suppressions, profiles,
+the parts every daemon needs: ingestion, the delivery queue, batches, jobs and retention,
+the listener. The other parts (operations, health, regulations, suppressions, profiles,
 computations) take the Store and are built by whoever uses them. docs/architecture.md maps
 them.
 """
 
 from __future__ import annotations
 
+from efd.store.batches import BatchesStore
 from efd.store.database import Database
 from efd.store.ingestion import Ingestion
 from efd.store.jobs import Jobs, JobsStore
@@ -42,6 +43,7 @@ class Store:
         self.retention: Retention = RetentionStore(self.database)
         self.listener: Listens = Listener(self.database)
         self.lanes = LanesStore(self.database)
+        self.batches = BatchesStore(self.database, steps)
 
     @property
     def single_process(self) -> bool:

@@ -23,6 +23,7 @@ from typing import Protocol
 from sqlalchemy import ColumnElement, Connection, and_, delete, func, or_, select, update
 
 from efd.records import DeliveryStatus
+from efd.store import batches
 from efd.store.database import Database
 from efd.store.schema import attempts, deliveries, jobs, messages, retention_kept
 
@@ -72,8 +73,9 @@ def _unfinished(before: float) -> ColumnElement[bool]:
 
 class RetentionStore:
     """Owns retention_kept and the retention row's cursor, and deletes finished messages with
-    their deliveries and attempts. Never deletes a message that has a pending, queued or
-    recently finished delivery; never changes a delivery."""
+    their deliveries and attempts, and a batch with its last member (efd/store/batches.py).
+    Never deletes a message that has a pending, queued or recently finished delivery; never
+    changes a delivery."""
 
     def __init__(self, database: Database) -> None:
         self._db = database
@@ -208,8 +210,10 @@ class RetentionStore:
             conn.execute(select(deliveries.c.id).where(deliveries.c.message_pk.in_(ids))).scalars()
         )
         if delivery_ids:
+            batched = batches.batch_ids_of(conn, deliveries.c.message_pk.in_(ids))
             conn.execute(delete(attempts).where(attempts.c.delivery_id.in_(delivery_ids)))
             conn.execute(delete(deliveries).where(deliveries.c.id.in_(delivery_ids)))
+            batches.drop_memberless(conn, batched)
         conn.execute(delete(messages).where(messages.c.id.in_(ids)))
 
     @staticmethod
@@ -226,10 +230,12 @@ class RetentionStore:
             deliveries.c.status.not_in([DeliveryStatus.PENDING.value, DeliveryStatus.QUEUED.value]),
             or_(deliveries.c.finished_at.is_(None), deliveries.c.finished_at < before),
         )
+        batched = batches.batch_ids_of(conn, gone)
         conn.execute(
             delete(attempts).where(attempts.c.delivery_id.in_(select(deliveries.c.id).where(gone)))
         )
         conn.execute(delete(deliveries).where(gone))
+        batches.drop_memberless(conn, batched)
         conn.execute(
             delete(messages).where(
                 messages.c.id > low,

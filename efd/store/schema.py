@@ -6,6 +6,9 @@ attempts    one row per POST to one hook URL: the audit log.
 jobs        once-per-cluster periodic jobs; and the row readiness probes write.
 retention_kept  messages retention walked past that still had work; it looks at them again.
 lanes       per ordered destination and lane (user): the delivery at its head.
+batches     one row per batched request (many deliveries in one body): the state machine of
+            a batch, which its members share (efd/store/batches.py).
+batch_routes  one row per batched route, locked while a daemon forms its batches.
 
 profiles, identities, events, computations, computed_values: audiences and computed traits.
 regulations, regulation_subjects, suppressions: deletion requests.
@@ -93,6 +96,8 @@ deliveries = Table(
     # An action's delivery: the URL rendered for its message at routing; NULL: the route's
     # hook URLs.
     Column("url", Text),
+    # The batch that carries it (batches.id); NULL: sent on its own, or not in one yet.
+    Column("batch_id", Id),
     Index(
         "ix_deliveries_due",
         "destination",
@@ -111,6 +116,13 @@ deliveries = Table(
         "id",
         sqlite_where=text("status = 'queued'"),
         postgresql_where=text("status = 'queued'"),
+    ),
+    # A batch's members; only batched deliveries are in it.
+    Index(
+        "ix_deliveries_batch_id",
+        "batch_id",
+        sqlite_where=text("batch_id IS NOT NULL"),
+        postgresql_where=text("batch_id IS NOT NULL"),
     ),
 )
 
@@ -139,9 +151,55 @@ attempts = Table(
     Column("error_class", String(16)),  # timeout|connect|dns|reset|protocol|tls|blocked|…
     Column("error", Text),
     Column("response_head", Text),  # the first bytes of the response body
+    # A batch's request: its batch (delivery_id is then its first member's); NULL: one
+    # delivery's request.
+    Column("batch_id", Id),
     _sqlite_key("delivery_id", "deliveries.id"),
     Index("ix_attempts_delivery_id", "delivery_id"),
     Index("ix_attempts_attempted_at", "attempted_at"),
+    Index(
+        "ix_attempts_batch_id",
+        "batch_id",
+        sqlite_where=text("batch_id IS NOT NULL"),
+        postgresql_where=text("batch_id IS NOT NULL"),
+    ),
+)
+
+# Batched delivery (efd/store/batches.py, docs/actions.md#batches): one row per request that
+# carries many deliveries of one route, formed once. Its body and webhook-id are fixed at
+# formation, so every retry sends the same bytes; its members (deliveries.batch_id) share
+# its outcome, copied to them in the transaction that records it.
+batches = Table(
+    "batches",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("route", String(200), nullable=False),
+    Column("body", Text, nullable=False),  # the exact bytes sent, as UTF-8 text
+    Column("webhook_id", String(40), nullable=False),
+    Column("status", String(10), nullable=False),  # pending|delivered|failed|expired|split
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("created_at", Float, nullable=False),
+    Column("first_attempt_at", Float),
+    Column("next_attempt_at", Float),  # when pending: as deliveries.next_attempt_at
+    Column("finished_at", Float),
+    Column("last_error", Text),
+    Column("lease_owner", String(80)),
+    Column("lease_token", Integer, nullable=False, server_default=text("0")),  # fencing
+    Index(
+        "ix_batches_due",
+        "route",
+        "next_attempt_at",
+        sqlite_where=text("status = 'pending'"),
+        postgresql_where=text("status = 'pending'"),
+    ),
+)
+
+# One row per batched route: forming its batches locks it (FOR UPDATE SKIP LOCKED), so on
+# a database several daemons share one of them forms a route's batches at a time.
+batch_routes = Table(
+    "batch_routes",
+    metadata,
+    Column("route", String(200), primary_key=True),
 )
 
 # Periodic jobs that must run once per cluster, not once per process: a process runs a job
