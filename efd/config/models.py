@@ -26,7 +26,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from efd.delivery import netguard, outauth, ratelimit, tls
+from efd.delivery import netguard, outauth, proxyrules, ratelimit, tls
 from efd.delivery.lanes import Ordering
 from efd.http.origins import check_pattern
 from efd.languages import mapping, triggers
@@ -140,6 +140,33 @@ class DeliveryConfig(_Strict):
     # `circuit_probe_seconds`.
     circuit_failures: int = Field(default=10, ge=1, le=100000)
     circuit_probe_seconds: Seconds = 30
+    # An HTTP proxy every delivery goes through (http://[user:password@]host:port), and the
+    # hosts reached directly instead: names, .domains, IP addresses and CIDR networks.
+    proxy: str | None = None
+    no_proxy: list[str] = Field(default_factory=list)
+
+    @field_validator("proxy")
+    @classmethod
+    def _proxy_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                proxyrules.parse_proxy(value)
+            except proxyrules.ProxyConfigError as error:
+                raise ValueError(str(error)) from None
+        return value
+
+    @field_validator("no_proxy")
+    @classmethod
+    def _bypass(cls, values: list[str]) -> list[str]:
+        try:
+            proxyrules.parse_no_proxy(values)
+        except proxyrules.ProxyConfigError as error:
+            raise ValueError(str(error)) from None
+        return values
+
+    def egress(self) -> proxyrules.Egress | None:
+        """The proxy deliveries go through, with its bypass; None without one."""
+        return proxyrules.egress(self.proxy, self.no_proxy)
 
     @field_validator("user_agent")
     @classmethod
