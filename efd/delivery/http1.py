@@ -129,6 +129,9 @@ class _Connection(asyncio.Protocol):
         self._received = False
         self._head: Head | None = None
         self._kept = b""
+        # The head of the latest answer, kept after it: through a proxy in absolute form, its
+        # headers tell whether the proxy forwarded it.
+        self.answered: Head | None = None
 
     # -- asyncio.Protocol ----------------------------------------------------------------
 
@@ -149,7 +152,7 @@ class _Connection(asyncio.Protocol):
                     self._kept = kept + event.data[: self._keep - len(kept)]
             elif isinstance(event, Head):
                 if not event.interim:
-                    self._head = event
+                    self._head = self.answered = event
             elif isinstance(event, End):
                 self._finish(event)
             else:
@@ -384,6 +387,7 @@ class Client:
         if connection is None:
             connection = await self._connect_by(deadline, target, tls, via)
         while True:
+            connection.answered = None
             waiter = connection.send(request)
             # The deadline is a timer on this exchange (a new connection's connect and
             # handshake ran under the same deadline): cheaper per POST than a timeout
@@ -405,6 +409,12 @@ class Client:
                 continue
             except TimeoutError:
                 raise RequestFailed("timeout", self._timed_out) from None
+            except RequestFailed:
+                # A proxy may close the connection as it answers, unread body and all: an
+                # answer of its own cut short by the reset is still its answer.
+                if forwarded and (refused := _proxy_answer(via, connection.answered)):
+                    raise RequestFailed(proxyrules.ERROR_CLASS, refused) from None
+                raise
             except BaseException:  # cancelled: the answer's remains must not be read later
                 connection.abandon()
                 raise
@@ -419,10 +429,12 @@ class Client:
             idle.append(connection)
         else:
             connection.close()
-        if forwarded:
-            assert via is not None
-            if refused := proxyrules.proxy_status(via, answer.status):
-                raise RequestFailed(proxyrules.ERROR_CLASS, refused)
+        if (
+            forwarded
+            and answer.status != 200
+            and (refused := _proxy_answer(via, connection.answered))
+        ):
+            raise RequestFailed(proxyrules.ERROR_CLASS, refused)
         return answer
 
     async def _connect_by(
@@ -649,6 +661,14 @@ class Client:
             discard=_Connection.close,
             final=_final,
         )
+
+
+def _proxy_answer(via: Proxy | None, head: Head | None) -> str | None:
+    """Why `head`, the answer to a request the proxy forwarded, is the proxy's own, if it is."""
+    if via is None or head is None:
+        return None
+    forwarded = any(name == b"via" for name, _ in head.headers)
+    return proxyrules.own_answer(via, head.status, head.reason.decode("latin-1"), forwarded)
 
 
 def _final(error: Exception) -> bool:

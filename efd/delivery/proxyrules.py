@@ -246,10 +246,16 @@ def refusal(proxy: Proxy, answer: ConnectAnswer, host: str, port: int) -> str | 
     return f"proxy {proxy.shown} answered {said} to CONNECT {authority(host, port)}"
 
 
-def proxy_status(proxy: Proxy, status: int) -> str | None:
-    """Why an answer to a plain HTTP request sent through the proxy is the proxy's own,
-    or None when it is taken for the receiver's: only a 407 is surely the proxy's (other
-    statuses a proxy makes up, 502 or 504, look like the receiver's in absolute form)."""
-    if status != 407:
+def own_answer(proxy: Proxy, status: int, reason: str, via: bool) -> str | None:
+    """Why an answer to a plain HTTP request sent through the proxy (absolute form) is the
+    proxy's own rather than the receiver's, or None. A 407 always is; so is any other answer
+    but a 2xx that carries no Via header, since a proxy adds Via to every answer it forwards
+    (RFC 9110 §7.6.3): its own refusals (401, 403) and its failures to reach the receiver
+    (500, 502, 504) come without one. `reason`: the answer's reason phrase."""
+    if 200 <= status < 300 or (via and status != 407):
         return None
-    return f"proxy {proxy.shown} answered 407 Proxy Authentication Required"
+    shown = "".join(c if c.isprintable() and c.isascii() else "?" for c in reason)[:60].strip()
+    said = f"{status} {shown}".rstrip()
+    if status == 407:
+        return f"proxy {proxy.shown} answered {said}"
+    return f"proxy {proxy.shown} answered {said} itself (the answer has no Via header)"

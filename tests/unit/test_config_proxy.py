@@ -19,13 +19,15 @@ def test_a_proxy_and_its_bypass_load(tmp_path: Path) -> None:
     egress = delivery.egress()
     assert isinstance(egress, Egress)
     assert egress.proxy == Proxy("proxy.internal", 3128, "Basic dXNlcjpwYXNz")
-    assert egress.bypass.matches("a.internal.example") and egress.bypass.matches("10.1.1.1")
+    assert egress.bypass.matches("a.internal.example")
+    assert egress.bypass.matches("10.1.1.1")
     assert egress.proxy_for("hooks.example.com") == egress.proxy
 
 
 def test_without_a_proxy_there_is_no_egress(tmp_path: Path) -> None:
     delivery = config.load(write(tmp_path, '[delivery]\nno_proxy = ["localhost"]\n')).delivery
-    assert delivery.proxy is None and delivery.egress() is None
+    assert delivery.proxy is None
+    assert delivery.egress() is None
     assert config.load(write(tmp_path, "")).delivery.egress() is None
     assert Bypass().matches("localhost") is False
 

@@ -18,9 +18,9 @@ from efd.delivery.proxyrules import (
     absolute_target,
     connect_request,
     egress,
+    own_answer,
     parse_no_proxy,
     parse_proxy,
-    proxy_status,
     read_connect_answer,
     redact,
     refusal,
@@ -193,7 +193,18 @@ def test_a_refusal_is_the_proxys_and_names_no_credentials() -> None:
     assert refusal(proxy, ConnectAnswer(200, "Connection established", b""), "h", 1) is None
 
 
-def test_in_absolute_form_only_a_407_is_surely_the_proxys() -> None:
+def test_in_absolute_form_a_407_or_an_answer_without_via_is_the_proxys() -> None:
     proxy = Proxy("proxy", 3128, None)
-    assert proxy_status(proxy, 407) == "proxy proxy:3128 answered 407 Proxy Authentication Required"
-    assert [s for s in (200, 403, 500, 502, 504) if proxy_status(proxy, s) is not None] == []
+    assert own_answer(proxy, 407, "Proxy Authentication Required", True) == (
+        "proxy proxy:3128 answered 407 Proxy Authentication Required"
+    )
+    assert own_answer(proxy, 407, "", False) == "proxy proxy:3128 answered 407"
+    assert own_answer(proxy, 401, "Unauthorized", False) == (
+        "proxy proxy:3128 answered 401 Unauthorized itself (the answer has no Via header)"
+    )
+    assert own_answer(proxy, 502, "Bad\x00 Gateway", False) == (
+        "proxy proxy:3128 answered 502 Bad? Gateway itself (the answer has no Via header)"
+    )
+    # Forwarded (Via): the receiver's, whatever it says; a 2xx is the receiver's either way.
+    assert [s for s in (401, 403, 500, 502, 504) if own_answer(proxy, s, "", True)] == []
+    assert [s for s in (200, 204) if own_answer(proxy, s, "OK", False)] == []
