@@ -7,14 +7,22 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import AsyncIterator, Sequence
+import ssl
+import time
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trustme
+import uvloop
 import yarl
+from aiohttp import web
 
+from efd.delivery import netguard, proxyrules, tls
+from efd.delivery.http1 import Client, RequestFailed
+from efd.delivery.outauth import ClientCredentials
+from efd.delivery.tokens import TokenSource, token_client
 from tests.conftest import (
     DaemonFactory,
     Receiver,
@@ -34,7 +42,7 @@ LOOPBACK = ["127.0.0.0/8", "::1/128"]
 
 
 @pytest.fixture
-async def tinyproxy_factory(tmp_path: Path) -> AsyncIterator[ProxyFactory]:
+def tinyproxy_factory(tmp_path: Path) -> Iterator[ProxyFactory]:
     if not installed():
         pytest.skip("tinyproxy is not installed (scripts/ensure-proxy installs it)")
     started: list[Tinyproxy] = []
@@ -48,7 +56,7 @@ async def tinyproxy_factory(tmp_path: Path) -> AsyncIterator[ProxyFactory]:
 
     yield make
     for proxy in started:
-        await asyncio.to_thread(proxy.stop)
+        proxy.stop()
 
 
 @pytest.fixture
@@ -60,8 +68,6 @@ def authority(tmp_path: Path) -> tuple[trustme.CA, str]:
 
 
 async def https_receiver(receiver_factory: ReceiverFactory, ca: trustme.CA) -> Receiver:
-    import ssl
-
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ca.issue_cert("localhost").configure_cert(context)
     return await receiver_factory(ssl_context=context)
@@ -252,3 +258,189 @@ async def test_the_guard_judges_the_receivers_name_before_the_proxy_is_asked(
     ), rows
     assert proxy.requests() == []
     assert receiver.received == []
+
+
+# -- the client alone, on the default asyncio loop and on uvloop (the sender processes' loop)
+
+Runner = Callable[[Coroutine[Any, Any, Any]], Any]
+RUNNERS = pytest.mark.parametrize("run", [asyncio.run, uvloop.run], ids=["asyncio", "uvloop"])
+OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+
+
+def client(proxy: str, *, timeout: float = 5.0, ca_file: str | None = None) -> Client:
+    egress = proxyrules.egress(proxy, [])
+    return Client(
+        timeout=timeout,
+        allowed=netguard.parse_networks(LOOPBACK),
+        tls=tls.verifying(ca_file),
+        keep=512,
+        limit=1 << 20,
+        proxy=egress,
+    )
+
+
+async def tls_server(ca: trustme.CA, seen: list[bytes]) -> asyncio.Server:
+    """An HTTPS receiver for `localhost` answering 200 to each request; heads in `seen`."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("localhost").configure_cert(context)
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                await reader.readexactly(length)
+                seen.append(head)
+                writer.write(OK)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
+            pass
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(serve, "127.0.0.1", 0, ssl=context)
+
+
+@RUNNERS
+def test_the_client_tunnels_https_and_reuses_the_tunnel(
+    run: Runner, tinyproxy_factory: ProxyFactory, authority: tuple[trustme.CA, str]
+) -> None:
+    ca, ca_file = authority
+
+    async def scenario() -> tuple[list[int], int, list[bytes]]:
+        seen: list[bytes] = []
+        server = await tls_server(ca, seen)
+        port = server.sockets[0].getsockname()[1]
+        proxy = tinyproxy_factory([port], auth=True)
+        http = client(proxy.url(), ca_file=ca_file)
+        try:
+            url = f"https://localhost:{port}/hook"
+            answers = [await http.post(url, b"{}", {"X-N": str(n)}) for n in range(3)]
+        finally:
+            await http.close()
+            server.close()
+            # The TLS close and the server's readers end on the loop before it closes.
+            await asyncio.sleep(0.2)
+            await server.wait_closed()
+        return [a.status for a in answers], len(proxy.requests()), seen
+
+    statuses, tunnels, seen = run(scenario())
+    assert statuses == [200, 200, 200]
+    assert tunnels == 1
+    # Inside the tunnel the request is origin-form, as to the receiver directly.
+    assert [head.split(b"\r\n")[0] for head in seen] == [b"POST /hook HTTP/1.1"] * 3
+
+
+async def fake_proxy(answer: bytes | None, *, close: bool = False) -> tuple[asyncio.Server, int]:
+    """A proxy that reads a CONNECT and answers `answer` (nothing when None), then closes
+    the connection when `close` or else keeps it open without a word."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            if answer is not None:
+                writer.write(answer)
+                await writer.drain()
+            if not close:
+                await reader.read()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+async def failure_through(
+    answer: bytes | None, *, close: bool = False, timeout: float = 5.0
+) -> tuple[RequestFailed, float, int]:
+    server, port = await fake_proxy(answer, close=close)
+    http = client(f"http://u:secret@127.0.0.1:{port}", timeout=timeout)
+    started = time.monotonic()
+    try:
+        with pytest.raises(RequestFailed) as caught:
+            await http.post("https://localhost:9/hook", b"{}", {})
+    finally:
+        await http.close()
+        server.close()
+    return caught.value, time.monotonic() - started, port
+
+
+@RUNNERS
+@pytest.mark.parametrize(
+    ("answer", "close", "error_class", "message"),
+    [
+        (
+            b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n",
+            False,
+            "proxy",
+            "proxy 127.0.0.1:{port} answered 502 Bad Gateway to CONNECT localhost:9",
+        ),
+        (
+            b"HTTP/1.0 403 Forbidden\r\n\r\n",
+            True,
+            "proxy",
+            "proxy 127.0.0.1:{port} answered 403 Forbidden to CONNECT localhost:9",
+        ),
+        (
+            b"SSH-2.0-OpenSSH_9.2\r\n",
+            False,
+            "proxy",
+            "proxy 127.0.0.1:{port} sent an answer that is not HTTP/1.x to CONNECT",
+        ),
+        (
+            None,
+            True,
+            "proxy",
+            "proxy 127.0.0.1:{port} closed the connection before answering CONNECT",
+        ),
+        (
+            b"HTTP/1.1 200 Connection established\r\n\r\nhello",
+            False,
+            "proxy",
+            "proxy 127.0.0.1:{port} sent bytes after its answer to CONNECT",
+        ),
+    ],
+    ids=["502", "403", "not-http", "closed", "bytes-after"],
+)
+def test_what_the_proxy_answers_to_connect_is_the_proxys(
+    run: Runner, answer: bytes | None, close: bool, error_class: str, message: str
+) -> None:
+    failure, _, port = run(failure_through(answer, close=close))
+    assert (failure.error_class, failure.message) == (error_class, message.format(port=port))
+    assert "secret" not in failure.message
+
+
+@RUNNERS
+def test_one_deadline_covers_the_proxy_and_connect(run: Runner) -> None:
+    failure, elapsed, port = run(failure_through(None, timeout=0.5))
+    assert failure.error_class == "timeout"
+    assert (
+        failure.message == f"no answer from proxy 127.0.0.1:{port} to CONNECT localhost:9 in 0.5 s"
+    )
+    assert 0.45 < elapsed < 1.5
+
+
+async def test_the_token_client_goes_through_the_proxy(
+    receiver_factory: ReceiverFactory, tinyproxy_factory: ProxyFactory
+) -> None:
+    async def endpoint(_request: web.Request, _n: int) -> web.StreamResponse:
+        return web.json_response({"access_token": "at-1", "token_type": "Bearer"})
+
+    receiver = await receiver_factory(endpoint)
+    proxy = tinyproxy_factory([], auth=True)
+    made = token_client(
+        timeout=5.0,
+        allowed=netguard.parse_networks(LOOPBACK),
+        tls=tls.verifying(None),
+        proxy=proxyrules.egress(proxy.url(), []),
+    )
+    token_url = receiver.url.replace("/hook", "/token")
+    credentials = ClientCredentials(token_url, client_id="efd", client_secret="cs-SECRET")
+    try:
+        token = await TokenSource(credentials, made).token()
+    finally:
+        await made.close()
+    assert token.header() == "Bearer at-1"
+    assert proxy.requests() == [f"POST {token_url} HTTP/1.1"]
