@@ -141,16 +141,17 @@ class DeliveryConfig(_Strict):
     circuit_failures: int = Field(default=10, ge=1, le=100000)
     circuit_probe_seconds: Seconds = 30
     # An HTTP proxy every delivery goes through (http://[user:password@]host:port), and the
-    # hosts reached directly instead: names, .domains, IP addresses and CIDR networks.
-    proxy: str | None = None
+    # hosts reached directly instead: names, .domains, IP addresses and CIDR networks. Secret:
+    # the URL may hold the proxy's credentials, and no repr of the settings shows them.
+    proxy: SecretStr | None = None
     no_proxy: list[str] = Field(default_factory=list)
 
     @field_validator("proxy")
     @classmethod
-    def _proxy_url(cls, value: str | None) -> str | None:
+    def _proxy_url(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None:
             try:
-                proxyrules.parse_proxy(value)
+                proxyrules.parse_proxy(value.get_secret_value())
             except proxyrules.ProxyConfigError as error:
                 raise ValueError(str(error)) from None
         return value
@@ -166,7 +167,8 @@ class DeliveryConfig(_Strict):
 
     def egress(self) -> proxyrules.Egress | None:
         """The proxy deliveries go through, with its bypass; None without one."""
-        return proxyrules.egress(self.proxy, self.no_proxy)
+        proxy = self.proxy.get_secret_value() if self.proxy is not None else None
+        return proxyrules.egress(proxy, self.no_proxy)
 
     @field_validator("user_agent")
     @classmethod

@@ -95,17 +95,6 @@ def authority(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def redact(url: str) -> str:
-    """`url` with any credentials replaced, for a message about the configured proxy."""
-    head, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    hostpart, slash, tail = rest.partition("/")
-    if "@" in hostpart:
-        hostpart = "***@" + hostpart.rsplit("@", 1)[1]
-    return f"{head}://{hostpart}{slash}{tail}"
-
-
 @dataclass(frozen=True, slots=True)
 class Bypass:
     """The hosts reached directly rather than through the proxy (`no_proxy`)."""

@@ -16,6 +16,7 @@ def test_a_proxy_and_its_bypass_load(tmp_path: Path) -> None:
         'no_proxy = ["localhost", ".internal.example", "10.0.0.0/8"]\n'
     )
     delivery = config.load(write(tmp_path, text)).delivery
+    assert "pass" not in repr(delivery)
     egress = delivery.egress()
     assert isinstance(egress, Egress)
     assert egress.proxy == Proxy("proxy.internal", 3128, "Basic dXNlcjpwYXNz")

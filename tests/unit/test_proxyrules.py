@@ -22,7 +22,6 @@ from efd.delivery.proxyrules import (
     parse_no_proxy,
     parse_proxy,
     read_connect_answer,
-    redact,
     refusal,
 )
 
@@ -78,12 +77,6 @@ def test_a_refusal_never_quotes_the_credentials() -> None:
         with pytest.raises(ProxyConfigError) as raised:
             parse_proxy(url)
         assert "secret" not in str(raised.value)
-
-
-def test_redact_hides_the_credentials_only() -> None:
-    assert redact("http://user:secret@proxy:3128/") == "http://***@proxy:3128/"
-    assert redact("http://proxy:3128") == "http://proxy:3128"
-    assert redact("proxy") == "proxy"
 
 
 def test_the_connect_request_byte_by_byte() -> None:
