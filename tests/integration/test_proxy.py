@@ -117,17 +117,21 @@ async def test_plain_http_goes_through_the_proxy_in_absolute_form_with_its_crede
     assert "proxy-authorization" not in headers
 
 
+@pytest.mark.parametrize("sender_processes", [0, 1])
 async def test_https_goes_through_connect_with_tls_to_the_receiver_end_to_end(
     db_url: str,
     receiver_factory: ReceiverFactory,
     daemon_factory: DaemonFactory,
     tinyproxy_factory: ProxyFactory,
     authority: tuple[trustme.CA, str],
+    sender_processes: int,
 ) -> None:
     ca, ca_file = authority
     receiver = await https_receiver(receiver_factory, ca)
     proxy = tinyproxy_factory([port_of(receiver)], auth=True)
-    settings = proxied(db_url, receiver.url, proxy.url(), ca_file=ca_file)
+    settings = proxied(
+        db_url, receiver.url, proxy.url(), ca_file=ca_file, sender_processes=sender_processes
+    )
     daemon = await daemon_factory(settings)
     for n in (1, 2):
         assert (await post(daemon.port, "/v1/track", {**TRACK, "messageId": f"m{n}"}))[0] == 200
