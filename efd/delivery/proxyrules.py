@@ -12,7 +12,7 @@ import base64
 import ipaddress
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 import yarl
@@ -38,7 +38,8 @@ class Proxy:
 
     host: str  # what is resolved and connected to (no brackets)
     port: int
-    authorization: str | None  # the Proxy-Authorization value, when the URL has credentials
+    # The Proxy-Authorization value, when the URL has credentials; never in a repr.
+    authorization: str | None = field(default=None, repr=False)
 
     @property
     def shown(self) -> str:
