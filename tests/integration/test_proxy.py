@@ -7,9 +7,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import socket
 import ssl
 import time
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -448,3 +449,64 @@ async def test_the_token_client_goes_through_the_proxy(
         await made.close()
     assert token.header() == "Bearer at-1"
     assert proxy.requests() == [f"POST {token_url} HTTP/1.1"]
+
+
+def resolving(*addresses: str) -> Callable[[str, int], Awaitable[list[tuple[Any, ...]]]]:
+    """A resolver answering `addresses` for every name."""
+
+    async def resolve(_host: str, port: int) -> list[tuple[Any, ...]]:
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port)) for a in addresses]
+
+    return resolve
+
+
+async def connect_lines(
+    resolver: Callable[[str, int], Awaitable[list[tuple[Any, ...]]]],
+) -> tuple[RequestFailed, list[bytes]]:
+    """What a POST to https://hooks.example/ through a proxy answering 403 to every CONNECT
+    ends in, and the CONNECT lines the proxy read."""
+    lines: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines.append(head.split(b"\r\n")[0])
+        writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    http = Client(
+        timeout=5.0,
+        allowed=(),
+        tls=tls.verifying(None),
+        keep=512,
+        limit=1 << 20,
+        resolver=resolver,
+        proxy=proxyrules.egress(f"http://127.0.0.1:{port}", []),
+    )
+    try:
+        with pytest.raises(RequestFailed) as caught:
+            await http.post("https://hooks.example/hook", b"{}", {})
+    finally:
+        await http.close()
+        server.close()
+    return caught.value, lines
+
+
+async def test_one_refused_address_of_the_receivers_name_refuses_it_through_a_proxy() -> None:
+    # The proxy resolves the name itself and may pick either address.
+    failure, lines = await connect_lines(resolving("93.184.216.34", "10.0.0.5"))
+    assert (failure.error_class, failure.message) == (
+        "blocked",
+        "efd address guard: private address 10.0.0.5 is not allowed",
+    )
+    assert lines == []
+
+
+async def test_connect_names_the_receiver_not_the_address_efd_judged() -> None:
+    # No network allowed, yet the proxy on 127.0.0.1 is: it is the operator's choice.
+    failure, lines = await connect_lines(resolving("93.184.216.34"))
+    assert failure.error_class == "proxy"
+    assert failure.message.endswith("answered 403 Forbidden to CONNECT hooks.example:443")
+    assert lines == [b"CONNECT hooks.example:443 HTTP/1.1"]
