@@ -206,6 +206,23 @@ async def test_a_proxy_refusing_the_credentials_is_the_proxys_and_the_receiver_i
     assert USER not in str(rows)
 
 
+async def test_the_proxys_own_answer_for_a_receiver_it_cannot_reach_is_the_proxys(
+    db_url: str, daemon_factory: DaemonFactory, tinyproxy_factory: ProxyFactory
+) -> None:
+    proxy = tinyproxy_factory([])
+    down = f"http://127.0.0.1:{free_port()}/hook"  # nothing listens there
+    daemon = await daemon_factory(proxied(db_url, down, proxy.url()))
+    await post(daemon.port, "/v1/track", TRACK)
+    rows = await eventually(lambda: attempts(db_url))
+    outcome, status_code, error_class, error = rows[0]
+    # tinyproxy's own 500, without the Via header it adds to the answers it forwards.
+    assert (outcome, status_code, error_class) == ("retry", None, "proxy"), rows
+    assert error == (
+        f"proxy 127.0.0.1:{proxy.port} answered 500 Unable to connect itself "
+        "(the answer has no Via header)"
+    )
+
+
 async def test_a_host_in_no_proxy_is_reached_directly(
     db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
 ) -> None:
