@@ -31,7 +31,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from efd.brokers import headers as broker_headers
 from efd.brokers import targets as broker_targets
 from efd.brokers.targets import BrokerConfigError, Target
-from efd.delivery import batching, netguard, outauth, ratelimit, tls
+from efd.delivery import batching, netguard, outauth, proxyrules, ratelimit, tls
 from efd.delivery.lanes import Ordering
 from efd.http.origins import check_pattern
 from efd.languages import mapping, triggers
@@ -145,6 +145,35 @@ class DeliveryConfig(_Strict):
     # `circuit_probe_seconds`.
     circuit_failures: int = Field(default=10, ge=1, le=100000)
     circuit_probe_seconds: Seconds = 30
+    # An HTTP proxy every delivery goes through (http://[user:password@]host:port), and the
+    # hosts reached directly instead: names, .domains, IP addresses and CIDR networks. Secret:
+    # the URL may hold the proxy's credentials, and no repr of the settings shows them.
+    proxy: SecretStr | None = None
+    no_proxy: list[str] = Field(default_factory=list)
+
+    @field_validator("proxy")
+    @classmethod
+    def _proxy_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            try:
+                proxyrules.parse_proxy(value.get_secret_value())
+            except proxyrules.ProxyConfigError as error:
+                raise ValueError(str(error)) from None
+        return value
+
+    @field_validator("no_proxy")
+    @classmethod
+    def _bypass(cls, values: list[str]) -> list[str]:
+        try:
+            proxyrules.parse_no_proxy(values)
+        except proxyrules.ProxyConfigError as error:
+            raise ValueError(str(error)) from None
+        return values
+
+    def egress(self) -> proxyrules.Egress | None:
+        """The proxy deliveries go through, with its bypass; None without one."""
+        proxy = self.proxy.get_secret_value() if self.proxy is not None else None
+        return proxyrules.egress(proxy, self.no_proxy)
 
     @field_validator("user_agent")
     @classmethod

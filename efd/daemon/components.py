@@ -520,6 +520,7 @@ def sender_options(settings: Settings) -> SenderOptions:
         allowed_networks=tuple(delivery.allowed_networks),
         ca_file=delivery.ca_file,
         response_head_bytes=delivery.response_head_bytes,
+        proxy=delivery.egress(),
     )
 
 

@@ -17,8 +17,9 @@ from efd.delivery.retry import AttemptResult, Verdict
 
 # Failures that say nothing about the receiver: efd's own sender process died, a bug, the
 # hook's client certificate files no longer load, or an action's OAuth2 token (its endpoint
-# gave none, or the receiver refused a cached one and the request went again with a new one).
-_NOT_THE_RECEIVER = frozenset({"interrupted", "internal", "client_cert", "token"})
+# gave none, or the receiver refused a cached one and the request went again with a new one),
+# or the egress proxy's own refusal.
+_NOT_THE_RECEIVER = frozenset({"interrupted", "internal", "client_cert", "token", "proxy"})
 
 
 class Change(StrEnum):

@@ -8,6 +8,11 @@ several times the CPU of the bytes it moves (docs/decisions.md). What the wire f
 lives in efd/delivery/wire.py (the request) and efd/delivery/reader.py (the answer); this
 module does the I/O.
 
+Through an HTTP proxy (`delivery.proxy`, the rules in efd/delivery/proxyrules.py), an HTTPS
+receiver is reached through a CONNECT tunnel with TLS to the receiver inside it, and a plain
+HTTP one with the request in absolute form; the receiver's name is still judged by the address
+guard first, and the proxy's own refusals are the error class `proxy`.
+
 Every failure is a `RequestFailed` carrying the error class of docs/delivery.md; nothing
 else escapes `Client.post` except cancellation and bugs.
 """
@@ -24,8 +29,9 @@ from typing import Any, cast
 
 from yarl import URL
 
-from efd.delivery import addresses, connect, netguard
+from efd.delivery import addresses, connect, netguard, proxyrules
 from efd.delivery.addresses import AddressInfo
+from efd.delivery.proxyrules import Proxy
 from efd.delivery.reader import Data, End, Head, ResponseReader
 from efd.delivery.wire import BadHeader, request_head
 
@@ -81,11 +87,6 @@ def parse_target(url: str) -> _Target:
         # As aiohttp did: a URL's userinfo is sent as Basic credentials, Latin-1 encoded.
         pair = f"{parsed.user or ''}:{parsed.password or ''}".encode("latin-1", "replace")
         authorization = "Basic " + base64.b64encode(pair).decode("ascii")
-    literal: tuple[tuple[Any, ...], ...] = ()
-    if ":" in host:
-        literal = ((socket.AF_INET6, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (host, port)),)
-    elif host.replace(".", "").isdigit():  # a dotted quad: numeric_host_problem let it by
-        literal = ((socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (host, port)),)
     return _Target(
         tls=parsed.scheme == "https",
         host=host,
@@ -93,8 +94,17 @@ def parse_target(url: str) -> _Target:
         host_header=host_header,
         path=parsed.raw_path_qs or "/",
         authorization=authorization,
-        literal=literal,
+        literal=_literal(host, port),
     )
+
+
+def _literal(host: str, port: int) -> tuple[tuple[Any, ...], ...]:
+    """The address info of an IP literal host, as getaddrinfo would answer; () for a name."""
+    if ":" in host:
+        return ((socket.AF_INET6, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (host, port)),)
+    if host.replace(".", "").isdigit():  # a dotted quad: numeric_host_problem let it by
+        return ((socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (host, port)),)
+    return ()
 
 
 class _Stale(Exception):
@@ -119,6 +129,9 @@ class _Connection(asyncio.Protocol):
         self._received = False
         self._head: Head | None = None
         self._kept = b""
+        # The head of the latest answer, kept after it: through a proxy in absolute form, its
+        # headers tell whether the proxy forwarded it.
+        self.answered: Head | None = None
 
     # -- asyncio.Protocol ----------------------------------------------------------------
 
@@ -139,7 +152,7 @@ class _Connection(asyncio.Protocol):
                     self._kept = kept + event.data[: self._keep - len(kept)]
             elif isinstance(event, Head):
                 if not event.interim:
-                    self._head = event
+                    self._head = self.answered = event
             elif isinstance(event, End):
                 self._finish(event)
             else:
@@ -214,6 +227,51 @@ class _Connection(asyncio.Protocol):
             waiter.set_exception(error)
 
 
+class _Tunnel(asyncio.Protocol):
+    """A connection to the proxy until its answer to CONNECT: `answer` is that answer's
+    head, or a RequestFailed("proxy") when the proxy gives none efd can read."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, proxy: Proxy) -> None:
+        self._proxy = proxy
+        self.answer: asyncio.Future[proxyrules.ConnectAnswer] = loop.create_future()
+        self.transport: asyncio.Transport | None = None
+        self.extra = False  # bytes came after the answer, before TLS started
+        self._data = b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self.answer.done():
+            self.extra = True
+            return
+        self._data += data
+        try:
+            answer = proxyrules.read_connect_answer(self._data)
+        except proxyrules.ProxyProtocolError as error:
+            self._fail(f"proxy {self._proxy.shown} sent {error} to CONNECT")
+            return
+        if answer is not None:
+            self._data = b""
+            self.answer.set_result(answer)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is None:
+            self._fail(f"proxy {self._proxy.shown} closed the connection before answering CONNECT")
+        else:
+            reason = str(exc) or type(exc).__name__
+            self._fail(f"proxy {self._proxy.shown}: {reason} before answering CONNECT")
+
+    def _fail(self, message: str) -> None:
+        if not self.answer.done():
+            self.answer.set_exception(RequestFailed(proxyrules.ERROR_CLASS, message))
+        self.close()
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
 def _lost_reason(exc: Exception | None, when: str) -> str:
     if exc is None:
         return f"the server closed the connection {when}"
@@ -239,8 +297,12 @@ class Client:
         limit: int,
         resolver: Resolver | None = None,
         attempt_delay: float = connect.ATTEMPT_DELAY,
+        proxy: proxyrules.Egress | None = None,
     ) -> None:
         self.timeout = timeout
+        # Requests go through `proxy.proxy` but to the hosts its bypass names.
+        self._egress = proxy
+        self._via: dict[str, Proxy | None] = {}
         # Names are resolved by `resolver` when given (a hosts table of one's own, a test's
         # names), else by the system's resolver.
         self._resolver = resolver
@@ -273,6 +335,19 @@ class Client:
             target = self._targets[url] = parse_target(url)
         return target
 
+    def via(self, target: _Target) -> Proxy | None:
+        """The proxy `target` is reached through; None when it is reached directly."""
+        egress = self._egress
+        if egress is None:
+            return None
+        try:
+            return self._via[target.host]
+        except KeyError:
+            if len(self._via) >= 4096:
+                self._via.clear()
+            via = self._via[target.host] = egress.proxy_for(target.host)
+            return via
+
     async def post(
         self,
         url: str,
@@ -288,10 +363,16 @@ class Client:
         target = self.target(url)
         if target.authorization is not None:
             headers = {**headers, "Authorization": target.authorization}
+        via = self.via(target) if self._egress is not None else None
+        path = target.path
+        forwarded = via is not None and not target.tls  # the proxy reads the request itself
+        if forwarded:
+            assert via is not None
+            path = proxyrules.absolute_target(target.host_header, path)
+            if via.authorization is not None:
+                headers = {**headers, "Proxy-Authorization": via.authorization}
         try:
-            request = (
-                request_head(target.path, target.host_header, headers, len(body), method) + body
-            )
+            request = request_head(path, target.host_header, headers, len(body), method) + body
         except BadHeader as error:
             raise RequestFailed("invalid_request", str(error)) from None
         tls = (context or self._tls) if target.tls else None
@@ -304,8 +385,9 @@ class Client:
         connection = self._idle_connection(key, now)
         reused = connection is not None
         if connection is None:
-            connection = await self._connect_by(deadline, target, tls)
+            connection = await self._connect_by(deadline, target, tls, via)
         while True:
+            connection.answered = None
             waiter = connection.send(request)
             # The deadline is a timer on this exchange (a new connection's connect and
             # handshake ran under the same deadline): cheaper per POST than a timeout
@@ -323,10 +405,16 @@ class Client:
                 # and the alternative is a failed attempt each time a receiver's idle
                 # timeout races a POST.
                 reused = False
-                connection = await self._connect_by(deadline, target, tls)
+                connection = await self._connect_by(deadline, target, tls, via)
                 continue
             except TimeoutError:
                 raise RequestFailed("timeout", self._timed_out) from None
+            except RequestFailed:
+                # A proxy may close the connection as it answers, unread body and all: an
+                # answer of its own cut short by the reset is still its answer.
+                if forwarded and (refused := _proxy_answer(via, connection.answered)):
+                    raise RequestFailed(proxyrules.ERROR_CLASS, refused) from None
+                raise
             except BaseException:  # cancelled: the answer's remains must not be read later
                 connection.abandon()
                 raise
@@ -341,17 +429,37 @@ class Client:
             idle.append(connection)
         else:
             connection.close()
+        if (
+            forwarded
+            and answer.status != 200
+            and (refused := _proxy_answer(via, connection.answered))
+        ):
+            raise RequestFailed(proxyrules.ERROR_CLASS, refused)
         return answer
 
     async def _connect_by(
-        self, deadline: float, target: _Target, tls: ssl.SSLContext | None
+        self, deadline: float, target: _Target, tls: ssl.SSLContext | None, via: Proxy | None
     ) -> _Connection:
         """A new connection, on which the receiver has not spoken first."""
+        progress: list[str] = []  # how far a connection through the proxy got
         try:
             async with asyncio.timeout_at(deadline):
-                connection = await self._connect(target, tls)
+                if via is None:
+                    connection = await self._connect(target, tls)
+                else:
+                    connection = await self._connect_via(via, target, tls, progress)
         except TimeoutError:
-            raise RequestFailed("timeout", self._timed_out) from None
+            if via is None or progress[-1:] == ["tunnel"]:
+                raise RequestFailed("timeout", self._timed_out) from None
+            if not progress:
+                message = f"proxy {via.shown}: no connection in {self.timeout:g} s"
+                raise RequestFailed(proxyrules.ERROR_CLASS, message) from None
+            # The proxy may be waiting on the receiver, whose address is not answering.
+            message = (
+                f"no answer from proxy {via.shown} to CONNECT "
+                f"{proxyrules.authority(target.host, target.port)} in {self.timeout:g} s"
+            )
+            raise RequestFailed("timeout", message) from None
         try:
             # One turn of the loop before the request is written: bytes the receiver sent
             # as the connection opened are read now and refused, rather than taken for
@@ -392,27 +500,125 @@ class Client:
     async def _resolve(self, target: _Target) -> Sequence[AddressInfo]:
         if target.literal:
             return target.literal
+        try:
+            return await self._lookup(target.host, target.port)
+        except OSError as error:  # socket.gaierror, or the resolver's own failure
+            raise RequestFailed("dns", str(error)) from None
+
+    async def _lookup(self, host: str, port: int) -> list[AddressInfo]:
+        """The addresses of `host`, cached for DNS_TTL; OSError when there are none."""
         loop = asyncio.get_running_loop()
-        key = (target.host, target.port)
+        key = (host, port)
         cached = self._dns.get(key)
         now = loop.time()
         if cached is not None and cached[0] > now:
             return cached[1]
-        try:
-            if self._resolver is None:
-                infos = await loop.getaddrinfo(
-                    target.host, target.port, type=socket.SOCK_STREAM, flags=socket.AI_ADDRCONFIG
-                )
-            else:
-                infos = list(await self._resolver(target.host, target.port))
-        except OSError as error:  # socket.gaierror, or the resolver's own failure
-            raise RequestFailed("dns", str(error)) from None
+        if self._resolver is None:
+            infos = await loop.getaddrinfo(
+                host, port, type=socket.SOCK_STREAM, flags=socket.AI_ADDRCONFIG
+            )
+        else:
+            infos = list(await self._resolver(host, port))
         if not infos:
-            raise RequestFailed("dns", f"no address for {target.host}")
+            raise OSError(f"no address for {host}")
         if len(self._dns) >= 4096:
             self._dns.clear()
         self._dns[key] = (now + DNS_TTL, infos)
         return infos
+
+    async def _connect_via(
+        self, via: Proxy, target: _Target, tls: ssl.SSLContext | None, progress: list[str]
+    ) -> _Connection:
+        """A new connection to the receiver through the proxy: to the proxy itself for plain
+        HTTP, or a tunnel with the TLS handshake with the receiver done inside it. The
+        receiver's name is judged first: the proxy connects wherever its own resolver says,
+        so every address efd finds must be one the guard allows. The proxy's own address is
+        the operator's choice and is not judged. `progress` gets "proxy" once the proxy
+        accepted the connection, "connect" once CONNECT is written, "tunnel" once it is
+        open."""
+        for info in await self._resolve(target):
+            if reason := netguard.check(str(info[4][0]), self._allowed):
+                raise RequestFailed("blocked", f"{GUARD_TAG}: {reason} is not allowed")
+        try:
+            infos = _literal(via.host, via.port) or await self._lookup(via.host, via.port)
+        except OSError as error:
+            message = f"proxy {via.shown}: cannot resolve {via.host}: {error}"
+            raise RequestFailed(proxyrules.ERROR_CLASS, message) from None
+        loop = asyncio.get_running_loop()
+
+        def factory() -> _Connection | _Tunnel:
+            if tls is None:
+                return _Connection(loop, self._keep, self._limit)
+            return _Tunnel(loop, via)
+
+        def attempt(info: AddressInfo) -> Callable[[], Coroutine[Any, Any, _Connection | _Tunnel]]:
+            async def open_one() -> _Connection | _Tunnel:
+                family, _type, _proto, _name, address = info
+                try:
+                    _, protocol = await loop.create_connection(
+                        factory, host=address[0], port=address[1], family=family
+                    )
+                except OSError as error:
+                    reason = str(error) or type(error).__name__
+                    message = f"proxy {via.shown}: cannot connect: {reason}"
+                    raise RequestFailed(proxyrules.ERROR_CLASS, message) from None
+                return protocol
+
+            return open_one
+
+        opened = await connect.race(
+            [attempt(info) for info in addresses.interleave(infos)],
+            self._attempt_delay,
+            discard=lambda protocol: protocol.close(),
+            final=lambda _error: False,
+        )
+        progress.append("proxy")
+        if isinstance(opened, _Connection):
+            return opened
+        try:
+            return await self._tunnel(opened, via, target, tls, progress)
+        except BaseException:
+            opened.close()
+            raise
+
+    async def _tunnel(
+        self,
+        tunnel: _Tunnel,
+        via: Proxy,
+        target: _Target,
+        tls: ssl.SSLContext | None,
+        progress: list[str],
+    ) -> _Connection:
+        """CONNECT through `tunnel`, then TLS with the receiver inside it, its name checked."""
+        assert tunnel.transport is not None
+        assert tls is not None
+        tunnel.transport.write(
+            proxyrules.connect_request(target.host, target.port, via.authorization)
+        )
+        progress.append("connect")
+        answer = await tunnel.answer
+        if refused := proxyrules.refusal(via, answer, target.host, target.port):
+            raise RequestFailed(proxyrules.ERROR_CLASS, refused)
+        if answer.rest or tunnel.extra:
+            message = f"proxy {via.shown} sent bytes after its answer to CONNECT"
+            raise RequestFailed(proxyrules.ERROR_CLASS, message)
+        progress.append("tunnel")
+        connection = _Connection(asyncio.get_running_loop(), self._keep, self._limit)
+        try:
+            transport = await asyncio.get_running_loop().start_tls(
+                tunnel.transport, connection, tls, server_hostname=target.host.rstrip(".")
+            )
+        except ssl.SSLCertVerificationError as error:
+            raise RequestFailed("tls", f"certificate rejected: {error}") from None
+        except ssl.SSLError as error:
+            raise RequestFailed("connect", f"TLS handshake failed: {error}") from None
+        except OSError as error:
+            reason = str(error) or type(error).__name__
+            raise RequestFailed("connect", f"TLS handshake failed: {reason}") from None
+        if transport is None:  # the tunnel closed as the handshake began
+            raise RequestFailed("connect", "TLS handshake failed: the tunnel closed")
+        connection.connection_made(transport)
+        return connection
 
     async def _connect(self, target: _Target, tls: ssl.SSLContext | None) -> _Connection:
         """A new connection, TLS handshake done, to whichever of the target's addresses the
@@ -455,6 +661,14 @@ class Client:
             discard=_Connection.close,
             final=_final,
         )
+
+
+def _proxy_answer(via: Proxy | None, head: Head | None) -> str | None:
+    """Why `head`, the answer to a request the proxy forwarded, is the proxy's own, if it is."""
+    if via is None or head is None:
+        return None
+    forwarded = any(name == b"via" for name, _ in head.headers)
+    return proxyrules.own_answer(via, head.status, head.reason.decode("latin-1"), forwarded)
 
 
 def _final(error: Exception) -> bool:

@@ -23,7 +23,7 @@ from typing import Any
 from efd.brokers.failures import PublishFailed
 from efd.brokers.publishers import Publishers
 from efd.brokers.targets import Target
-from efd.delivery import http1, netguard, outauth, tls, tokens
+from efd.delivery import http1, netguard, outauth, proxyrules, tls, tokens
 from efd.delivery.outauth import Auth, ClientCredentials
 from efd.delivery.retry import (
     AttemptResult,
@@ -67,8 +67,10 @@ class Sender:
         ca_file: str | None = None,
         response_head_bytes: int = 512,
         token_clock: Callable[[], float] = time.monotonic,
+        proxy: proxyrules.Egress | None = None,
     ) -> None:
         self.timeout = timeout
+        self._proxy = proxy
         self._allowed = netguard.parse_networks(allowed_networks)
         self._head_bytes = response_head_bytes
         self._ca_file = ca_file
@@ -97,9 +99,10 @@ class Sender:
             tls=self._ssl,
             keep=self._head_bytes,
             limit=_MAX_RESPONSE_BYTES,
+            proxy=self._proxy,
         )
         self._token_client = tokens.token_client(
-            timeout=self.timeout, allowed=self._allowed, tls=self._ssl
+            timeout=self.timeout, allowed=self._allowed, tls=self._ssl, proxy=self._proxy
         )
 
     async def close(self) -> None:
@@ -454,6 +457,7 @@ class SenderOptions:
     allowed_networks: tuple[str, ...]
     ca_file: str | None
     response_head_bytes: int
+    proxy: proxyrules.Egress | None = None
 
     def sender(self) -> Sender:
         return Sender(
@@ -461,6 +465,7 @@ class SenderOptions:
             allowed_networks=self.allowed_networks,
             ca_file=self.ca_file,
             response_head_bytes=self.response_head_bytes,
+            proxy=self.proxy,
         )
 
 

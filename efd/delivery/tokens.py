@@ -14,7 +14,7 @@ import ssl
 import time
 from collections.abc import Callable, Sequence
 
-from efd.delivery import http1, netguard
+from efd.delivery import http1, netguard, proxyrules
 from efd.delivery.outauth import ClientCredentials, Token, TokenError, fresh_until, scrub
 from efd.delivery.outauth import parse_token_response as parse
 
@@ -34,11 +34,21 @@ class TokenFailed(Exception):
 
 
 def token_client(
-    *, timeout: float, allowed: Sequence[netguard.IPNetwork], tls: ssl.SSLContext
+    *,
+    timeout: float,
+    allowed: Sequence[netguard.IPNetwork],
+    tls: ssl.SSLContext,
+    proxy: proxyrules.Egress | None = None,
 ) -> http1.Client:
-    """The client token endpoints are asked with: a delivery's, keeping the whole answer."""
+    """The client token endpoints are asked with: a delivery's (the same proxy too), keeping
+    the whole answer."""
     return http1.Client(
-        timeout=timeout, allowed=allowed, tls=tls, keep=MAX_TOKEN_RESPONSE, limit=MAX_TOKEN_RESPONSE
+        timeout=timeout,
+        allowed=allowed,
+        tls=tls,
+        keep=MAX_TOKEN_RESPONSE,
+        limit=MAX_TOKEN_RESPONSE,
+        proxy=proxy,
     )
 
 
