@@ -140,6 +140,9 @@ class DeliveryConfig(_Strict):
     # `circuit_probe_seconds`.
     circuit_failures: int = Field(default=10, ge=1, le=100000)
     circuit_probe_seconds: Seconds = 30
+    # A hook that answered nothing but failures for this long is disabled until an operator
+    # resumes it (docs/operators.md#pause-resume-and-auto-disable); unset: never.
+    disable_after_hours: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
     @field_validator("user_agent")
     @classmethod

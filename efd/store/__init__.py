@@ -2,7 +2,7 @@
 
 `Store` builds the shared `Database` (engines, the dialect's backend, the error edge) and
 the parts every daemon needs: ingestion, the delivery queue, jobs and retention, the
-listener. The other parts (operations, health, regulations, suppressions, profiles,
+listener, the pauses. The other parts (operations, health, regulations, suppressions, profiles,
 computations) take the Store and are built by whoever uses them. docs/architecture.md maps
 them.
 """
@@ -14,6 +14,7 @@ from efd.store.ingestion import Ingestion
 from efd.store.jobs import Jobs, JobsStore
 from efd.store.lanes import LanesStore
 from efd.store.listener import Listener, Listens
+from efd.store.pauses import PausesStore
 from efd.store.queue import DeliveryQueue, Queue
 from efd.store.retention import Retention, RetentionStore
 from efd.store.steps import Steps, StepsSource, no_steps
@@ -42,6 +43,7 @@ class Store:
         self.retention: Retention = RetentionStore(self.database)
         self.listener: Listens = Listener(self.database)
         self.lanes = LanesStore(self.database)
+        self.pauses = PausesStore(self.database)
 
     @property
     def single_process(self) -> bool:

@@ -6,6 +6,7 @@ attempts    one row per POST to one hook URL: the audit log.
 jobs        once-per-cluster periodic jobs; and the row readiness probes write.
 retention_kept  messages retention walked past that still had work; it looks at them again.
 lanes       per ordered destination and lane (user): the delivery at its head.
+pauses      destinations and hooks an operator paused or efd disabled (efd/store/pauses.py).
 
 profiles, identities, events, computations, computed_values: audiences and computed traits.
 regulations, regulation_subjects, suppressions: deletion requests.
@@ -25,6 +26,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    func,
     text,
 )
 
@@ -143,6 +145,22 @@ attempts = Table(
     Index("ix_attempts_delivery_id", "delivery_id"),
     Index("ix_attempts_attempted_at", "attempted_at"),
 )
+
+# One row per paused or disabled target: a whole destination (hook NULL) or one of its hooks,
+# numbered from 1 in the configuration's order (an actions destination's actions). `kind`:
+# paused (by an operator) or disabled (failing for [delivery] disable_after_hours). The
+# unique index holds one row per target; coalesce, since NULLs never collide in a unique key.
+pauses = Table(
+    "pauses",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("destination", String(200), nullable=False),
+    Column("hook", Integer),
+    Column("kind", String(10), nullable=False),
+    Column("reason", Text),
+    Column("since", Float, nullable=False),
+)
+Index("ux_pauses_target", pauses.c.destination, func.coalesce(pauses.c.hook, 0), unique=True)
 
 # Periodic jobs that must run once per cluster, not once per process: a process runs a job
 # only after moving its last_run_at forward, which one process at a time can do.

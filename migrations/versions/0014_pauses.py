@@ -1,0 +1,50 @@
+"""pauses: destinations and hooks an operator paused, or efd disabled
+
+Revision ID: 0014
+Revises: 0013
+Create Date: 2026-12-04
+
+One row per paused or disabled target (docs/operators.md#pause-resume-and-auto-disable): a
+whole destination (hook NULL) or one of its hooks, by its position in the configuration
+counted from 1. The unique index on (destination, coalesce(hook, 0)) keeps one row per
+target on both backends, where a plain unique key would let NULLs repeat. A new table: no
+rows are rewritten.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0014"
+down_revision = "0013"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "pauses",
+        sa.Column(
+            "id",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            primary_key=True,
+            autoincrement=True,
+        ),
+        sa.Column("destination", sa.String(200), nullable=False),
+        sa.Column("hook", sa.Integer()),
+        sa.Column("kind", sa.String(10), nullable=False),
+        sa.Column("reason", sa.Text()),
+        sa.Column("since", sa.Float(), nullable=False),
+    )
+    op.create_index(
+        "ux_pauses_target",
+        "pauses",
+        ["destination", sa.text("coalesce(hook, 0)")],
+        unique=True,
+    )
+
+
+def downgrade() -> None:
+    op.drop_index("ux_pauses_target", table_name="pauses")
+    op.drop_table("pauses")
