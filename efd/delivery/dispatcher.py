@@ -163,9 +163,14 @@ class Dispatcher:
         """New work may be due: claim now rather than at the next poll."""
         self._worker.notify()
 
-    def pauses_changed(self) -> None:
-        """A pause or resume was written: read the pauses now, not at the next look."""
-        self._pauses_read = -math.inf
+    async def pauses_changed(self) -> None:
+        """A pause or resume was written: apply it before the admin API answers, so that
+        nothing this process stores from then on is sent to what it paused."""
+        try:
+            if self._pauses is not None:
+                await self._read_pauses()
+        except StoreError:
+            self._pauses_read = -math.inf  # the next pass reads them
         self._worker.notify()
 
     @property

@@ -80,14 +80,14 @@ class AdminApi:
         db: AsyncStore,
         operations: Operations,
         on_due: Callable[[], None],
-        on_paused: Callable[[], None] | None = None,
+        on_paused: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._current = settings
         self._db = db
         self._ops = operations
         self._on_due = on_due  # new work is due now: the dispatcher's notify
         # A pause or resume was written: this process's dispatcher applies it at once.
-        self._on_paused = on_paused or on_due
+        self._on_paused = on_paused
         self._openapi = json.dumps(openapi.document(__version__)).encode()
 
     @property
@@ -245,7 +245,8 @@ class AdminApi:
             )
         )
         log.info("pause: %s, by the admin API%s", _named(row), f" ({reason})" if reason else "")
-        self._on_paused()
+        if self._on_paused is not None:
+            await self._on_paused()
         return json_response({"pause": pauses.pause_json(row)})
 
     async def _resume(self, request: web.Request) -> web.Response:
@@ -261,7 +262,8 @@ class AdminApi:
             log.info(
                 "resume: %s, by the admin API; %d deliveries due now", _named(Pause(*found)), due
             )
-            self._on_paused()
+            if self._on_paused is not None:
+                await self._on_paused()
             self._on_due()
         return json_response(
             {

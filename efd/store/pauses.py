@@ -89,7 +89,7 @@ class PausesStore:
         self, destination: str, hook: int | None, routes: Sequence[str], now: float
     ) -> tuple[PauseRow | None, int]:
         """Lift the target's pause or disable: (the row it lifted, or None when there was
-        none; how many pending deliveries of `routes` became due now)."""
+        none; how many pending deliveries of `routes`, not in flight, are due now)."""
         with self._db.write() as conn:
             existing = _row(conn, destination, hook)
             if existing is None or existing[2] == FAILING:
@@ -120,17 +120,22 @@ class PausesStore:
             .where(ours, deliveries.c.status == _QUEUED, waited < now)
             .values(first_attempt_at=case((waited > since, now), else_=waited + (now - since)))
         )
+        conn.execute(
+            update(deliveries)
+            .where(
+                ours,
+                deliveries.c.status == _PENDING,
+                deliveries.c.lease_owner.is_(None),
+                deliveries.c.next_attempt_at > now,
+            )
+            .values(next_attempt_at=now)
+        )
         return int(
             conn.execute(
-                update(deliveries)
-                .where(
-                    ours,
-                    deliveries.c.status == _PENDING,
-                    deliveries.c.lease_owner.is_(None),
-                    deliveries.c.next_attempt_at > now,
+                select(func.count()).where(
+                    ours, deliveries.c.status == _PENDING, deliveries.c.lease_owner.is_(None)
                 )
-                .values(next_attempt_at=now)
-            ).rowcount
+            ).scalar_one()
         )
 
     # -- runs of failures, for disable_after_hours --------------------------------------------
