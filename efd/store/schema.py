@@ -26,7 +26,6 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    func,
     text,
 )
 
@@ -148,8 +147,9 @@ attempts = Table(
 
 # One row per paused or disabled target: a whole destination (hook NULL) or one of its hooks,
 # numbered from 1 in the configuration's order (an actions destination's actions). `kind`:
-# paused (by an operator) or disabled (failing for [delivery] disable_after_hours). The
-# unique index holds one row per target; coalesce, since NULLs never collide in a unique key.
+# paused (by an operator), disabled (failing for [delivery] disable_after_hours), or failing
+# (a hook's run of failures, efd/store/pauses.py). One row per target: NULLs never collide in
+# a unique key, so the whole destination's row has a partial index of its own.
 pauses = Table(
     "pauses",
     metadata,
@@ -159,8 +159,15 @@ pauses = Table(
     Column("kind", String(10), nullable=False),
     Column("reason", Text),
     Column("since", Float, nullable=False),
+    Index("ux_pauses_hook", "destination", "hook", unique=True),
+    Index(
+        "ux_pauses_destination",
+        "destination",
+        unique=True,
+        sqlite_where=text("hook IS NULL"),
+        postgresql_where=text("hook IS NULL"),
+    ),
 )
-Index("ux_pauses_target", pauses.c.destination, func.coalesce(pauses.c.hook, 0), unique=True)
 
 # Periodic jobs that must run once per cluster, not once per process: a process runs a job
 # only after moving its last_run_at forward, which one process at a time can do.

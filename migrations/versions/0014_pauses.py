@@ -6,9 +6,9 @@ Create Date: 2026-12-04
 
 One row per paused or disabled target (docs/operators.md#pause-resume-and-auto-disable): a
 whole destination (hook NULL) or one of its hooks, by its position in the configuration
-counted from 1. The unique index on (destination, coalesce(hook, 0)) keeps one row per
-target on both backends, where a plain unique key would let NULLs repeat. A new table: no
-rows are rewritten.
+counted from 1. One row per target on both backends: a unique key on (destination, hook),
+and, since NULLs never collide in one, a partial unique index on destination for the whole
+destination's row. A new table: no rows are rewritten.
 """
 
 from __future__ import annotations
@@ -37,14 +37,18 @@ def upgrade() -> None:
         sa.Column("reason", sa.Text()),
         sa.Column("since", sa.Float(), nullable=False),
     )
+    op.create_index("ux_pauses_hook", "pauses", ["destination", "hook"], unique=True)
     op.create_index(
-        "ux_pauses_target",
+        "ux_pauses_destination",
         "pauses",
-        ["destination", sa.text("coalesce(hook, 0)")],
+        ["destination"],
         unique=True,
+        sqlite_where=sa.text("hook IS NULL"),
+        postgresql_where=sa.text("hook IS NULL"),
     )
 
 
 def downgrade() -> None:
-    op.drop_index("ux_pauses_target", table_name="pauses")
+    op.drop_index("ux_pauses_destination", table_name="pauses")
+    op.drop_index("ux_pauses_hook", table_name="pauses")
     op.drop_table("pauses")
