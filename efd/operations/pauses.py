@@ -19,8 +19,9 @@ def target(
     destination: str, payload: Any, hooks: Mapping[str, int], *, resume: bool = False
 ) -> tuple[str, int | None, str | None]:
     """(destination, hook or None, reason) from a pause's or a resume's body (or the CLI's
-    options): the destination must be configured (404) and the hook, when given, one of its
-    hooks by number, from 1 (400). `hooks`: each configured destination's hook count."""
+    options): the destination must be configured (404) and the hook, when given, a whole
+    number from 1 (400) that is one of its hooks (404). `hooks`: each configured
+    destination's hook count."""
     if payload is None:
         payload = {}
     if not isinstance(payload, dict):
@@ -42,14 +43,20 @@ def target(
             status=404,
         )
     hook = payload.get("hook")
-    if hook is not None and (
-        isinstance(hook, bool) or not isinstance(hook, int) or not 1 <= hook <= count
-    ):
+    if hook is not None and (isinstance(hook, bool) or not isinstance(hook, int) or hook < 1):
         raise ClientError(
             "invalid_field",
-            f"hook must be a whole number from 1 to {count}: the position of one of "
-            f"{destination!r}'s {count} hooks in the configuration",
+            "hook must be a whole number, from 1: a hook's position in the configuration",
             field="hook",
+        )
+    if hook is not None and hook > count:
+        # A number the request's form allows, which names nothing in this configuration.
+        raise ClientError(
+            "unknown_hook",
+            f"{destination!r} has {count} hook{'' if count == 1 else 's'}: hook must be a "
+            f"number from 1 to {count}, its position in the configuration",
+            field="hook",
+            status=404,
         )
     reason = payload.get("reason")
     if reason is not None and (not isinstance(reason, str) or len(reason) > MAX_REASON):

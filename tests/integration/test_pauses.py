@@ -216,9 +216,11 @@ async def test_pause_and_resume_need_the_token_and_refuse_bad_input(
         status, answer = await api(daemon.port, "POST", f"/admin/destinations/nope/{action}")
         assert (status, answer["code"]) == (404, "unknown_destination"), answer
         assert "nope" in answer["message"]
+        status, answer = await api(daemon.port, "POST", path, {"hook": 2})
+        assert (status, answer["code"], answer["field"]) == (404, "unknown_hook", "hook")
+        assert "from 1 to 1" in answer["message"]
         for body, field in [
             ({"hook": 0}, "hook"),
-            ({"hook": 2}, "hook"),
             ({"hook": "1"}, "hook"),
             ({"hook": True}, "hook"),
             ({"hook": 1.5}, "hook"),
@@ -248,7 +250,7 @@ async def test_the_cli_refuses_an_unknown_destination_or_hook(db_url: str, tmp_p
         run_cli, "pause", "hooks", "--hook", "3", "--config", config
     )
     assert code == 2
-    assert "hook must be a whole number from 1 to 1" in err
+    assert "hook must be a number from 1 to 1" in err
     code, out, _ = await asyncio.to_thread(run_cli, "resume", "hooks", "--config", config)
     assert code == 0
     assert "was not paused" in out

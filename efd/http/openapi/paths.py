@@ -433,10 +433,11 @@ def every_path() -> dict[str, Any]:
                         },
                         "paused",
                     ),
-                    "400": refusal(
-                        "a field is invalid (a hook it does not have); `field` names it"
+                    "400": refusal("a field is invalid; `field` names it"),
+                    "404": refusal(
+                        "the destination is not configured (unknown_destination), or has no "
+                        "such hook (unknown_hook)"
                     ),
-                    "404": refusal("the destination is not configured"),
                 },
             },
         ),
@@ -471,7 +472,10 @@ def every_path() -> dict[str, Any]:
                         "resumed, or nothing to resume",
                     ),
                     "400": refusal("a field is invalid; `field` names it"),
-                    "404": refusal("the destination is not configured"),
+                    "404": refusal(
+                        "the destination is not configured (unknown_destination), or has no "
+                        "such hook (unknown_hook)"
+                    ),
                 },
             },
         ),
