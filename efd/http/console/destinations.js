@@ -145,8 +145,8 @@ function destinationPanel(destination, series) {
       el(
         "tr",
         {},
-        ...["hook", "state", "circuit", "limit", "last error", "1 h attempts", "success", "p50", "p99",
-          "24 h attempts", "success", "p50", "p99"].map((h) => el("th", {}, h)),
+        ...["hook", "circuit", "limit", "last error", "1 h attempts", "success", "p50", "p99",
+          "24 h attempts", "success", "p50", "p99", "state"].map((h) => el("th", {}, h)),
       ),
     ),
   );
@@ -157,7 +157,6 @@ function destinationPanel(destination, series) {
         "tr",
         { class: "hook", data: { circuit: hook.circuit, paused: hook.pause ? hook.pause.kind : "" } },
         el("td", { class: "mono" }, `${hook.hook}. ${hook.url}`),
-        el("td", { class: "pause" }, ...pauseBadge(hook.pause), pauseButton(destination.destination, hook.hook, hook.pause)),
         el("td", {}, el("span", { class: "badge " + hook.circuit }, hook.circuit)),
         el(
           "td",
@@ -173,6 +172,8 @@ function destinationPanel(destination, series) {
         ),
         ...windowCells(hook.window["1h"]),
         ...windowCells(hook.window["24h"]),
+        // Last, so the figures keep their columns.
+        el("td", { class: "pause" }, ...pauseBadge(hook.pause), pauseButton(destination.destination, hook.hook, hook.pause)),
       ),
     );
   }
