@@ -341,10 +341,13 @@ class Dispatcher:
                 continue
             if all(self._circuits.is_open(url) for url in hooks):
                 # A probe is due: claim one delivery for it. Deliveries left waiting keep
-                # their retry window, so those whose window closed meanwhile expire now.
-                expired = await self._deliveries.expire_waiting(
-                    route.name, self._policy.window, now
-                )
+                # their retry window, so those whose window closed meanwhile expire now;
+                # not while a hook is paused, whose windows stand still.
+                expired = 0
+                if route.name not in self._paused.paused:
+                    expired = await self._deliveries.expire_waiting(
+                        route.name, self._policy.window, now
+                    )
                 if expired:
                     self._metrics.expired[route.name] += expired
                     log.error(
