@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from efd.delivery import dispatcher
 from tests.conftest import (
@@ -85,7 +86,7 @@ async def test_a_pause_outlasts_the_retry_window_and_a_restart(
 ) -> None:
     switch = Switch(503)
     receiver = await receiver_factory(switch)
-    window = 3.0
+    window = 4.0
     settings = paused_settings(db_url, [receiver.url], retry_window_seconds=window)
     config = str(write_toml(tmp_path / "efd.toml", settings))
     daemon = await daemon_factory(settings)
@@ -115,11 +116,19 @@ async def test_a_pause_outlasts_the_retry_window_and_a_restart(
     assert code == 0
     assert "hooks: paused since" in out
 
-    switch.status = 200
+    # The first attempt after the resume fails too: only a window moved past the pause
+    # leaves room for another.
+    resumed_at = len(receiver.received)
+
+    async def once_more(request: web.Request, n: int) -> web.StreamResponse:
+        return web.Response(status=503 if n == resumed_at + 1 else 200)
+
+    receiver.behaviour = once_more
     code, out, err = await asyncio.to_thread(run_cli, "resume", "hooks", "--config", config)
     assert code == 0, err
     assert "deliveries due now: 1" in out
     await eventually(lambda: statuses(db_url) == {"m-1": "delivered"}, timeout=15)
+    assert len(receiver.received) == resumed_at + 2
 
 
 async def test_pausing_one_hook_of_two_sends_the_other_everything(
@@ -275,3 +284,55 @@ async def test_a_pause_survives_a_reload(
     status, _ = await api(daemon.port, "POST", "/admin/destinations/hooks/resume")
     assert status == 200
     await receiver.wait_for(1)
+
+
+async def test_daemons_on_one_postgresql_store_each_apply_a_pause_within_a_poll(
+    db_url: str, daemon_factory: DaemonFactory, receiver_factory: ReceiverFactory
+) -> None:
+    if db_url.startswith("sqlite"):
+        pytest.skip("one daemon per SQLite file")
+    receiver = await receiver_factory()
+    settings = paused_settings(db_url, [receiver.url])
+    first = await daemon_factory(settings)
+    second = await daemon_factory(settings)
+    status, _ = await api(first.port, "POST", "/admin/destinations/hooks/pause")
+    assert status == 200
+    await asyncio.sleep(2 * dispatcher.PAUSE_POLL)  # the second daemon's look at the pauses
+    for i in range(10):
+        await send(second.port, f"b-{i}")
+        await send(first.port, f"a-{i}")
+    await asyncio.sleep(2 * dispatcher.PAUSE_POLL)
+    assert receiver.received == []
+    assert pending_unclaimed(db_url) == 20
+    assert (await destinations(second.port))["hooks"]["state"] == "paused"
+    status, answer = await api(second.port, "POST", "/admin/destinations/hooks/resume")
+    assert (status, answer["due"]) == (200, 20)
+    await receiver.wait_for(20)
+    await eventually(lambda: set(statuses(db_url).values()) == {"delivered"})
+    assert len(receiver.received) == 20
+
+
+async def test_a_paused_hooks_window_stands_still_while_another_hook_keeps_failing(
+    db_url: str, daemon_factory: DaemonFactory, receiver_factory: ReceiverFactory, tmp_path: Path
+) -> None:
+    up, down = await receiver_factory(), await receiver_factory(Switch(503))
+    window = 2.0
+    settings = paused_settings(db_url, [up.url, down.url], retry_window_seconds=window)
+    config = str(write_toml(tmp_path / "efd.toml", settings))
+    daemon = await daemon_factory(settings)
+    status, _ = await api(daemon.port, "POST", "/admin/destinations/hooks/pause", {"hook": 1})
+    assert status == 200
+    await send(daemon.port, "m-1")
+    await down.wait_for(1)
+    await asyncio.sleep(window + 1.5)  # hook 2 failed all along: its window alone has closed
+    assert up.received == []
+    assert statuses(db_url) == {"m-1": "pending"}
+    code, out, _ = await asyncio.to_thread(
+        run_cli, "inspect", "--source", "web", "--message-id", "m-1", "--config", config
+    )
+    assert code == 0
+    assert "hook 1 of hooks: paused since" in out
+    status, _ = await api(daemon.port, "POST", "/admin/destinations/hooks/resume", {"hook": 1})
+    assert status == 200
+    await up.wait_for(1)
+    await eventually(lambda: statuses(db_url) == {"m-1": "delivered"})
