@@ -51,6 +51,9 @@ PAUSE_POLL = 1.0
 # Seconds a claimed delivery whose every remaining hook is paused is put back for; a resume
 # makes it due at once anyway.
 _PAUSED_RETRY = 60.0
+# Seconds a hook's run of failures lasts, as this process sees it, before it is written to
+# the store (disable_after_hours): shorter runs, a flapping receiver's, cost no write.
+NOTE_AFTER = 30.0
 
 
 class Dispatcher:
@@ -94,11 +97,12 @@ class Dispatcher:
         self._paused = pausing.Held()
         self._pauses_read = -math.inf
         self._disable_after = delivery.disable_after_hours
-        # (route, hook URL) -> when its run of failures began (None: being noted); and
-        # those known to have answered since this process started, whose run is over.
-        self._failing: dict[tuple[str, str], float | None] = {}
-        self._answering: set[tuple[str, str]] = set()
-        self._disabling: set[tuple[str, str]] = set()
+        # disable_after_hours: (route, hook URL) -> when its run of failures began as this
+        # process saw it; (destination, hook) -> the start of its run in the store, as last
+        # read with the pauses; and the targets whose row is being written.
+        self._run_began: dict[tuple[str, str], float] = {}
+        self._runs: dict[tuple[str, int], float] = {}
+        self._writing: set[tuple[str, int]] = set()
         self._buckets = _buckets(settings.value)
         # A destination held back by its hooks' rate limits: when to claim for it again.
         self._paced: dict[str, float] = {}
@@ -256,7 +260,13 @@ class Dispatcher:
         deliveries of a route that is sent to again."""
         assert self._pauses is not None
         self._pauses_read = self._clock.now()
-        rows = tuple(pausing.Pause(*row) for row in await self._pauses.all())
+        every = [pausing.Pause(*row) for row in await self._pauses.all()]
+        self._runs = {
+            (p.destination, p.hook): p.since
+            for p in every
+            if p.kind == pausing.FAILING and p.hook is not None
+        }
+        rows = tuple(p for p in every if p.kind != pausing.FAILING)
         if rows == self._pause_rows:
             return
         before = {(p.destination, p.hook): p for p in self._pause_rows}
@@ -274,8 +284,7 @@ class Dispatcher:
                 log.info("%s is resumed (it was %s)", pausing.target_name(*key), p.kind)
                 # A hook resumed from a disable starts a new run of failures.
                 for hook in self._targets.hooks.get(key[0], ()):
-                    self._failing.pop(hook, None)
-                    self._answering.discard(hook)
+                    self._run_began.pop(hook, None)
         was_paused = self._paused.paused
         self._pause_rows = rows
         self._paused = pausing.apply(self._targets, rows)
@@ -684,71 +693,77 @@ class Dispatcher:
     # -- disable_after_hours --------------------------------------------------------------
 
     def _count_failures(self, route: Route, results: list[AttemptResult], now: float) -> None:
-        """Follow each hook's run of failures (in the store, so it counts every daemon's
-        attempts and outlives a restart) and disable the hook whose run reached
-        disable_after_hours."""
+        """Follow each hook's run of failures and disable the hook whose run reached
+        disable_after_hours. A run that lasts NOTE_AFTER is written to the store, so that it
+        outlives a restart and counts every daemon's attempts; a success ends it there
+        (seen in the store's rows, read with the pauses, so a healthy hook costs no write)."""
         assert self._disable_after is not None
         threshold = self._disable_after * 3600.0
         for result in results:
             if not tells_of_receiver(result):
                 continue
             key = (route.name, result.hook_url)
+            target = self._targets.number(*key)
+            if target is None:
+                continue
             if result.verdict is Verdict.SUCCESS:
-                if key not in self._answering:
-                    self._answering.add(key)
-                    self._failing.pop(key, None)
-                    self._background(self._hook_answered(key))
+                self._run_began.pop(key, None)
+                if target in self._runs and target not in self._writing:
+                    self._writing.add(target)
+                    self._background(self._hook_answered(target))
                 continue
-            self._answering.discard(key)
-            if key not in self._failing:
-                self._failing[key] = None
-                self._background(self._hook_failed(key, now))
+            began = self._run_began.setdefault(key, now)
+            stored = self._runs.get(target)
+            if target in self._writing:
                 continue
-            began = self._failing[key]
-            if began is not None and now - began >= threshold and key not in self._disabling:
-                self._disabling.add(key)
-                last = result.describe(route.labels.get(result.hook_url) or "hook")
-                self._background(self._disable(key, began, last, now - threshold, now))
+            if stored is not None:
+                if now - stored >= threshold:
+                    self._writing.add(target)
+                    last = result.describe(route.labels.get(result.hook_url) or "hook")
+                    self._background(self._disable(target, stored, last, now - threshold, now))
+            elif now - began >= min(NOTE_AFTER, threshold / 2):
+                self._writing.add(target)
+                self._background(self._hook_failed(target, began))
 
-    async def _hook_answered(self, key: tuple[str, str]) -> None:
+    async def _hook_answered(self, target: tuple[str, int]) -> None:
         assert self._pauses is not None
-        target = self._targets.number(*key)
-        if target is None:
-            return
         try:
             await self._pauses.answered(*target)
+            self._runs.pop(target, None)
         except StoreError:
-            self._answering.discard(key)  # noted again at its next success
+            pass  # ended at its next success
+        finally:
+            self._writing.discard(target)
 
-    async def _hook_failed(self, key: tuple[str, str], now: float) -> None:
+    async def _hook_failed(self, target: tuple[str, int], began: float) -> None:
         assert self._pauses is not None
-        target = self._targets.number(*key)
-        if target is None:
-            return
         try:
-            row = pausing.Pause(*await self._pauses.failing(*target, now))
+            row = pausing.Pause(*await self._pauses.failing(*target, began))
         except StoreError:
-            self._failing.pop(key, None)  # noted again at its next failure
-            return
-        if key in self._failing and row.kind == pausing.FAILING:
-            self._failing[key] = row.since
+            return  # written at its next failure
+        finally:
+            self._writing.discard(target)
+        if row.kind == pausing.FAILING:
+            self._runs[target] = row.since  # an earlier start, if another daemon wrote one
 
     async def _disable(
-        self, key: tuple[str, str], began: float, last: str, started_before: float, now: float
+        self,
+        target: tuple[str, int],
+        began: float,
+        last: str,
+        started_before: float,
+        now: float,
     ) -> None:
         assert self._pauses is not None
-        target = self._targets.number(*key)
+        reason = pausing.disabled_reason(began, last)
         try:
-            if target is None:
-                return
-            reason = pausing.disabled_reason(began, last)
             done = await self._pauses.disable(*target, reason, started_before, now)
         except StoreError:
             return  # tried again at its next failure
         finally:
-            self._disabling.discard(key)
+            self._writing.discard(target)
         if not done:
-            self._failing.pop(key, None)  # another answered, or it is paused: look again
+            self._runs.pop(target, None)  # another answered, or it is paused: look again
             return
         destination, hook = target
         log.warning(

@@ -32,13 +32,14 @@ class Pauses(Protocol):
     """What the dispatcher asks of the store about pauses (efd/store/pauses.py)."""
 
     async def all(self) -> Sequence[tuple[str, int | None, str, str | None, float]]:
-        """Every pause and disable."""
+        """Every pause and disable, and every run of failures (kind failing)."""
         ...
 
     async def failing(
-        self, destination: str, hook: int, now: float
+        self, destination: str, hook: int, began: float
     ) -> tuple[str, int | None, str, str | None, float]:
-        """Note a failure of the hook; the target's row afterwards (a run's start)."""
+        """Note the hook's run of failures that began at `began`; the target's row
+        afterwards (an earlier run's start, or a pause, when one is there)."""
         ...
 
     async def answered(self, destination: str, hook: int) -> bool:

@@ -140,19 +140,19 @@ class PausesStore:
 
     # -- runs of failures, for disable_after_hours --------------------------------------------
 
-    def failing(self, destination: str, hook: int, now: float) -> PauseRow:
-        """Note that the hook failed at `now`: the row of its target as it is afterwards
-        (the run's start, when a run was already noted; or a pause, when one is there)."""
+    def failing(self, destination: str, hook: int, began: float) -> PauseRow:
+        """Note the hook's run of failures that began at `began`: the row of its target as
+        it is afterwards (an earlier start, when a run was already noted; or a pause)."""
         with self._db.write() as conn:
             existing = _row(conn, destination, hook)
             if existing is not None:
                 return existing
             conn.execute(
                 pauses.insert().values(
-                    destination=destination, hook=hook, kind=FAILING, reason=None, since=now
+                    destination=destination, hook=hook, kind=FAILING, reason=None, since=began
                 )
             )
-            return (destination, hook, FAILING, None, now)
+            return (destination, hook, FAILING, None, began)
 
     def answered(self, destination: str, hook: int) -> bool:
         """The hook succeeded: its run of failures, if one was noted, ends. True if one did."""

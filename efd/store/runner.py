@@ -190,10 +190,10 @@ class AsyncPauses:
         self._pauses = db.store.pauses
 
     async def all(self) -> list[PauseRow]:
-        return await self._db.read(self._pauses.all)
+        return await self._db.read(self._pauses.all, failing=True)
 
-    async def failing(self, destination: str, hook: int, now: float) -> PauseRow:
-        return await self._db.write(self._pauses.failing, destination, hook, now)
+    async def failing(self, destination: str, hook: int, began: float) -> PauseRow:
+        return await self._db.write(self._pauses.failing, destination, hook, began)
 
     async def answered(self, destination: str, hook: int) -> bool:
         return await self._db.write(self._pauses.answered, destination, hook)

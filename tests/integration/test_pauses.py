@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -336,3 +338,28 @@ async def test_a_paused_hooks_window_stands_still_while_another_hook_keeps_faili
     assert status == 200
     await up.wait_for(1)
     await eventually(lambda: statuses(db_url) == {"m-1": "delivered"})
+
+
+async def test_a_run_of_failures_outlives_a_restart(
+    db_url: str, daemon_factory: DaemonFactory, receiver_factory: ReceiverFactory
+) -> None:
+    receiver = await receiver_factory(Switch(503))
+    hours = 0.002  # 7.2 s; the run is written to the store after half of it
+    settings = paused_settings(db_url, [receiver.url], disable_after_hours=hours)
+    daemon = await daemon_factory(settings)
+    await send(daemon.port, "m-1")
+    await receiver.wait_for(1)
+    began = receiver.received[0].at
+    failing = "SELECT since FROM pauses WHERE kind = 'failing'"
+    await eventually(lambda: sql(db_url, failing), timeout=15)
+    await daemon.stop()
+    restarted = time.time()
+    daemon = await daemon_factory(settings)
+    rows = await eventually(
+        lambda: sql(db_url, "SELECT reason FROM pauses WHERE kind = 'disabled'"), timeout=20
+    )
+    # The run counted from before the restart: the reason names its start.
+    since = rows[0][0].removeprefix("failing since ").split(" ")[0]
+    started = datetime.fromisoformat(since.replace("Z", "+00:00")).timestamp()
+    assert started < restarted
+    assert abs(started - began) < 2
