@@ -96,6 +96,7 @@ class Dispatcher:
         self._pause_rows: tuple[pausing.Pause, ...] = ()
         self._paused = pausing.Held()
         self._pauses_read = -math.inf
+        self._pauses_lock = asyncio.Lock()  # the loop's read and the admin API's, one at a time
         self._disable_after = delivery.disable_after_hours
         # disable_after_hours: (route, hook URL) -> when its run of failures began as this
         # process saw it; (destination, hook) -> the start of its run in the store, as last
@@ -259,8 +260,13 @@ class Dispatcher:
         """Take the pauses in the store; log what changed, and look at once for the
         deliveries of a route that is sent to again."""
         assert self._pauses is not None
-        self._pauses_read = self._clock.now()
-        every = [pausing.Pause(*row) for row in await self._pauses.all()]
+        async with self._pauses_lock:
+            self._pauses_read = self._clock.now()
+            every = [pausing.Pause(*row) for row in await self._pauses.all()]
+            self._take_pauses(every)
+
+    def _take_pauses(self, every: list[pausing.Pause]) -> None:
+        """Apply the store's rows: the pauses and disables, and the runs of failures."""
         self._runs = {
             (p.destination, p.hook): p.since
             for p in every
