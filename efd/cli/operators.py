@@ -1,5 +1,6 @@
-"""The operator's commands (inspect, deliveries, lanes, redrive, replay, discard): the rules
-of efd/operations/selection.py, on the database directly, as the admin API applies them."""
+"""The operator's commands (inspect, deliveries, lanes, redrive, replay, discard, pause,
+resume): the rules of efd/operations/selection.py and pauses.py, on the database directly,
+as the admin API applies them."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ def _operator_command(run: Any) -> Any:
         from efd.errors import StoreError
 
         settings, store, operations = _operations(args)
+        args.pauses = store.pauses  # the tables note the pauses of the destinations they show
         try:
             code: int = run(args, settings, operations)
             return code
@@ -45,6 +47,47 @@ def _operator_command(run: Any) -> Any:
             store.dispose()
 
     return command
+
+
+def _pause_command(run: Any) -> Any:
+    """Runs `run(args, settings, store)` for `efd pause` and `efd resume`: bad arguments
+    (an unknown destination or hook) exit 2, an unreachable store 1."""
+
+    def command(args: argparse.Namespace) -> int:
+        from efd.errors import ClientError, StoreError
+
+        settings, store, _ = _operations(args)
+        try:
+            code: int = run(args, settings, store)
+            return code
+        except ClientError as error:
+            print(f"efd {args.command}: {error.message}", file=sys.stderr)
+            return 2
+        except StoreError as error:
+            print(f"efd {args.command}: the store is unavailable: {error}", file=sys.stderr)
+            return 1
+        finally:
+            store.dispose()
+
+    return command
+
+
+def _paused_notes(
+    args: argparse.Namespace, settings: config.Settings, shown: set[str]
+) -> list[str]:
+    """A line per pause or disable of a destination in `shown` (route names, as deliveries
+    name them), for the tables of `efd deliveries` and `efd inspect`."""
+    from efd.delivery.pausing import Pause, target_name
+    from efd.operations.pauses import describe
+
+    owners = {name: d.name for d in settings.destinations for name in (d.name, *d.route_names())}
+    wanted = {owners[name] for name in shown if name in owners}
+    rows = [Pause(*row) for row in args.pauses.all()]
+    return [
+        f"{target_name(p.destination, p.hook)}: {describe(p)}"
+        for p in rows
+        if p.destination in wanted
+    ]
 
 
 def _print_json(value: Any) -> None:
@@ -108,6 +151,8 @@ def _inspect(args: argparse.Namespace, settings: config.Settings, operations: An
                 print(f"    error: {a['error']}")
             if a["response"]:
                 print(f"    response: {_short(' '.join(a['response'].split()), 100)}")
+    for note in _paused_notes(args, settings, {d["destination"] for d in shown["deliveries"]}):
+        print(note)
     return 0
 
 
@@ -156,6 +201,8 @@ def _deliveries(args: argparse.Namespace, settings: config.Settings, operations:
         print("* a replay")
     if page["nextCursor"]:
         print(f"more: add --cursor {page['nextCursor']}")
+    for note in _paused_notes(args, settings, {d["destination"] for d in page["deliveries"]}):
+        print(note)
     return 0
 
 
@@ -275,6 +322,55 @@ def _replay(args: argparse.Namespace, settings: config.Settings, operations: Any
     return 0
 
 
+def _pause(args: argparse.Namespace, settings: config.Settings, store: Any) -> int:
+    import time
+
+    from efd.delivery.pausing import Pause
+    from efd.http.admin import numbered_hooks
+    from efd.operations.pauses import describe, pause_json, target
+
+    counts = {d: len(h) for d, h in numbered_hooks(settings).items()}
+    given = _given(args, "hook", "reason")
+    destination, hook, reason = target(args.destination, given, counts)
+    row = Pause(*store.pauses.pause(destination, hook, reason, time.time()))
+    if args.json:
+        _print_json({"pause": pause_json(row)})
+    else:
+        what = destination if hook is None else f"hook {hook} of {destination}"
+        print(f"{what}: {describe(row)}; a running daemon applies it within a second")
+    return 0
+
+
+def _resume(args: argparse.Namespace, settings: config.Settings, store: Any) -> int:
+    import time
+
+    from efd.delivery.pausing import Pause
+    from efd.http.admin import numbered_hooks
+    from efd.operations.pauses import pause_json, target
+
+    numbered = numbered_hooks(settings)
+    counts = {d: len(h) for d, h in numbered.items()}
+    destination, hook, _ = target(args.destination, _given(args, "hook"), counts, resume=True)
+    routes = list(dict.fromkeys(name for name, _ in numbered[destination]))
+    found, due = store.pauses.resume(destination, hook, routes, time.time())
+    if args.json:
+        _print_json({"resumed": None if found is None else pause_json(Pause(*found)), "due": due})
+        return 0
+    what = destination if hook is None else f"hook {hook} of {destination}"
+    if found is None:
+        print(f"{what} was not paused or disabled: nothing changed")
+    else:
+        print(f"{what} is resumed (it was {found[2]}); deliveries due now: {due}")
+    return 0
+
+
+def _hook_number(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
+
+
 def add_parsers(sub: Any) -> None:
     def common(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--config", required=True, help="path of the TOML configuration")
@@ -342,3 +438,22 @@ def add_parsers(sub: Any) -> None:
         "--dry-run", action="store_true", help="count what would be discarded, change nothing"
     )
     discard.set_defaults(func=_operator_command(_discard))
+
+    pause = sub.add_parser(
+        "pause", help="send a destination, or one of its hooks, nothing until resumed"
+    )
+    common(pause)
+    pause.add_argument("destination", help="a configured destination")
+    pause.add_argument(
+        "--hook",
+        type=_hook_number,
+        help="only this hook: its position in the configuration, from 1",
+    )
+    pause.add_argument("--reason", help="why, shown wherever the pause is")
+    pause.set_defaults(func=_pause_command(_pause))
+
+    resume = sub.add_parser("resume", help="send to a paused or disabled destination or hook again")
+    common(resume)
+    resume.add_argument("destination", help="a configured destination")
+    resume.add_argument("--hook", type=_hook_number, help="the hook, as it was paused")
+    resume.set_defaults(func=_pause_command(_resume))

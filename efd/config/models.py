@@ -175,6 +175,10 @@ class DeliveryConfig(_Strict):
         proxy = self.proxy.get_secret_value() if self.proxy is not None else None
         return proxyrules.egress(proxy, self.no_proxy)
 
+    # A hook that answered nothing but failures for this long is disabled until an operator
+    # resumes it (docs/operators.md#pause-resume-and-auto-disable); unset: never.
+    disable_after_hours: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+
     @field_validator("user_agent")
     @classmethod
     def _header_value(cls, value: str) -> str:

@@ -57,7 +57,7 @@ from efd.store.health import HealthStore
 from efd.store.operations import OperationsStore
 from efd.store.profiles import ProfilesStore
 from efd.store.regulations import Regulations, RegulationsStore
-from efd.store.runner import AsyncDeliveries, AsyncStore
+from efd.store.runner import AsyncDeliveries, AsyncPauses, AsyncStore
 from efd.store.suppressions import Suppressions
 
 log = logging.getLogger("efd.daemon")
@@ -331,6 +331,7 @@ class Delivery:
             metrics=shared.metrics,
             owner=shared.owner,
             hub=shared.hub,
+            pauses=AsyncPauses(db),
         )
         if db.store.listener.available:
             _listen_for_work(stack, db.store, dispatcher.notify)
@@ -425,7 +426,13 @@ class Http:
             regulations=storage.parts.regulations,
             on_created=self._services.runner.notify,
         )
-        admin = AdminApi(shared.settings, db=db, operations=storage.parts.operations, on_due=notify)
+        admin = AdminApi(
+            shared.settings,
+            db=db,
+            operations=storage.parts.operations,
+            on_due=notify,
+            on_paused=self._delivery.dispatcher.pauses_changed,
+        )
         live = LiveApi(
             shared.settings,
             db=db,

@@ -22,6 +22,12 @@ from efd.delivery.retry import AttemptResult, Verdict
 _NOT_THE_RECEIVER = frozenset({"interrupted", "internal", "client_cert", "token", "proxy"})
 
 
+def tells_of_receiver(result: AttemptResult) -> bool:
+    """Whether the attempt's result says something about the receiver: the circuits, and
+    [delivery] disable_after_hours's runs of failures, count only those."""
+    return result.error_class not in _NOT_THE_RECEIVER
+
+
 class Change(StrEnum):
     OPENED = "opened"
     CLOSED = "closed"

@@ -20,14 +20,14 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 from efd.config import Settings
-from efd.delivery import ratelimit, reporting, retry
+from efd.delivery import pausing, ratelimit, reporting, retry
 from efd.delivery.ahead import Ahead
-from efd.delivery.circuit import Change, Circuits
+from efd.delivery.circuit import Change, Circuits, tells_of_receiver
 from efd.delivery.handoff import Grant, Room
 from efd.delivery.leases import Leases
 from efd.delivery.ports import Deliveries, Rounds
 from efd.delivery.recorder import Recorded, Recorder
-from efd.delivery.retry import AttemptResult, RetryPolicy
+from efd.delivery.retry import AttemptResult, RetryPolicy, Verdict
 from efd.delivery.rounds import attempt_rows, due_once_written, moves_lane_on, outcome_of
 from efd.errors import StoreError
 from efd.loop import SYSTEM_CLOCK, Clock, Worker
@@ -45,6 +45,15 @@ _IDLE_POLL = 1.0  # seconds; the longest a due retry can wait unnoticed
 _COALESCE = 0.002  # seconds to let wake-ups pile up into one claim
 # Seconds a stop gives rounds in flight beyond their timeout.
 SHUTDOWN_MARGIN = 2.0
+# Seconds between looks at the pauses table: how soon every daemon on the store applies a
+# pause or resume made elsewhere (the CLI, another daemon's admin API).
+PAUSE_POLL = 1.0
+# Seconds a claimed delivery whose every remaining hook is paused is put back for; a resume
+# makes it due at once anyway.
+_PAUSED_RETRY = 60.0
+# Seconds a hook's run of failures lasts, as this process sees it, before it is written to
+# the store (disable_after_hours): shorter runs, a flapping receiver's, cost no write.
+NOTE_AFTER = 30.0
 
 
 class Dispatcher:
@@ -69,6 +78,7 @@ class Dispatcher:
         rng: random.Random | None = None,
         hub: Hub | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        pauses: pausing.Pauses | None = None,
     ) -> None:
         delivery = settings.value.delivery
         self._clock = clock
@@ -80,6 +90,20 @@ class Dispatcher:
         self._routes = {
             r.name: r for d in settings.value.destinations for r in d.routes(delivery.user_agent)
         }
+        # Pauses (efd/delivery/pausing.py): read from the store every PAUSE_POLL seconds.
+        self._pauses = pauses
+        self._targets = _targets(settings.value, self._routes)
+        self._pause_rows: tuple[pausing.Pause, ...] = ()
+        self._paused = pausing.Held()
+        self._pauses_read = -math.inf
+        self._pauses_lock = asyncio.Lock()  # the loop's read and the admin API's, one at a time
+        self._disable_after = delivery.disable_after_hours
+        # disable_after_hours: (route, hook URL) -> when its run of failures began as this
+        # process saw it; (destination, hook) -> the start of its run in the store, as last
+        # read with the pauses; and the targets whose row is being written.
+        self._run_began: dict[tuple[str, str], float] = {}
+        self._runs: dict[tuple[str, int], float] = {}
+        self._writing: set[tuple[str, int]] = set()
         self._buckets = _buckets(settings.value)
         # A destination held back by its hooks' rate limits: when to claim for it again.
         self._paced: dict[str, float] = {}
@@ -144,6 +168,16 @@ class Dispatcher:
         """New work may be due: claim now rather than at the next poll."""
         self._worker.notify()
 
+    async def pauses_changed(self) -> None:
+        """A pause or resume was written: apply it before the admin API answers, so that
+        nothing this process stores from then on is sent to what it paused."""
+        try:
+            if self._pauses is not None:
+                await self._read_pauses()
+        except StoreError:
+            self._pauses_read = -math.inf  # the next pass reads them
+        self._worker.notify()
+
     @property
     def running(self) -> bool:
         """Whether the claiming loop is alive."""
@@ -167,6 +201,9 @@ class Dispatcher:
             self._ready.setdefault(name, deque())
             self._backlog.setdefault(name, True)  # look at once: it may have work waiting
         self._routes = routes
+        self._targets = _targets(settings, routes)
+        self._paused = pausing.apply(self._targets, self._pause_rows)
+        self._disable_after = settings.delivery.disable_after_hours
         self._buckets = _buckets(settings)
         self._paced = {name: at for name, at in self._paced.items() if name in self._buckets}
         self._ordered = settings.ordered()
@@ -209,6 +246,8 @@ class Dispatcher:
     async def _step(self) -> float:
         """One pass: claim and start what is due; how long the worker may then wait."""
         try:
+            if self._pauses is not None and self._clock.now() - self._pauses_read >= PAUSE_POLL:
+                await self._read_pauses()
             busy = await self._claim_round()
             wait = 0.0 if busy else await self._idle_wait()
         except StoreError:
@@ -216,6 +255,52 @@ class Dispatcher:
             raise  # the worker backs off and logs it
         self._held.database_answered()
         return wait
+
+    async def _read_pauses(self) -> None:
+        """Take the pauses in the store; log what changed, and look at once for the
+        deliveries of a route that is sent to again."""
+        assert self._pauses is not None
+        async with self._pauses_lock:
+            self._pauses_read = self._clock.now()
+            every = [pausing.Pause(*row) for row in await self._pauses.all()]
+            self._take_pauses(every)
+
+    def _take_pauses(self, every: list[pausing.Pause]) -> None:
+        """Apply the store's rows: the pauses and disables, and the runs of failures."""
+        self._runs = {
+            (p.destination, p.hook): p.since
+            for p in every
+            if p.kind == pausing.FAILING and p.hook is not None
+        }
+        rows = tuple(p for p in every if p.kind != pausing.FAILING)
+        if rows == self._pause_rows:
+            return
+        before = {(p.destination, p.hook): p for p in self._pause_rows}
+        after = {(p.destination, p.hook): p for p in rows}
+        for key, p in after.items():
+            was = before.get(key)
+            if p.kind == pausing.PAUSED and (was is None or was.kind != p.kind):
+                log.info(
+                    "%s is paused: nothing is sent to it until resumed%s",
+                    pausing.target_name(*key),
+                    f" ({p.reason})" if p.reason else "",
+                )
+        for key, p in before.items():
+            if key not in after:
+                log.info("%s is resumed (it was %s)", pausing.target_name(*key), p.kind)
+                # A hook resumed from a disable starts a new run of failures.
+                for hook in self._targets.hooks.get(key[0], ()):
+                    self._run_began.pop(hook, None)
+        was_paused = self._paused.paused
+        self._pause_rows = rows
+        self._paused = pausing.apply(self._targets, rows)
+        now = self._clock.now()
+        for name in was_paused:
+            if was_paused[name] != self._paused.paused.get(name) and name in self._backlog:
+                self._backlog[name] = True
+                self._due_hint = min(self._due_hint, now)
+        for route in self._routes.values():
+            self._offer(route)
 
     def _capacity(self, route: Route) -> int:
         # Comparisons, not min() and max(): this runs several times a round, and a call
@@ -245,6 +330,11 @@ class Dispatcher:
             ready = self._ready.get(route.name)
             if ready is None:
                 continue  # removed by a reload meanwhile
+            if route.name in self._paused.held:
+                # Paused or disabled, every hook: nothing is claimed, nothing expires.
+                self._backlog[route.name] = False
+                self._start_ready(route)  # what was claimed before the pause goes back
+                continue
             buckets = self._buckets.get(route.name)
             now = self._clock.now()
             if buckets and now < self._paced.get(route.name, 0.0):
@@ -266,10 +356,13 @@ class Dispatcher:
                 continue
             if all(self._circuits.is_open(url) for url in hooks):
                 # A probe is due: claim one delivery for it. Deliveries left waiting keep
-                # their retry window, so those whose window closed meanwhile expire now.
-                expired = await self._deliveries.expire_waiting(
-                    route.name, self._policy.window, now
-                )
+                # their retry window, so those whose window closed meanwhile expire now;
+                # not while a hook is paused, whose windows stand still.
+                expired = 0
+                if route.name not in self._paused.paused:
+                    expired = await self._deliveries.expire_waiting(
+                        route.name, self._policy.window, now
+                    )
                 if expired:
                     self._metrics.expired[route.name] += expired
                     log.error(
@@ -370,6 +463,8 @@ class Dispatcher:
         for route in self._routes.values():
             if self._capacity(route) <= 0:
                 continue
+            if route.name in self._paused.held:
+                continue  # a resume is seen at the next look at the pauses
             paced = self._paced.get(route.name)
             if paced is not None and paced > now:
                 wait = min(wait, paced - now)  # held back by its rate limits until then
@@ -411,6 +506,7 @@ class Dispatcher:
             or self._worker.stopping
             or name in self._ordered
             or name in self._buckets
+            or name in self._paused.paused
         ):
             free = self._capacity(route) + self._ahead.size(name) - len(ready)
             if free > 0 and any(self._circuits.is_open(url) for url, _ in route.hooks):
@@ -449,6 +545,15 @@ class Dispatcher:
         failed = webhooks.failed_labels(route, item.failed_hooks)
         urls = [url for url, label in route.labels.items() if label not in failed]
         now = self._clock.now()
+        paused = self._paused.paused.get(route.name)
+        if paused:
+            sendable = [url for url in urls if url not in paused]
+            if urls and not sendable:
+                # Every hook it may still go to is paused: back to pending, unattempted.
+                self._leases.pop(item.delivery_id, None)
+                self._defer([(item.delivery_id, item.lease_token)], now + _PAUSED_RETRY)
+                return
+            urls = sendable
         closed = [
             url
             for url in urls
@@ -566,12 +671,17 @@ class Dispatcher:
             return
         now = self._clock.now()
         first = item.first_attempt_at or (min([r.started_at for r in results]) if results else now)
+        if self._disable_after is not None and self._pauses is not None and results:
+            self._count_failures(route, results, now)
+        # While one of its hooks is paused, the paused time does not count against the
+        # window; a resume moves the stored window forward by it (efd/store/pauses.py).
+        since = self._paused.since.get(route.name)
         decision = retry.decide(
             results,
             hooks=route.labels,
             failed_hooks=failed,
             attempt=item.attempts + 1,
-            first_attempt_at=first,
+            first_attempt_at=first if since is None else pausing.window_start(first, since, now),
             now=now,
             policy=self._policy,
             rng=self._rng,
@@ -586,6 +696,93 @@ class Dispatcher:
         urgent = moves_lane_on(outcome, route.name in self._ordered)
         self._recorder.add((outcome, rows, route.name, item.message_id), urgent=urgent)
 
+    # -- disable_after_hours --------------------------------------------------------------
+
+    def _count_failures(self, route: Route, results: list[AttemptResult], now: float) -> None:
+        """Follow each hook's run of failures and disable the hook whose run reached
+        disable_after_hours. A run that lasts NOTE_AFTER is written to the store, so that it
+        outlives a restart and counts every daemon's attempts; a success ends it there
+        (seen in the store's rows, read with the pauses, so a healthy hook costs no write)."""
+        assert self._disable_after is not None
+        threshold = self._disable_after * 3600.0
+        for result in results:
+            if not tells_of_receiver(result):
+                continue
+            key = (route.name, result.hook_url)
+            target = self._targets.number(*key)
+            if target is None:
+                continue
+            if result.verdict is Verdict.SUCCESS:
+                self._run_began.pop(key, None)
+                if target in self._runs and target not in self._writing:
+                    self._writing.add(target)
+                    self._background(self._hook_answered(target))
+                continue
+            began = self._run_began.setdefault(key, now)
+            stored = self._runs.get(target)
+            if target in self._writing:
+                continue
+            if stored is not None:
+                if now - stored >= threshold:
+                    self._writing.add(target)
+                    last = result.describe(route.labels.get(result.hook_url) or "hook")
+                    self._background(self._disable(target, stored, last, now - threshold, now))
+            elif now - began >= min(NOTE_AFTER, threshold / 2):
+                self._writing.add(target)
+                self._background(self._hook_failed(target, began))
+
+    async def _hook_answered(self, target: tuple[str, int]) -> None:
+        assert self._pauses is not None
+        try:
+            await self._pauses.answered(*target)
+            self._runs.pop(target, None)
+        except StoreError:
+            pass  # ended at its next success
+        finally:
+            self._writing.discard(target)
+
+    async def _hook_failed(self, target: tuple[str, int], began: float) -> None:
+        assert self._pauses is not None
+        try:
+            row = pausing.Pause(*await self._pauses.failing(*target, began))
+        except StoreError:
+            return  # written at its next failure
+        finally:
+            self._writing.discard(target)
+        if row.kind == pausing.FAILING:
+            self._runs[target] = row.since  # an earlier start, if another daemon wrote one
+
+    async def _disable(
+        self,
+        target: tuple[str, int],
+        began: float,
+        last: str,
+        started_before: float,
+        now: float,
+    ) -> None:
+        assert self._pauses is not None
+        reason = pausing.disabled_reason(began, last)
+        try:
+            done = await self._pauses.disable(*target, reason, started_before, now)
+        except StoreError:
+            return  # tried again at its next failure
+        finally:
+            self._writing.discard(target)
+        if not done:
+            self._runs.pop(target, None)  # another answered, or it is paused: look again
+            return
+        destination, hook = target
+        log.warning(
+            "hook %d of %s is disabled: %s; nothing is sent to it until `efd resume %s --hook %d`",
+            hook,
+            destination,
+            reason,
+            destination,
+            hook,
+        )
+        self._pauses_read = -math.inf  # applied at once, not at the next look
+        self._worker.notify()
+
     def _outcomes_written(self, written: list[Recorded]) -> None:
         now = self._clock.now()
         due = due_once_written(((d, o) for o, _, d, _ in written), self._ordered, now)
@@ -594,6 +791,14 @@ class Dispatcher:
                 self._backlog[destination] = True
             self._due_hint = min(self._due_hint, now)
             self._worker.notify()
+
+
+def _targets(settings: Settings, routes: dict[str, Route]) -> pausing.Targets:
+    """Each destination's hooks, numbered as pauses name them."""
+    return pausing.Targets.of(
+        (d.name, [routes[name] for name in d.route_names() if name in routes])
+        for d in settings.destinations
+    )
 
 
 def _buckets(settings: Settings) -> dict[str, tuple[ratelimit.Bucket, ...]]:

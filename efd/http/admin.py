@@ -6,6 +6,8 @@
     POST /admin/replay                          a message again, as new deliveries
     POST /admin/discard                         pending -> discarded, for a destination
                                                 no longer configured
+    POST /admin/destinations/{name}/pause       send a destination, or one hook, nothing
+    POST /admin/destinations/{name}/resume      send to it again; its deliveries due now
     GET  /openapi.json                          the API's description (no token needed)
 
 Bearer [server] admin_token (server.require_admin). The rules and the JSON shapes are
@@ -31,10 +33,12 @@ from aiohttp import web
 
 from efd import __version__, jsonjs
 from efd.config import Settings
+from efd.config.models import HookConfig
+from efd.delivery.pausing import Pause, target_name
 from efd.errors import ClientError, StoreError
 from efd.http import openapi, server
 from efd.http.responses import error_response, json_response
-from efd.operations import selection
+from efd.operations import pauses, selection
 from efd.settings import Current
 from efd.store import operations
 from efd.store.operations import Operations
@@ -45,6 +49,15 @@ log = logging.getLogger(__name__)
 # The bodies are a handful of fields of at most selection.MAX_TEXT characters each, which
 # JSON may escape to twelve bytes a character.
 MAX_BODY_BYTES = 64 * 1024
+
+
+def numbered_hooks(settings: Settings) -> dict[str, list[tuple[str, HookConfig]]]:
+    """Each configured destination's hooks as pauses number them (from 1): (route name,
+    hook), its hooks in order, or an actions destination's actions."""
+    return {
+        d.name: [(name, hook) for name, hooks in d.route_hooks() for hook in hooks]
+        for d in settings.destinations
+    }
 
 
 def _unavailable(error: StoreError) -> web.Response:
@@ -67,11 +80,14 @@ class AdminApi:
         db: AsyncStore,
         operations: Operations,
         on_due: Callable[[], None],
+        on_paused: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._current = settings
         self._db = db
         self._ops = operations
         self._on_due = on_due  # new work is due now: the dispatcher's notify
+        # A pause or resume was written: this process's dispatcher applies it at once.
+        self._on_paused = on_paused
         self._openapi = json.dumps(openapi.document(__version__)).encode()
 
     @property
@@ -85,6 +101,8 @@ class AdminApi:
             web.post("/admin/redrive", self._admin(self._redrive)),
             web.post("/admin/replay", self._admin(self._replay)),
             web.post("/admin/discard", self._admin(self._discard)),
+            web.post("/admin/destinations/{name}/pause", self._admin(self._pause)),
+            web.post("/admin/destinations/{name}/resume", self._admin(self._resume)),
             web.get("/openapi.json", self._openapi_json),
         ]
 
@@ -211,6 +229,49 @@ class AdminApi:
             )
         return json_response({"count": count})
 
+    def _target(
+        self, name: str, payload: Any, *, resume: bool
+    ) -> tuple[str, int | None, str | None]:
+        counts = {d: len(h) for d, h in numbered_hooks(self._settings).items()}
+        return pauses.target(name, payload, counts, resume=resume)
+
+    async def _pause(self, request: web.Request) -> web.Response:
+        destination, hook, reason = self._target(
+            request.match_info["name"], await self._body(request), resume=False
+        )
+        row = Pause(
+            *await self._db.write(
+                self._db.store.pauses.pause, destination, hook, reason, time.time()
+            )
+        )
+        log.info("pause: %s, by the admin API%s", _named(row), f" ({reason})" if reason else "")
+        if self._on_paused is not None:
+            await self._on_paused()
+        return json_response({"pause": pauses.pause_json(row)})
+
+    async def _resume(self, request: web.Request) -> web.Response:
+        destination, hook, _ = self._target(
+            request.match_info["name"], await self._body(request), resume=True
+        )
+        routes = numbered_hooks(self._settings)[destination]
+        names = list(dict.fromkeys(name for name, _ in routes))
+        found, due = await self._db.write(
+            self._db.store.pauses.resume, destination, hook, names, time.time()
+        )
+        if found is not None:
+            log.info(
+                "resume: %s, by the admin API; %d deliveries due now", _named(Pause(*found)), due
+            )
+            if self._on_paused is not None:
+                await self._on_paused()
+            self._on_due()
+        return json_response(
+            {
+                "resumed": None if found is None else pauses.pause_json(Pause(*found)),
+                "due": due,
+            }
+        )
+
     async def _replay(self, request: web.Request) -> web.Response:
         source, message_id, destination = selection.replay_request(await self._body(request))
         found = await self._db.read(self._ops.replay_sources, source, message_id)
@@ -244,3 +305,7 @@ class AdminApi:
         self._on_due()
         # Sent at once, not through its lane: out of order on an ordered destination.
         return json_response(selection.replay_json(created, self._ordered), 201)
+
+
+def _named(pause: Pause) -> str:
+    return target_name(pause.destination, pause.hook)

@@ -1,7 +1,7 @@
 """What is happening now: endpoint health, the live stream, and the web console.
 
-    GET /admin/destinations   per destination: backlog; per hook: circuit, last error,
-                              attempts, success rate and p50/p99 over 1 h and 24 h; then
+    GET /admin/destinations   per destination: backlog, pause; per hook: pause, circuit, last
+                              error, attempts, success rate and p50/p99 over 1 h and 24 h; then
                               each destination not configured that has pending deliveries
     GET /admin/stream         server-sent events: `message`, `attempt`, `sampled`
     GET /admin/recent         the newest stored messages, each with its destinations' states
@@ -32,11 +32,14 @@ from multidict import MultiMapping
 
 from efd.config import Settings
 from efd.delivery.circuit import Circuits
+from efd.delivery.pausing import Pause
 from efd.errors import ClientError, StoreError
 from efd.http import server
+from efd.http.admin import numbered_hooks
 from efd.http.responses import error_response, json_response
 from efd.observe.metrics import Metrics
 from efd.observe.stream import Hub
+from efd.operations import pauses
 from efd.operations.selection import iso, lanes_json
 from efd.segment import webhooks
 from efd.settings import Current
@@ -75,6 +78,17 @@ def _window_json(stats: WindowStats | None) -> dict[str, Any]:
         "p50Ms": None if stats.p50_ms is None else round(stats.p50_ms, 3),
         "p99Ms": None if stats.p99_ms is None else round(stats.p99_ms, 3),
     }
+
+
+def _state(whole: Pause | None, hooks: list[Any]) -> str:
+    """active, paused or disabled (the whole destination, or every hook), or partly (some
+    hooks): what the console's badge shows."""
+    if whole is not None:
+        return whole.kind
+    kinds = {h["kind"] for h in hooks if h is not None}
+    if hooks and all(h is not None for h in hooks):
+        return "paused" if "paused" in kinds else "disabled"
+    return "partly" if kinds else "active"
 
 
 def _asset(name: str) -> bytes:
@@ -168,21 +182,33 @@ class LiveApi:
             blocked = await self._db.read(self._db.store.lanes.blocked) if ordered else {}
             horizon = now - self._settings.storage.retention_days * 86400
             lag = await self._db.read(self._db.store.retention.lag, horizon)
+            paused = [Pause(*row) for row in await self._db.read(self._db.store.pauses.all)]
         except StoreError as error:
             log.error("admin API: the store is unavailable: %s", str(error).splitlines()[0][:200])
             return error_response("storage_unavailable", "the store is unavailable; retry", 503)
         result = []
+        numbers = {
+            (route, id(hook)): n
+            for numbered in numbered_hooks(self._settings).values()
+            for n, (route, hook) in enumerate(numbered, 1)
+        }
         # An actions destination is listed as its routes, one per action (destination/action).
         for destination, name, route_hooks in routes:
             pending, oldest = backlog.get(name, (0, None))
+            whole = pauses.of_destination(paused, destination.name)
             hook_list = []
             for hook in route_hooks:
                 url = labels[name][hook.url]
+                number = numbers[(name, id(hook))]
+                own = pauses.of_hook(paused, destination.name, number)
                 last = errors.get((name, url))
                 limit = hook.limit()
                 hook_list.append(
                     {
                         "url": url,
+                        # Its number in pauses (from 1), and its own pause or disable.
+                        "hook": number,
+                        "pause": None if own is None else pauses.pause_json(own),
                         "circuit": "open" if self._circuits.is_open(hook.url) else "closed",
                         # Redacted again: attempts written before errors were scrubbed.
                         "lastError": None if last is None else webhooks.redact_urls(last.error),
@@ -203,6 +229,12 @@ class LiveApi:
                     "configured": True,
                     "backlog": pending,
                     "oldestPendingAt": iso(oldest),
+                    # The configured destination's name, which pauses name (an action's
+                    # route is listed under destination/action).
+                    "destination": destination.name,
+                    "pause": None if whole is None else pauses.pause_json(whole),
+                    # paused: the whole destination, or every hook; partly: some hooks.
+                    "state": _state(whole, [h["pause"] for h in hook_list]),
                     "ordering": destination.ordering.value,
                     # Ordered: its blocked lanes (efd/delivery/lanes.py); else null.
                     "lanes": lanes_json(blocked.get(name))
@@ -223,6 +255,9 @@ class LiveApi:
                         "configured": False,
                         "backlog": pending,
                         "oldestPendingAt": iso(oldest),
+                        "destination": name,
+                        "pause": None,
+                        "state": "active",
                         "ordering": None,
                         "lanes": None,
                         "hooks": [],

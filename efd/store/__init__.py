@@ -2,7 +2,7 @@
 
 `Store` builds the shared `Database` (engines, the dialect's backend, the error edge) and
 the parts every daemon needs: ingestion, the delivery queue, batches, jobs and retention,
-the listener. The other parts (operations, health, regulations, suppressions, profiles,
+the listener, the pauses. The other parts (operations, health, regulations, suppressions, profiles,
 computations) take the Store and are built by whoever uses them. docs/architecture.md maps
 them.
 """
@@ -15,6 +15,7 @@ from efd.store.ingestion import Ingestion
 from efd.store.jobs import Jobs, JobsStore
 from efd.store.lanes import LanesStore
 from efd.store.listener import Listener, Listens
+from efd.store.pauses import PausesStore
 from efd.store.queue import DeliveryQueue, Queue
 from efd.store.retention import Retention, RetentionStore
 from efd.store.steps import Steps, StepsSource, no_steps
@@ -44,6 +45,7 @@ class Store:
         self.listener: Listens = Listener(self.database)
         self.lanes = LanesStore(self.database)
         self.batches = BatchesStore(self.database, steps)
+        self.pauses = PausesStore(self.database)
 
     @property
     def single_process(self) -> bool:

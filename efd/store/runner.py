@@ -23,6 +23,7 @@ from efd.errors import StoreDataError, StoreError
 from efd.records import AttemptRow, Claimed, ClaimRequest, Outcome
 from efd.store import Store
 from efd.store.database import edge
+from efd.store.pauses import PauseRow
 from efd.store.ratelimit import Buckets, HookTokens
 
 P = ParamSpec("P")
@@ -178,3 +179,28 @@ class AsyncDeliveries:
 
     async def expire_waiting(self, destination: str, window: float, now: float) -> int:
         return await self._db.write(self._db.store.queue.expire_waiting, destination, window, now)
+
+
+class AsyncPauses:
+    """The dispatcher's `Pauses` (efd/delivery/pausing.py) on the store: the pauses read on
+    a reader, the runs of failures written through the writer thread."""
+
+    def __init__(self, db: AsyncStore) -> None:
+        self._db = db
+        self._pauses = db.store.pauses
+
+    async def all(self) -> list[PauseRow]:
+        return await self._db.read(self._pauses.all, failing=True)
+
+    async def failing(self, destination: str, hook: int, began: float) -> PauseRow:
+        return await self._db.write(self._pauses.failing, destination, hook, began)
+
+    async def answered(self, destination: str, hook: int) -> bool:
+        return await self._db.write(self._pauses.answered, destination, hook)
+
+    async def disable(
+        self, destination: str, hook: int, reason: str, started_before: float, now: float
+    ) -> bool:
+        return await self._db.write(
+            self._pauses.disable, destination, hook, reason, started_before, now
+        )

@@ -9,6 +9,7 @@ lanes       per ordered destination and lane (user): the delivery at its head.
 batches     one row per batched request (many deliveries in one body): the state machine of
             a batch, which its members share (efd/store/batches.py).
 batch_routes  one row per batched route, locked while a daemon forms its batches.
+pauses      destinations and hooks an operator paused or efd disabled (efd/store/pauses.py).
 
 profiles, identities, events, computations, computed_values: audiences and computed traits.
 regulations, regulation_subjects, suppressions: deletion requests.
@@ -200,6 +201,30 @@ batch_routes = Table(
     "batch_routes",
     metadata,
     Column("route", String(200), primary_key=True),
+)
+
+# One row per paused or disabled target: a whole destination (hook NULL) or one of its hooks,
+# numbered from 1 in the configuration's order (an actions destination's actions). `kind`:
+# paused (by an operator), disabled (failing for [delivery] disable_after_hours), or failing
+# (a hook's run of failures, efd/store/pauses.py). One row per target: NULLs never collide in
+# a unique key, so the whole destination's row has a partial index of its own.
+pauses = Table(
+    "pauses",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("destination", String(200), nullable=False),
+    Column("hook", Integer),
+    Column("kind", String(10), nullable=False),
+    Column("reason", Text),
+    Column("since", Float, nullable=False),
+    Index("ux_pauses_hook", "destination", "hook", unique=True),
+    Index(
+        "ux_pauses_destination",
+        "destination",
+        unique=True,
+        sqlite_where=text("hook IS NULL"),
+        postgresql_where=text("hook IS NULL"),
+    ),
 )
 
 # Periodic jobs that must run once per cluster, not once per process: a process runs a job

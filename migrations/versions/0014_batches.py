@@ -1,7 +1,7 @@
 """batches: batched delivery (the batches and batch_routes tables, deliveries.batch_id,
 attempts.batch_id)
 
-Revision ID: 0014_batches
+Revision ID: 0014
 Revises: 0013
 Create Date: 2026-12-04
 
@@ -19,8 +19,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-# The revision's id, named once: a parallel migration may take this number at merge.
-REVISION = "0014_batches"
+REVISION = "0014"
 
 revision = REVISION
 down_revision = "0013"

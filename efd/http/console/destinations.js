@@ -1,5 +1,6 @@
-// The destinations view: per destination its backlog and lanes, per hook its circuit, last
-// error and figures (GET /admin/destinations); the redrive and discard actions.
+// The destinations view: per destination its backlog, lanes and pause state, per hook its
+// pause, circuit, last error and figures (GET /admin/destinations); the redrive, discard,
+// pause and resume actions.
 
 import { api } from "./api.js";
 import { rateChart } from "./chart.js";
@@ -82,8 +83,44 @@ function lanesNote(lanes) {
   ];
 }
 
+// A destination's or a hook's pause: a badge saying paused or disabled (the reason and since
+// when in its tooltip), and the button that resumes it or pauses it.
+function pauseBadge(pause) {
+  if (!pause) return [];
+  const title = `${pause.kind} since ${when(pause.since)}` + (pause.reason ? `: ${pause.reason}` : "");
+  return [el("span", { class: "badge " + pause.kind, title }, pause.kind)];
+}
+
+function pauseButton(name, hook, pause) {
+  const action = pause ? "resume" : "pause";
+  const label = pause ? "Resume" : "Pause";
+  const button = el("button", { type: "button", class: `${action}-button`, data: { action } }, label);
+  button.addEventListener("click", () => pauseOrResume(name, hook, action, button));
+  return button;
+}
+
+async function pauseOrResume(name, hook, action, button) {
+  const body = hook == null ? {} : { hook };
+  button.disabled = true;
+  try {
+    await api(`/admin/destinations/${encodeURIComponent(name)}/${action}`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(body),
+    });
+  } catch (error) {
+    button.replaceWith(el("span", { class: "error" }, failed(error)));
+    return;
+  }
+  await loadDestinations();
+}
+
 function destinationPanel(destination, series) {
   if (destination.configured === false) return unconfiguredPanel(destination);
+  const stateBadge =
+    destination.state === "partly"
+      ? [el("span", { class: "badge partly", title: "some of its hooks are paused or disabled" }, "partly paused")]
+      : pauseBadge(destination.pause);
   const redrive = el("div", { class: "redrive" });
   const start = el("button", { type: "button", class: "redrive-start" }, "Redrive failed and expired…");
   start.addEventListener("click", () => actionDryRun(REDRIVE, destination.name, redrive));
@@ -92,9 +129,11 @@ function destinationPanel(destination, series) {
     "div",
     { class: "destination-head" },
     el("h2", {}, destination.name),
+    ...stateBadge,
     el("span", { class: "backlog" }, `backlog ${destination.backlog}`),
     el("span", { class: "muted" }, "oldest pending " + when(destination.oldestPendingAt)),
     ...lanesNote(destination.lanes),
+    pauseButton(destination.destination, null, destination.pause),
     redrive,
   );
   const table = el(
@@ -107,7 +146,7 @@ function destinationPanel(destination, series) {
         "tr",
         {},
         ...["hook", "circuit", "limit", "last error", "1 h attempts", "success", "p50", "p99",
-          "24 h attempts", "success", "p50", "p99"].map((h) => el("th", {}, h)),
+          "24 h attempts", "success", "p50", "p99", "state"].map((h) => el("th", {}, h)),
       ),
     ),
   );
@@ -116,8 +155,8 @@ function destinationPanel(destination, series) {
     body.append(
       el(
         "tr",
-        { class: "hook", data: { circuit: hook.circuit } },
-        el("td", { class: "mono" }, hook.url),
+        { class: "hook", data: { circuit: hook.circuit, paused: hook.pause ? hook.pause.kind : "" } },
+        el("td", { class: "mono" }, `${hook.hook}. ${hook.url}`),
         el("td", {}, el("span", { class: "badge " + hook.circuit }, hook.circuit)),
         el(
           "td",
@@ -133,6 +172,8 @@ function destinationPanel(destination, series) {
         ),
         ...windowCells(hook.window["1h"]),
         ...windowCells(hook.window["24h"]),
+        // Last, so the figures keep their columns.
+        el("td", { class: "pause" }, ...pauseBadge(hook.pause), pauseButton(destination.destination, hook.hook, hook.pause)),
       ),
     );
   }

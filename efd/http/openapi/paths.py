@@ -25,9 +25,12 @@ from efd.http.openapi.schemas import (
     COUNT,
     DESTINATION_HEALTH,
     DISCARD,
+    PAUSE,
+    PAUSE_REQUEST,
     REDRIVE,
     REGULATION_REQUEST,
     REPLAY,
+    RESUME_REQUEST,
     RETENTION_LAG,
     STATUS,
     schema_name,
@@ -408,6 +411,74 @@ def every_path() -> dict[str, Any]:
                 },
             },
         )
+    }
+    by_name = path_parameter("name", {"type": "string", "minLength": 1})
+    paths["/admin/destinations/{name}/pause"] = {
+        "parameters": [by_name],
+        "post": admin_operation(
+            "pauseDestination",
+            {
+                "summary": "Send a destination, or one of its hooks, nothing until resumed",
+                "description": "Its deliveries wait, pending, and their retry window does not "
+                "run out while it is paused. Every daemon on the store applies it within a "
+                "second; this one before it answers. Pausing what is paused or disabled "
+                "keeps its start and takes the new reason.",
+                "requestBody": {"content": {JSON: {"schema": PAUSE_REQUEST}}},
+                "responses": {
+                    "200": answer(
+                        {
+                            "type": "object",
+                            "required": ["pause"],
+                            "properties": {"pause": PAUSE},
+                        },
+                        "paused",
+                    ),
+                    "400": refusal("a field is invalid; `field` names it"),
+                    "404": refusal(
+                        "the destination is not configured (unknown_destination), or has no "
+                        "such hook (unknown_hook)"
+                    ),
+                },
+            },
+        ),
+    }
+    paths["/admin/destinations/{name}/resume"] = {
+        "parameters": [by_name],
+        "post": admin_operation(
+            "resumeDestination",
+            {
+                "summary": "Send to a paused or disabled destination or hook again",
+                "description": "Its pending deliveries become due now, their retry windows "
+                "moved forward by the time it was paused.",
+                "requestBody": {"content": {JSON: {"schema": RESUME_REQUEST}}},
+                "responses": {
+                    "200": answer(
+                        {
+                            "type": "object",
+                            "required": ["resumed", "due"],
+                            "properties": {
+                                "resumed": {
+                                    "oneOf": [PAUSE, {"type": "null"}],
+                                    "description": "the pause lifted; null: it was not paused",
+                                },
+                                "due": {
+                                    "type": "integer",
+                                    "minimum": 0,
+                                    "description": "its pending deliveries not in flight, "
+                                    "all due now",
+                                },
+                            },
+                        },
+                        "resumed, or nothing to resume",
+                    ),
+                    "400": refusal("a field is invalid; `field` names it"),
+                    "404": refusal(
+                        "the destination is not configured (unknown_destination), or has no "
+                        "such hook (unknown_hook)"
+                    ),
+                },
+            },
+        ),
     }
     paths["/admin/recent"] = {
         "get": admin_operation(

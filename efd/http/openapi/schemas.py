@@ -359,6 +359,47 @@ RETENTION_LAG = {
         },
     },
 }
+PAUSE = {
+    "type": "object",
+    "description": "A pause or disable of a destination (hook null) or of one of its hooks",
+    "required": ["destination", "hook", "kind", "reason", "since"],
+    "properties": {
+        "destination": {"type": "string"},
+        "hook": {
+            "type": ["integer", "null"],
+            "description": "the hook's position in the configuration, from 1 (an actions "
+            "destination's action); null: the whole destination",
+        },
+        "kind": {
+            "type": "string",
+            "enum": ["paused", "disabled"],
+            "description": "paused by an operator, or disabled by efd after failing for "
+            "[delivery] disable_after_hours",
+        },
+        "reason": NULLABLE_STRING,
+        "since": {**ISO, "description": "since when its deliveries are held"},
+    },
+}
+PAUSE_REQUEST = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "hook": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "only this hook: its position in the configuration, from 1 "
+            "(default: the whole destination)",
+        },
+        "reason": {"type": "string", "maxLength": 500, "description": "shown with the pause"},
+    },
+}
+RESUME_REQUEST = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "hook": {"type": "integer", "minimum": 1, "description": "the hook, as it was paused"},
+    },
+}
 DESTINATION_HEALTH = {
     "type": "object",
     "required": [
@@ -366,6 +407,9 @@ DESTINATION_HEALTH = {
         "configured",
         "backlog",
         "oldestPendingAt",
+        "destination",
+        "pause",
+        "state",
         "ordering",
         "lanes",
         "hooks",
@@ -379,6 +423,21 @@ DESTINATION_HEALTH = {
         },
         "backlog": {**COUNT_VALUE, "description": "pending deliveries"},
         "oldestPendingAt": {**NULLABLE_ISO, "description": "the oldest pending one's creation"},
+        "destination": {
+            "type": "string",
+            "description": "the configured destination's name, which pauses name (an action "
+            "is listed as destination/action)",
+        },
+        "pause": {
+            "oneOf": [PAUSE, {"type": "null"}],
+            "description": "the whole destination's pause or disable; null: none",
+        },
+        "state": {
+            "type": "string",
+            "enum": ["active", "paused", "disabled", "partly"],
+            "description": "paused or disabled: the whole destination, or every hook; "
+            "partly: some hooks",
+        },
         "ordering": {
             "type": ["string", "null"],
             "enum": ["none", "per_user", None],
@@ -404,6 +463,8 @@ DESTINATION_HEALTH = {
                 "type": "object",
                 "required": [
                     "url",
+                    "hook",
+                    "pause",
                     "circuit",
                     "lastError",
                     "lastErrorAt",
@@ -414,6 +475,14 @@ DESTINATION_HEALTH = {
                 ],
                 "properties": {
                     "url": {"type": "string", "description": "credentials and query values hidden"},
+                    "hook": {
+                        "type": "integer",
+                        "description": "its number in pauses: its position, from 1",
+                    },
+                    "pause": {
+                        "oneOf": [PAUSE, {"type": "null"}],
+                        "description": "this hook's own pause or disable; null: none",
+                    },
                     "circuit": {"type": "string", "enum": ["closed", "open"]},
                     "lastError": {**NULLABLE_STRING, "description": "within the last 24 h"},
                     "lastErrorAt": NULLABLE_ISO,
