@@ -256,7 +256,11 @@ class Periodic:
             ):
                 return {}, 0
             settings = self._settings.value
-            ordered = settings.ordered()
+            # A paused or disabled destination's lanes wait out the pause: its windows stand
+            # still until it is resumed (docs/operators.md#pause-resume-and-auto-disable).
+            touched = {row[0] for row in await self._db.read(store.pauses.all)}
+            held = {r for d in settings.destinations if d.name in touched for r in d.route_names()}
+            ordered = settings.ordered() - held
             window = settings.delivery.retry_window_seconds
             expired, promoted = await self._db.write(store.lanes.tend, ordered, window, now)
         except StoreError as error:
