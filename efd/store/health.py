@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy import ColumnElement, and_, case, func, select, text
 
-from efd.records import DeliveryStatus
+from efd.store.queue import open_backlog
 from efd.store.schema import attempts, deliveries
 
 if TYPE_CHECKING:
@@ -88,16 +88,7 @@ class HealthStore:
     def backlog(self) -> dict[str, tuple[int, float | None]]:
         """destination -> (pending deliveries, the oldest one's creation time)."""
         with self._db.read() as conn:
-            rows = conn.execute(
-                select(deliveries.c.destination, func.count(), func.min(deliveries.c.created_at))
-                .where(
-                    deliveries.c.status.in_(
-                        [DeliveryStatus.PENDING.value, DeliveryStatus.QUEUED.value]
-                    )
-                )
-                .group_by(deliveries.c.destination)
-            ).all()
-        return {name: (count, oldest) for name, count, oldest in rows}
+            return open_backlog(conn)
 
     def window(self, hooks: Sequence[Hook], since: float) -> dict[Hook, WindowStats]:
         """Attempts since `since` of each (destination, redacted hook URL) of `hooks`: a URL

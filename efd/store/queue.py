@@ -362,9 +362,24 @@ class DeliveryQueue:
         """Pending deliveries per destination (including those in flight, and those waiting
         in lanes)."""
         with self._db.read() as conn:
-            rows = conn.execute(
-                select(deliveries.c.destination, func.count())
-                .where(deliveries.c.status.in_(OPEN))
-                .group_by(deliveries.c.destination)
-            ).all()
-        return {destination: count for destination, count in rows}
+            return {name: count for name, (count, _) in open_backlog(conn).items()}
+
+
+def open_backlog(conn: Connection) -> dict[str, tuple[int, float | None]]:
+    """destination -> (its open deliveries, the oldest one's creation time). One query per
+    open status, each with its status as a literal, so that each reads only its partial index
+    (ix_deliveries_due, ix_deliveries_queued): `status IN (…)` matches neither, and where the
+    tables were analysed SQLite then scans every delivery ever stored."""
+    found: dict[str, tuple[int, float | None]] = {}
+    for status in OPEN:
+        rows = conn.execute(
+            select(deliveries.c.destination, func.count(), func.min(deliveries.c.created_at))
+            .where(deliveries.c.status == literal_column(f"'{status}'"))
+            .group_by(deliveries.c.destination)
+        ).all()
+        for name, count, oldest in rows:
+            before, earliest = found.get(name, (0, None))
+            if earliest is not None and (oldest is None or earliest < oldest):
+                oldest = earliest
+            found[name] = (before + count, None if oldest is None else float(oldest))
+    return found
