@@ -478,11 +478,12 @@ async def test_console_feed_opens_on_the_newest_messages_with_each_destinations_
     try:
         await console.log_in()
         # Stored before the page opened: shown at once, newest first, each destination's
-        # delivery as stored (the failing one is pending its retry).
+        # delivery as stored (the failing one tried and waiting for its retry: failing, as
+        # the live feed says it).
         for i in range(2):
             await console.wait(
                 f'#feed li[data-message-id="early-{i}"] '
-                '.badge.pending:has-text("2 of 3 delivered · down pending")'
+                '.badge.failed:has-text("2 of 3 delivered · down failing")'
             )
         order = await console.do(
             lambda page: page.eval_on_selector_all(
