@@ -221,6 +221,7 @@ async def _raw(
             protocol=aiomqtt.ProtocolVersion.V5,
             timeout=5,
         )
+        mqtt.pending_calls_threshold = 1 << 62  # as efd's: no warning per publish
         await mqtt.__aenter__()
 
         async def close_mqtt() -> None:
