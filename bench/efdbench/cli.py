@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from efdbench import readme
+from efdbench.brokers import BROKERS_FULL, BROKERS_QUICK, BROKERS_SMOKE, KINDS, run_brokers
 from efdbench.loadgen import generator_main
 from efdbench.pgscale import run_postgresql
 from efdbench.pgserver import OwnCluster, PgServer, admin_url
@@ -83,6 +84,17 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
         type=int,
         default=10_000_000,
         help="finished messages in the long history (0: skip that part)",
+    )
+    brokers = parser.add_argument_group("the brokers phase (--only brokers)")
+    brokers.add_argument(
+        "--brokers",
+        default=",".join(KINDS),
+        help=f"comma-separated subset of {','.join(KINDS)} (default: all)",
+    )
+    brokers.add_argument(
+        "--brokers-out",
+        default=str(HERE / "brokers.json"),
+        help="where the brokers phase's figures go",
     )
     parser.add_argument(
         "--pg-server",
@@ -200,7 +212,9 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
     try:
         if "retention" in only:
             run_retention(args, bench, plan)
-        if only == {"retention"}:
+        if "brokers" in only:
+            run_brokers_phase(args, bench, ctx, write=write, source=efd_source)
+        if only <= {"retention", "brokers"}:
             pass
         elif args.store == "postgresql":
             if args.pg_server == "own":
@@ -236,7 +250,7 @@ def main(argv: list[str] | None = None, doc: str | None = None) -> int:
         if not kept:
             shutil.rmtree(root, ignore_errors=True)
 
-    if only == {"retention"}:  # its own file (--retention-out); results.json as it was
+    if only <= {"retention", "brokers"}:  # their own files; results.json as it was
         for note in bench.notes:
             print(f"note: {note}")
         print(f"in {time.monotonic() - started:.1f} s")
@@ -354,6 +368,39 @@ def run_retention(args: argparse.Namespace, bench: Bench, plan: Plan) -> None:
                 server.drop_all()
         if own is not None:
             own.stop()
+
+
+def run_brokers_phase(
+    args: argparse.Namespace, bench: Bench, ctx: Any, *, write: bool, source: str
+) -> None:
+    """The brokers phase against the machine's servers; its figures go to --brokers-out."""
+    kinds = tuple(k.strip() for k in args.brokers.split(",") if k.strip())
+    unknown = set(kinds) - set(KINDS)
+    if unknown:
+        raise SystemExit(f"unknown brokers: {', '.join(sorted(unknown))}")
+    plan = BROKERS_SMOKE if args.smoke else BROKERS_QUICK if args.quick else BROKERS_FULL
+    figures = run_brokers(bench, ctx, plan, kinds)
+    figures["context"] = {
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "efd_commit": _git_commit(),
+        "efd_source": source,
+        "cores": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+        "python": platform.python_version(),
+        "loadavg_at_end": os.getloadavg(),
+        "notes": bench.notes,
+    }
+    if write:
+        Path(args.brokers_out).write_text(json.dumps(figures, indent=2) + "\n")
+    print()
+    for kind in kinds:
+        f = figures[kind]
+        print(
+            f"  {kind:14} efd {fmt(f['efd_per_s'])}/s {fmt(f['efd_cpu_us_per_event'])} us/event"
+            f"  raw {fmt(f['raw_per_s'])}/s {fmt(f['raw_cpu_us_per_event'])} us/event"
+            f"  ratio {fmt(f['ratio'])} {f['ratio_spread']}"
+        )
+    print(f"wrote {args.brokers_out}" if write else "done")
 
 
 def snapshot(rev: str, dest: Path) -> str:

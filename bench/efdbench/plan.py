@@ -22,7 +22,7 @@ TARGETS = {
 
 PHASES = ("limits", "ingest", "backlog", "deliver", "actions", "latency", "recovery")
 # Run only when named in --only: too long for the full run's ten minutes (bench/README.md).
-OPTIONAL_PHASES = ("retention",)
+OPTIONAL_PHASES = ("retention", "brokers")
 
 
 @dataclass

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import nats
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
 
 from efd.brokers import headers
 from efd.brokers.failures import AUTH, CONNECT, PROTOCOL, REFUSED, RESET, TLS, PublishFailed, failed
@@ -31,10 +33,18 @@ def _server(scheme: str, address: str, port: int) -> str:
     return f"{scheme}://{host}:{port}"
 
 
-class JetStream(Publisher[NATS]):
+@dataclass(slots=True)
+class NatsLink:
+    client: NATS
+    # Made once per connection: a context holds a parser, an event and a semaphore of its
+    # own, too much to make again for each publish.
+    js: JetStreamContext
+
+
+class JetStream(Publisher[NatsLink]):
     kind = KIND
 
-    async def _open(self, broker: Broker, client_cert: ClientCert | None) -> NATS:
+    async def _open(self, broker: Broker, client_cert: ClientCert | None) -> NatsLink:
         context = self.context(broker, client_cert)
         infos = await self.addresses(broker)
         scheme = "tls" if context is not None else "nats"
@@ -74,25 +84,26 @@ class JetStream(Publisher[NATS]):
             raise failed(PROTOCOL, error, broker.label) from None
         except OSError as error:
             raise failed(CONNECT, error, broker.label) from None
-        return client
+        return NatsLink(client, client.jetstream())
 
-    def _alive(self, connection: NATS) -> bool:
-        return connection.is_connected
+    def _alive(self, connection: NatsLink) -> bool:
+        return connection.client.is_connected
 
-    async def _close(self, connection: NATS) -> None:
-        await connection.close()
+    async def _close(self, connection: NatsLink) -> None:
+        await connection.client.close()
 
     async def _send(
         self,
-        connection: NATS,
+        connection: NatsLink,
         target: Target,
         name: str,
         body: bytes,
         headers_: Mapping[str, str],
     ) -> str:
-        js = connection.jetstream()
         try:
-            ack = await js.publish(name, body, timeout=self.timeout, headers=headers.nats(headers_))
+            ack = await connection.js.publish(
+                name, body, timeout=self.timeout, headers=headers.nats(headers_)
+            )
         except nats.js.errors.NoStreamResponseError:
             raise PublishFailed(REFUSED, f"no stream takes the subject {name!r}") from None
         except nats.js.errors.APIError as error:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import secrets
 import socket
+import sys
 from collections.abc import Mapping
 
 import aiomqtt
@@ -48,6 +49,10 @@ class Mqtt(Publisher[aiomqtt.Client]):
             tls_context=context,
             timeout=self.timeout,
         )
+        # aiomqtt logs a warning at each publish while more than its threshold wait for
+        # their acknowledgements; efd bounds publishes in flight itself (max_per_hook), so
+        # the warning would only fill the log, once per message.
+        client.pending_calls_threshold = sys.maxsize
         timeout = self.timeout
 
         def connect_socket() -> socket.socket:
