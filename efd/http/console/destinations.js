@@ -178,8 +178,17 @@ function destinationPanel(destination, series) {
     );
   }
   table.append(body);
-  const chart = series ? rateChart(destination.name, series) : null;
-  return el("div", { class: "destination", data: { destination: destination.name } }, head, chart, table);
+  const chart = series
+    ? el(
+        "figure",
+        { class: "rates-figure" },
+        rateChart(destination.name, series),
+        el("figcaption", {}, "delivered and failed per minute, last hour"),
+      )
+    : null;
+  // The hooks' table with the rates chart beside it (below it where the page is narrow).
+  const layout = el("div", { class: "destination-body" }, table, chart);
+  return el("div", { class: "destination", data: { destination: destination.name } }, head, layout);
 }
 
 // A destination-wide action (`/admin/redrive`, `/admin/discard`): a dry run counts what it
