@@ -97,7 +97,9 @@ def iso(at: float) -> str:
 
 
 def clip(text: str | None) -> str | None:
-    return None if text is None or len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
+    if text is None or len(text) <= MAX_TEXT:
+        return text
+    return text[: MAX_TEXT - 1] + "…"
 
 
 # -- the events --------------------------------------------------------------------------
