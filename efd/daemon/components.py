@@ -396,6 +396,7 @@ class Services:
             metrics=shared.metrics,
             owner=shared.owner,
             on_sent=notify,
+            notices=self._delivery.notices,
         )
         await self._periodic.start(stack)
 

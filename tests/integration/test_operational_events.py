@@ -238,3 +238,57 @@ async def test_the_operations_destination_failing_tells_nothing_about_itself(
     events = [json.loads(r.body)["event"] for r in ops.received]
     assert set(events) == {"hook.paused", "hook.resumed"}
     assert daemon.metrics.failed["ops"] == 1
+
+
+async def test_a_high_backlog_is_told_once_per_crossing(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
+    hook = await receiver_factory()
+    ops = await receiver_factory()
+    daemon = await daemon_factory(
+        ops_settings(
+            db_url,
+            hook.url,
+            ops.url,
+            operations={"backlog_high": 5, "check_interval_seconds": 0.3},
+        )
+    )
+    status, _ = await api(daemon.port, "POST", "/admin/destinations/hooks/pause")
+    assert status == 200
+    for i in range(8):
+        await send(daemon.port, f"m-{i}")
+    await eventually(lambda: named(ops, "backlog.high"))
+    await asyncio.sleep(1.5)  # several more looks, the backlog still high
+    [high] = named(ops, "backlog.high")
+    assert high["properties"]["destination"] == "hooks"
+    assert 5 <= high["properties"]["pending"] <= 8  # told as it crossed
+    assert high["properties"]["backlogHigh"] == 5
+
+
+async def test_a_lane_blocked_too_long_is_told_once(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
+    async def down(_request: web.Request, _n: int) -> web.StreamResponse:
+        return web.Response(status=503)
+
+    hook = await receiver_factory(down)
+    ops = await receiver_factory()
+    settings = ops_settings(
+        db_url,
+        hook.url,
+        ops.url,
+        operations={"lane_blocked_seconds": 0.5, "check_interval_seconds": 0.3},
+    )
+    settings["destinations"][0]["ordering"] = "per_user"
+    daemon = await daemon_factory(settings)
+    for i in range(3):
+        await send(daemon.port, f"m-{i}")
+    await eventually(lambda: named(ops, "lane.blocked"), timeout=15)
+    await asyncio.sleep(1.5)
+    [blocked] = named(ops, "lane.blocked")
+    properties = blocked["properties"]
+    assert properties["destination"] == "hooks"
+    assert properties["lanes"] == 1
+    assert properties["messageId"] == "m-0"
+    assert properties["blockedSeconds"] >= 0.5
+    assert daemon.metrics.operations_events["lane.blocked"] == 1
