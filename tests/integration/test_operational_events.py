@@ -292,3 +292,23 @@ async def test_a_lane_blocked_too_long_is_told_once(
     assert properties["messageId"] == "m-0"
     assert properties["blockedSeconds"] >= 0.5
     assert daemon.metrics.operations_events["lane.blocked"] == 1
+
+
+async def test_a_hook_disabled_after_failing_for_hours_is_told(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
+    async def down(_request: web.Request, _n: int) -> web.StreamResponse:
+        return web.Response(status=503)
+
+    hook = await receiver_factory(down)
+    ops = await receiver_factory()
+    daemon = await daemon_factory(
+        ops_settings(db_url, hook.url, ops.url, disable_after_hours=0.0005)  # 1.8 s
+    )
+    for i in range(5):
+        await send(daemon.port, f"m-{i}")
+    await eventually(lambda: named(ops, "hook.disabled"), timeout=20)
+    [disabled] = named(ops, "hook.disabled")
+    assert disabled["properties"]["destination"] == "hooks"
+    assert disabled["properties"]["hook"] == 1
+    assert "HTTP 503" in disabled["properties"]["reason"]
