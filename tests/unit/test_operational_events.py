@@ -258,3 +258,17 @@ def test_operations_config_errors_are_named(tmp_path: Path) -> None:
         "operations.max_events_per_minute",
         "operations.surprise",
     ]
+
+
+def test_the_commented_example_in_config_example_toml_loads(tmp_path: Path) -> None:
+    text = (Path(__file__).resolve().parents[2] / "config.example.toml").read_text()
+    start = text.index("## efd's own events")
+    block = "\n".join(
+        line.removeprefix("#").removeprefix(" ") for line in text[start:].splitlines()
+    )
+    path = tmp_path / "efd.toml"
+    path.write_text('[storage]\nurl = "sqlite:///tmp/efd.db"\n' + block)
+    settings = config.load(path)
+    assert settings.operations is not None
+    assert settings.operations.destination == "ops"
+    assert settings.destination("ops").hooks[0].url == "http://127.0.0.1:9000/ops"
