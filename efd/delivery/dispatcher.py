@@ -611,7 +611,7 @@ class Dispatcher:
             url = result.hook_url
             routes = [r for r in self._routes.values() if url in r.labels]
             reporting.circuit_changed(
-                self._metrics, self._circuits, routes, url, change, self._notices, result
+                self._metrics, self._circuits, routes, url, change, self._notices, result, now
             )
             if change is Change.CLOSED:
                 for r in routes:

@@ -29,16 +29,16 @@ def circuit_changed(
     change: Change,
     sink: Sink | None = None,
     result: AttemptResult | None = None,
+    now: float = 0.0,
 ) -> None:
     """Expose and log that the circuit of hook `url` (in `routes`) opened or closed, and
-    tell `sink` for each route (`result`: the attempt that changed it)."""
+    tell `sink` for each route (`result`: the attempt that changed it, at `now`)."""
     hook = routes[0].labels[url] if routes else webhooks.redact_url(url)
     names = ", ".join(r.name for r in routes)
     for r in routes:
         metrics.circuit_open[(r.name, r.labels[url])] = int(change is Change.OPENED)
         if sink is None:
             continue
-        at = result.started_at + result.duration if result is not None else 0.0
         if change is Change.OPENED:
             sink.emit(
                 events.hook_failing(
@@ -48,11 +48,11 @@ def circuit_changed(
                     probe_seconds=circuits.probe_seconds,
                     status_code=None if result is None else result.status_code,
                     error=None if result is None else _answer(result),
-                    at=at,
+                    at=now,
                 )
             )
         else:
-            sink.emit(events.hook_recovered(r.name, r.labels[url], at=at))
+            sink.emit(events.hook_recovered(r.name, r.labels[url], at=now))
     if change is Change.OPENED:
         log.warning(
             "circuit of %s (%s) opened: %d messages failed in a row; probing every %g s",

@@ -20,6 +20,8 @@ from tests.conftest import (
     Receiver,
     ReceiverFactory,
     eventually,
+    metric,
+    metrics_text,
     settings_dict,
     write_toml,
 )
@@ -82,8 +84,9 @@ async def test_a_failing_hook_is_told_signed_and_so_is_its_recovery(
     assert recovered["properties"]["destination"] == "hooks"
     assert recovered["properties"]["failingSeconds"] > 0
     assert len(named(ops, "hook.failing")) == 1  # once per crossing, not per failure
-    assert daemon.metrics.operations_events["hook.failing"] == 1
-    assert daemon.metrics.operations_events["hook.recovered"] == 1
+    text = await metrics_text(daemon.port, TOKEN)
+    assert metric(text, "efd_operations_events_total", event="hook.failing") == 1
+    assert metric(text, "efd_operations_events_total", event="hook.recovered") == 1
 
 
 async def test_an_exhausted_delivery_is_told_without_its_payload(
@@ -147,6 +150,9 @@ async def test_a_flood_of_failures_sends_a_bounded_number_of_events(
         timeout=20,
     )
     sent = metrics.operations_events["delivery.exhausted"]
+    text = await metrics_text(daemon.port, TOKEN)
+    dropped = metric(text, "efd_operations_events_dropped_total", event="delivery.exhausted")
+    assert dropped == flood - sent
     # At most the cap in each minute of the clock: the flood may straddle one boundary.
     assert cap <= sent <= 2 * cap
     await eventually(lambda: len(named(ops, "delivery.exhausted")) == sent)
