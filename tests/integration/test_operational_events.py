@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp import web
 
 from efd.segment import webhooks
@@ -318,3 +319,32 @@ async def test_a_hook_disabled_after_failing_for_hours_is_told(
     assert disabled["properties"]["destination"] == "hooks"
     assert disabled["properties"]["hook"] == 1
     assert "HTTP 503" in disabled["properties"]["reason"]
+
+
+@pytest.mark.slow
+async def test_what_the_cap_dropped_is_summarised_when_its_minute_ends(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
+    async def refuse(_request: web.Request, _n: int) -> web.StreamResponse:
+        return web.Response(status=400)
+
+    hook = await receiver_factory(refuse)
+    ops = await receiver_factory()
+    cap, flood = 2, 12
+    daemon = await daemon_factory(
+        ops_settings(db_url, hook.url, ops.url, operations={"max_events_per_minute": cap})
+    )
+    for i in range(flood):
+        await send(daemon.port, f"m-{i}")
+
+    def told() -> int:
+        summaries = named(ops, "operations.dropped")
+        dropped = sum(s["properties"]["events"].get("delivery.exhausted", 0) for s in summaries)
+        return len(named(ops, "delivery.exhausted")) + dropped
+
+    # The summary comes once the minute of the clock is over, with no other event after it.
+    await eventually(lambda: told() == flood, timeout=75, interval=0.2)
+    [summary, *_] = named(ops, "operations.dropped")
+    assert summary["userId"] == "efd"
+    assert summary["properties"]["maxEventsPerMinute"] == cap
+    assert summary["properties"]["dropped"] >= 1
