@@ -340,7 +340,7 @@ async def test_what_the_cap_dropped_is_summarised_when_its_minute_ends(
     def told() -> int:
         summaries = named(ops, "operations.dropped")
         dropped = sum(s["properties"]["events"].get("delivery.exhausted", 0) for s in summaries)
-        return len(named(ops, "delivery.exhausted")) + dropped
+        return len(named(ops, "delivery.exhausted")) + int(dropped)
 
     # The summary comes once the minute of the clock is over, with no other event after it.
     await eventually(lambda: told() == flood, timeout=75, interval=0.2)
