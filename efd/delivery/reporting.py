@@ -27,9 +27,9 @@ def circuit_changed(
     routes: list[Route],
     url: str,
     change: Change,
-    sink: Sink | None = None,
-    result: AttemptResult | None = None,
-    now: float = 0.0,
+    sink: Sink | None,
+    result: AttemptResult,
+    now: float,
 ) -> None:
     """Expose and log that the circuit of hook `url` (in `routes`) opened or closed, and
     tell `sink` for each route (`result`: the attempt that changed it, at `now`)."""
@@ -46,8 +46,8 @@ def circuit_changed(
                     r.labels[url],
                     failures=circuits.threshold,
                     probe_seconds=circuits.probe_seconds,
-                    status_code=None if result is None else result.status_code,
-                    error=None if result is None else _answer(result),
+                    status_code=result.status_code,
+                    error=_answer(result),
                     at=now,
                 )
             )
