@@ -327,12 +327,25 @@ def _pause(args: argparse.Namespace, settings: config.Settings, store: Any) -> i
 
     from efd.delivery.pausing import Pause
     from efd.http.admin import numbered_hooks
+    from efd.operations.events import BY_COMMAND_LINE, hook_paused
     from efd.operations.pauses import describe, pause_json, target
 
     counts = {d: len(h) for d, h in numbered_hooks(settings).items()}
     given = _given(args, "hook", "reason")
     destination, hook, reason = target(args.destination, given, counts)
     row = Pause(*store.pauses.pause(destination, hook, reason, time.time()))
+    _tell(
+        store,
+        settings,
+        hook_paused(
+            destination,
+            hook,
+            reason=row.reason,
+            since=row.since,
+            by=BY_COMMAND_LINE,
+            at=time.time(),
+        ),
+    )
     if args.json:
         _print_json({"pause": pause_json(row)})
     else:
@@ -346,6 +359,7 @@ def _resume(args: argparse.Namespace, settings: config.Settings, store: Any) -> 
 
     from efd.delivery.pausing import Pause
     from efd.http.admin import numbered_hooks
+    from efd.operations.events import BY_COMMAND_LINE, hook_resumed
     from efd.operations.pauses import pause_json, target
 
     numbered = numbered_hooks(settings)
@@ -353,6 +367,21 @@ def _resume(args: argparse.Namespace, settings: config.Settings, store: Any) -> 
     destination, hook, _ = target(args.destination, _given(args, "hook"), counts, resume=True)
     routes = list(dict.fromkeys(name for name, _ in numbered[destination]))
     found, due = store.pauses.resume(destination, hook, routes, time.time())
+    if found is not None:
+        lifted = Pause(*found)
+        _tell(
+            store,
+            settings,
+            hook_resumed(
+                destination,
+                hook,
+                was=lifted.kind,
+                since=lifted.since,
+                due=due,
+                by=BY_COMMAND_LINE,
+                at=time.time(),
+            ),
+        )
     if args.json:
         _print_json({"resumed": None if found is None else pause_json(Pause(*found)), "due": due})
         return 0
@@ -362,6 +391,16 @@ def _resume(args: argparse.Namespace, settings: config.Settings, store: Any) -> 
     else:
         print(f"{what} is resumed (it was {found[2]}); deliveries due now: {due}")
     return 0
+
+
+def _tell(store: Any, settings: config.Settings, event: Any) -> None:
+    """Store the operational event for [operations]'s destination, as the daemon would: a
+    running daemon delivers it (on SQLite within a second, on PostgreSQL at once)."""
+    import time
+
+    from efd.services.notices import store_now
+
+    store_now(store, settings, event, time.time())
 
 
 def _hook_number(value: str) -> int:

@@ -37,6 +37,7 @@ from efd.http.origins import check_pattern
 from efd.languages import mapping, triggers
 from efd.languages.audiences import ParseError, parse_condition, parse_expression
 from efd.languages.filters import Condition, Filter, FilterSet, FqlError, parse_field_path
+from efd.operations.events import OPERATIONS_SOURCE
 from efd.personas.keys import snake_case
 from efd.segment import actions
 from efd.segment.routing import Action, ActionSet
@@ -1000,6 +1001,21 @@ class LoggingConfig(_Strict):
     format: Literal["text", "json"] = "text"
 
 
+class OperationsConfig(_Strict):
+    """efd's own events (docs/operators.md#operational-events), sent to `destination`."""
+
+    destination: str = Field(min_length=1)
+    # backlog.high: a destination's pending deliveries, or its oldest pending one's age.
+    backlog_high: int = Field(default=10000, ge=1)
+    oldest_pending_high_seconds: Seconds = 3600
+    # lane.blocked: an ordered lane waiting this long on a head that failed.
+    lane_blocked_seconds: Seconds = 600
+    # At most this many events a minute per process; the rest are counted in one summary.
+    max_events_per_minute: int = Field(default=60, ge=1, le=100000)
+    # How often the backlogs and lanes are looked at.
+    check_interval_seconds: Seconds = 60
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="EFD_",
@@ -1016,6 +1032,7 @@ class Settings(BaseSettings):
     destinations: list[DestinationConfig] = Field(default_factory=list)
     audiences: list[AudienceConfig] = Field(default_factory=list)
     computed_traits: list[ComputedTraitConfig] = Field(default_factory=list)
+    operations: OperationsConfig | None = None
 
     @classmethod
     def settings_customise_sources(
@@ -1029,6 +1046,25 @@ class Settings(BaseSettings):
         # Earlier sources win: init (tests), then the environment, then the file (load()
         # adds it, from what it read).
         return (init_settings, env_settings)
+
+    @model_validator(mode="after")
+    def _operations_destination(self) -> Settings:
+        # The events' source name is reserved while they are sent.
+        if self.operations is None:
+            return self
+        problems = []
+        name = self.operations.destination
+        if name not in {d.name for d in self.destinations}:
+            problems.append(f"operations.destination: no destination named {name!r}")
+        for i, source in enumerate(self.sources):
+            if source.name == OPERATIONS_SOURCE:
+                problems.append(
+                    f"sources[{i}].name: {OPERATIONS_SOURCE!r} is reserved for efd's operational "
+                    "events while [operations] is configured"
+                )
+        if problems:
+            raise KeyedProblems(problems)
+        return self
 
     def helpers(self, cpus: int) -> tuple[int, int]:
         """(parser, sender) processes for a daemon that may keep `cpus` CPUs busy (its

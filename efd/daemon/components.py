@@ -46,6 +46,7 @@ from efd.personas.capture import Capture
 from efd.processes.parsers import ParserPool
 from efd.records import DeliveryStatus, InsertStatus, NewMessage
 from efd.segment.payload import MAX_RAW_REQUEST_BYTES
+from efd.services.notices import Notices
 from efd.services.periodic import Periodic, computations
 from efd.services.regulations import RegulationRunner
 from efd.settings import Current
@@ -304,6 +305,13 @@ class Delivery:
         self._children = children
         self._storage = storage
         self._dispatcher: Dispatcher | None = None
+        self._notices: Notices | None = None
+
+    @property
+    def notices(self) -> Notices:
+        """The operational events' emitter (efd/services/notices.py)."""
+        assert self._notices is not None, "Delivery.start() did not finish"
+        return self._notices
 
     @property
     def dispatcher(self) -> Dispatcher:
@@ -324,6 +332,11 @@ class Delivery:
             stack.push_async_callback(sender.close)
             shared.settings.subscribe(functools.partial(_reload_auths, sender), early=True)
             rounds = sender
+        # Stopped after the dispatcher (the stack unwinds in reverse): its last events stored.
+        notices = self._notices = Notices(
+            db=db, settings=shared.settings, metrics=shared.metrics, on_stored=self._wake
+        )
+        await notices.start(stack)
         dispatcher = self._dispatcher = Dispatcher(
             deliveries=AsyncDeliveries(db),
             rounds=rounds,
@@ -332,10 +345,15 @@ class Delivery:
             owner=shared.owner,
             hub=shared.hub,
             pauses=AsyncPauses(db),
+            notices=notices,
         )
         if db.store.listener.available:
             _listen_for_work(stack, db.store, dispatcher.notify)
         await dispatcher.start(stack)
+
+    def _wake(self) -> None:
+        if self._dispatcher is not None:
+            self._dispatcher.notify()
 
 
 class Services:
@@ -378,6 +396,7 @@ class Services:
             metrics=shared.metrics,
             owner=shared.owner,
             on_sent=notify,
+            notices=self._delivery.notices,
         )
         await self._periodic.start(stack)
 
@@ -432,6 +451,7 @@ class Http:
             operations=storage.parts.operations,
             on_due=notify,
             on_paused=self._delivery.dispatcher.pauses_changed,
+            notices=self._delivery.notices,
         )
         live = LiveApi(
             shared.settings,

@@ -33,6 +33,7 @@ from efd.errors import StoreError
 from efd.loop import SYSTEM_CLOCK, Clock, Worker
 from efd.observe.metrics import Metrics
 from efd.observe.stream import Hub
+from efd.operations.events import Sink
 from efd.records import Claimed, ClaimRequest
 from efd.segment import webhooks
 from efd.segment.webhooks import Route
@@ -79,8 +80,10 @@ class Dispatcher:
         hub: Hub | None = None,
         clock: Clock = SYSTEM_CLOCK,
         pauses: pausing.Pauses | None = None,
+        notices: Sink | None = None,
     ) -> None:
         delivery = settings.value.delivery
+        self._notices = notices  # operational events (efd/operations/events.py)
         self._clock = clock
         self._deliveries = deliveries
         self._rounds = rounds
@@ -607,7 +610,9 @@ class Dispatcher:
                 continue
             url = result.hook_url
             routes = [r for r in self._routes.values() if url in r.labels]
-            reporting.circuit_changed(self._metrics, self._circuits, routes, url, change)
+            reporting.circuit_changed(
+                self._metrics, self._circuits, routes, url, change, self._notices, result, now
+            )
             if change is Change.CLOSED:
                 for r in routes:
                     self._background(self._wake_waiting(r.name, (r.labels[url], url)))
@@ -686,7 +691,9 @@ class Dispatcher:
             policy=self._policy,
             rng=self._rng,
         )
-        reporting.report(self._metrics, self._clock.now(), route, item, results, decision, note)
+        reporting.report(
+            self._metrics, self._clock.now(), route, item, results, decision, note, self._notices
+        )
         if decision.next_attempt_at is not None:
             self._due_hint = min(self._due_hint, decision.next_attempt_at)
             if decision.next_attempt_at < self._worker.waking_at:
@@ -771,15 +778,7 @@ class Dispatcher:
         if not done:
             self._runs.pop(target, None)  # another answered, or it is paused: look again
             return
-        destination, hook = target
-        log.warning(
-            "hook %d of %s is disabled: %s; nothing is sent to it until `efd resume %s --hook %d`",
-            hook,
-            destination,
-            reason,
-            destination,
-            hook,
-        )
+        reporting.hook_disabled(self._notices, *target, reason, now)
         self._pauses_read = -math.inf  # applied at once, not at the next look
         self._worker.notify()
 

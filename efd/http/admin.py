@@ -38,7 +38,8 @@ from efd.delivery.pausing import Pause, target_name
 from efd.errors import ClientError, StoreError
 from efd.http import openapi, server
 from efd.http.responses import error_response, json_response
-from efd.operations import pauses, selection
+from efd.operations import events, pauses, selection
+from efd.operations.events import Sink
 from efd.settings import Current
 from efd.store import operations
 from efd.store.operations import Operations
@@ -81,8 +82,10 @@ class AdminApi:
         operations: Operations,
         on_due: Callable[[], None],
         on_paused: Callable[[], Awaitable[None]] | None = None,
+        notices: Sink | None = None,
     ) -> None:
         self._current = settings
+        self._notices = notices  # hook.paused, hook.resumed (efd/operations/events.py)
         self._db = db
         self._ops = operations
         self._on_due = on_due  # new work is due now: the dispatcher's notify
@@ -247,6 +250,17 @@ class AdminApi:
         log.info("pause: %s, by the admin API%s", _named(row), f" ({reason})" if reason else "")
         if self._on_paused is not None:
             await self._on_paused()
+        if self._notices is not None:
+            self._notices.emit(
+                events.hook_paused(
+                    destination,
+                    hook,
+                    reason=row.reason,
+                    since=row.since,
+                    by=events.BY_ADMIN_API,
+                    at=time.time(),
+                )
+            )
         return json_response({"pause": pauses.pause_json(row)})
 
     async def _resume(self, request: web.Request) -> web.Response:
@@ -265,6 +279,19 @@ class AdminApi:
             if self._on_paused is not None:
                 await self._on_paused()
             self._on_due()
+            if self._notices is not None:
+                lifted = Pause(*found)
+                self._notices.emit(
+                    events.hook_resumed(
+                        destination,
+                        hook,
+                        was=lifted.kind,
+                        since=lifted.since,
+                        due=due,
+                        by=events.BY_ADMIN_API,
+                        at=time.time(),
+                    )
+                )
         return json_response(
             {
                 "resumed": None if found is None else pauses.pause_json(Pause(*found)),

@@ -53,6 +53,8 @@ class Metrics:
         self.suppressed: Counter[str] = Counter()  # by source
         self.personas_sent: Counter[str] = Counter()  # by computation key
         self.regulations_finished: Counter[str] = Counter()  # by final status
+        self.operations_events: Counter[str] = Counter()  # by event name: stored to be sent
+        self.operations_dropped: Counter[str] = Counter()  # by event name: over the cap
         self.rejected: Counter[str] = Counter()  # by reason
         self.telemetry_discarded = 0  # analytics.js telemetry requests (/v1/m), dropped
         self.delivered: Counter[str] = Counter()  # by destination
@@ -120,6 +122,18 @@ _COUNTERS = (
         "Regulations this process brought to an end, by final status.",
         "status",
         "regulations_finished",
+    ),
+    (
+        "efd_operations_events",
+        "Operational events stored for the [operations] destination, by name.",
+        "event",
+        "operations_events",
+    ),
+    (
+        "efd_operations_events_dropped",
+        "Operational events over max_events_per_minute, counted in a summary instead.",
+        "event",
+        "operations_dropped",
     ),
     ("efd_deliveries_delivered", "Deliveries a hook accepted.", "destination", "delivered"),
     ("efd_deliveries_retried", "Rounds that will be retried.", "destination", "retried"),

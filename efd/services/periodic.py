@@ -1,5 +1,5 @@
-"""The coarse periodic jobs: retention, the lanes' tending, and the audience and computed
-trait syncs.
+"""The coarse periodic jobs: retention, the lanes' tending, the audience and computed
+trait syncs, and the operational events' look at backlogs and blocked lanes.
 
 APScheduler runs them (memory job store), and each runs once per cluster per interval:
 a process runs a job only after advancing its row in the `jobs` table, which one process
@@ -24,6 +24,8 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from efd.config import Settings
 from efd.errors import StoreError
 from efd.observe.metrics import Metrics
+from efd.operations import events
+from efd.operations.events import Crossings, Sink
 from efd.personas.sync import (
     AUDIENCE,
     TRAIT,
@@ -35,6 +37,7 @@ from efd.personas.sync import (
 from efd.services.pacing import SMALL_STEP, contended, look_again, may_step, next_step
 from efd.settings import Current
 from efd.store.computations import Computations
+from efd.store.health import HealthStore
 from efd.store.profiles import Profiles
 from efd.store.runner import AsyncStore
 
@@ -46,6 +49,11 @@ LANES_EVERY = 30.0
 _FIRST_RETENTION_DELAY = 30.0  # seconds after start-up, at most
 _FIRST_SYNC_DELAY = 1.0  # seconds after start-up
 _EVENT_MARGIN = 3600.0  # events are kept this much longer than the longest lookback
+
+
+def _operations_every(settings: Settings) -> float:
+    operations = settings.operations
+    return 60.0 if operations is None else operations.check_interval_seconds
 
 
 def computations(settings: Settings) -> list[Computation]:
@@ -79,8 +87,13 @@ class Periodic:
         metrics: Metrics,
         owner: str,
         on_sent: Callable[[], None],
+        notices: Sink | None = None,
     ) -> None:
         self._settings = settings
+        # backlog.high and lane.blocked: this process's look, each told once per crossing.
+        self._notices = notices
+        self._crossings = Crossings()
+        self._operations_every = _operations_every(settings.value)
         self._db = db
         self.computations = computations(settings.value)
         settings.subscribe(self._configure)
@@ -122,6 +135,14 @@ class Periodic:
             misfire_grace_time=30,
             coalesce=True,
         )
+        scheduler.add_job(
+            self._operations_job,
+            "interval",
+            seconds=self._operations_every,
+            id="operations",
+            misfire_grace_time=60,
+            coalesce=True,
+        )
         self._schedule_syncs()
         scheduler.start()
         stack.push_async_callback(self.stop)
@@ -152,6 +173,10 @@ class Periodic:
         if self._scheduler is not None and interval != self._retention_every:
             self._scheduler.reschedule_job("retention", trigger="interval", seconds=interval)
         self._retention_every = interval
+        every = _operations_every(settings)
+        if self._scheduler is not None and every != self._operations_every:
+            self._scheduler.reschedule_job("operations", trigger="interval", seconds=every)
+        self._operations_every = every
         if self._scheduler is not None:
             for computation in self.computations:
                 with contextlib.suppress(JobLookupError):
@@ -239,6 +264,78 @@ class Periodic:
         total = await self._purge_events(now - lookback - _EVENT_MARGIN)
         if total:
             log.info("retention: purged %d events beyond the longest lookback", total)
+
+    # -- operational events ---------------------------------------------------------------
+
+    async def _operations_job(self) -> None:
+        try:
+            await self.check_operations()
+        except StoreError as error:
+            log.warning(
+                "operational events: cannot look at the backlogs now: %s",
+                str(error).splitlines()[0][:200],
+            )
+
+    async def check_operations(self, now: float | None = None) -> list[events.Event]:
+        """Tell backlog.high for each configured destination whose backlog or oldest pending
+        delivery crossed its threshold, and lane.blocked for each ordered one whose longest
+        blocked lane did, once per crossing (every process looks: each tells what it saw).
+        Returns the events told."""
+        operations = self._settings.value.operations
+        if operations is None or self._notices is None:
+            return []
+        now = time.time() if now is None else now
+        store = self._db.store
+        configured = self._settings.value.route_names()
+        backlog = await self._db.read(HealthStore(store).backlog)
+        blocked = await self._db.read(store.lanes.blocked)
+        told: list[events.Event] = []
+        seen: set[tuple[str, ...]] = set()
+        for destination, (pending, oldest) in sorted(backlog.items()):
+            if destination not in configured:
+                continue
+            age = None if oldest is None else max(0.0, now - oldest)
+            key = (events.BACKLOG_HIGH, destination)
+            seen.add(key)
+            high = events.backlog_is_high(
+                pending,
+                age,
+                backlog_high=operations.backlog_high,
+                oldest_high_seconds=operations.oldest_pending_high_seconds,
+            )
+            if self._crossings.rose(key, high):
+                told.append(
+                    events.backlog_high(
+                        destination,
+                        pending=pending,
+                        oldest_seconds=age,
+                        backlog_high=operations.backlog_high,
+                        oldest_high_seconds=operations.oldest_pending_high_seconds,
+                        at=now,
+                    )
+                )
+        for destination, lanes in sorted(blocked.items()):
+            if destination not in configured:
+                continue
+            since = lanes.oldest_since
+            waited = 0.0 if since is None else max(0.0, now - since)
+            key = (events.LANE_BLOCKED, destination)
+            seen.add(key)
+            if self._crossings.rose(key, waited >= operations.lane_blocked_seconds):
+                told.append(
+                    events.lane_blocked(
+                        destination,
+                        lanes=lanes.count,
+                        message_id=lanes.oldest_message_id,
+                        blocked_seconds=waited,
+                        threshold_seconds=operations.lane_blocked_seconds,
+                        at=now,
+                    )
+                )
+        self._crossings.keep(seen)
+        for event in told:
+            self._notices.emit(event)
+        return told
 
     # -- lanes ------------------------------------------------------------------------------
 
