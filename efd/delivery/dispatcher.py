@@ -77,9 +77,7 @@ class Dispatcher:
         self._metrics = metrics
         self._owner = owner
         self._rng = rng or random.Random()
-        self._routes = {
-            r.name: r for d in settings.value.destinations for r in d.routes(delivery.user_agent)
-        }
+        self._routes = _routes(settings.value)
         self._buckets = _buckets(settings.value)
         # A destination held back by its hooks' rate limits: when to claim for it again.
         self._paced: dict[str, float] = {}
@@ -154,8 +152,7 @@ class Dispatcher:
         rounds that start from now on; rounds in flight finish with the Route they began
         with. Deliveries claimed for a destination no longer configured are given back
         (they stay pending, as any delivery to an unconfigured destination does)."""
-        user_agent = settings.delivery.user_agent
-        routes = {r.name: r for d in settings.destinations for r in d.routes(user_agent)}
+        routes = _routes(settings)
         removed = [name for name in self._routes if name not in routes]
         leases = []
         for name in removed:
@@ -599,3 +596,22 @@ class Dispatcher:
 def _buckets(settings: Settings) -> dict[str, tuple[ratelimit.Bucket, ...]]:
     """The token buckets of each route that has rate-limited hooks."""
     return settings.route_buckets()
+
+
+def _routes(settings: Settings) -> dict[str, Route]:
+    """The routes this dispatcher claims and sends for: every route but the actions that
+    batch, whose batches efd/delivery/batches.py sends (their deliveries never go alone)."""
+    user_agent = settings.delivery.user_agent
+    batched = {
+        d.route_name(a)
+        for d in settings.destinations
+        if d.type == "actions"
+        for a in d.actions
+        if a.batch.batched
+    }
+    return {
+        r.name: r
+        for d in settings.destinations
+        for r in d.routes(user_agent)
+        if r.name not in batched
+    }

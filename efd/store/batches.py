@@ -428,6 +428,37 @@ class BatchesStore:
         except _Lost:
             return None
 
+    def fail_unbatched(
+        self, route: str, delivery_ids: Sequence[int], now: float, error: str
+    ) -> int:
+        """Fail these deliveries of the route that are in no batch and not finished (a
+        deletion request purged their payload: there is nothing to send), and hand their
+        lanes on; return how many."""
+        if not delivery_ids:
+            return 0
+        failed = 0
+        with self._db.write() as conn:
+            for chunk in chunked(sorted(set(delivery_ids))):
+                failed += conn.execute(
+                    update(deliveries)
+                    .where(
+                        deliveries.c.id.in_(list(chunk)),
+                        deliveries.c.destination == route,
+                        deliveries.c.batch_id.is_(None),
+                        deliveries.c.status.in_(list(OPEN)),
+                    )
+                    .values(
+                        status=DeliveryStatus.FAILED.value,
+                        finished_at=now,
+                        next_attempt_at=None,
+                        lease_owner=None,
+                        last_error=error,
+                    )
+                ).rowcount
+            if failed and self._steps().ordered:
+                lanes.advance(conn, self._backend, now, heads=list(delivery_ids))
+        return int(failed)
+
     def members(self, batch_ids: Sequence[int]) -> dict[int, tuple[Waiting, ...]]:
         """Each batch's members with their bodies, in its body's order (a 413 splits them)."""
         with self._db.read() as conn:
