@@ -1,0 +1,376 @@
+"""Batched actions end to end (docs/actions.md#batches): a warehouse-style receiver on
+127.0.0.1 gets JSON arrays of up to `batch_size` events, every event once and in the order efd
+accepted it; a retry resends the same bytes under the same webhook-id; a partial batch goes
+after `batch_wait_seconds`; `batch_max_bytes` holds; a 413 splits a batch down to single
+events; a user's events keep their order; X-Signature covers the body, or the first event;
+a kill -9 mid-stream loses nothing and resends only whole batches that were in flight. Real
+daemons (`efd serve` for the kill), real receivers, SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import json
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from standardwebhooks.webhooks import Webhook
+
+from tests.conftest import (
+    SECRET,
+    DaemonFactory,
+    DaemonProcess,
+    Received,
+    ReceiverFactory,
+    eventually,
+    free_port,
+    post,
+    settings_dict,
+    sql,
+    write_toml,
+)
+
+WHSEC = "whsec_" + base64.b64encode(b"batched-secret-of-32-bytes-long!").decode()
+
+
+def _settings(db_url: str, url: str, **batch: Any) -> dict[str, Any]:
+    delivery = batch.pop("delivery", {})
+    ordering = batch.pop("ordering", "none")
+    action = {"name": "bulk", "trigger": 'type = "track"', "url": url, **batch}
+    settings = settings_dict(db_url, delivery=delivery)
+    settings["sources"][0]["destinations"] = ["wh"]
+    settings["destinations"] = [
+        {
+            "name": "wh",
+            "type": "actions",
+            "ordering": ordering,
+            "shared_secret": SECRET,
+            "signing": ["x-signature", "standard-webhooks"],
+            "standard_webhooks_secrets": [WHSEC],
+            "actions": [action],
+        }
+    ]
+    return settings
+
+
+def _events(count: int, users: int = 0, prefix: str = "e", pad: int = 0) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "track",
+            "userId": f"u{i % users}" if users else f"u{i}",
+            "event": "Row",
+            "messageId": f"{prefix}{i}",
+            "properties": {"n": i, **({"pad": "x" * pad} if pad else {})},
+        }
+        for i in range(count)
+    ]
+
+
+def _ids(request: Received) -> list[str]:
+    body = json.loads(request.body)
+    assert isinstance(body, list), body
+    return [event["messageId"] for event in body]
+
+
+def _accepted(received: list[Received], statuses: dict[int, int]) -> list[Received]:
+    """The requests the receiver accepted, by the answer it gave each (1-based)."""
+    return [r for n, r in enumerate(received, 1) if statuses.get(n, 200) == 200]
+
+
+async def _settled(db_url: str, count: int, timeout: float = 30) -> None:
+    await eventually(
+        lambda: sql(
+            db_url, "SELECT count(*) FROM deliveries WHERE status IN ('pending', 'queued')"
+        )
+        == [(0,)]
+        and sql(db_url, "SELECT count(*) FROM deliveries") == [(count,)],
+        timeout=timeout,
+    )
+
+
+async def test_a_warehouse_gets_arrays_of_up_to_batch_size_each_event_once_in_order(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
+    receiver = await receiver_factory()
+    daemon = await daemon_factory(
+        _settings(db_url, receiver.url, batch_size=10, batch_wait_seconds=0.2)
+    )
+    sent = _events(95)
+    status, _ = await post(daemon.port, "/v1/batch", {"batch": sent})
+    assert status == 200
+    await _settled(db_url, 95)
+    requests = receiver.received
+    carried = [i for r in requests for i in _ids(r)]
+    assert carried == [e["messageId"] for e in sent]  # each once, in acceptance order
+    assert all(1 <= len(_ids(r)) <= 10 for r in requests)
+    assert len(requests) >= 10
+    for r in requests:
+        assert r.headers["Content-Type"] == "application/json"
+        assert r.headers["webhook-id"].startswith("batch_")
+        assert r.headers["X-Signature"] == hmac.new(SECRET.encode(), r.body, "sha1").hexdigest()
+        Webhook(WHSEC).verify(r.body, r.headers)
+    assert len({r.headers["webhook-id"] for r in requests}) == len(requests)
+    # Each array is the members' stored bodies joined as they are.
+    stored = dict(
+        sql(
+            db_url,
+            "SELECT m.message_id, m.body FROM messages m",
+        )
+    )
+    for r in requests:
+        assert r.body == ("[" + ",".join(stored[i] for i in _ids(r)) + "]").encode()
+    # The store: every delivery delivered in its batch, one attempt row per request.
+    assert sql(
+        db_url, "SELECT count(*) FROM deliveries WHERE status = 'delivered' AND batch_id IS NOT NULL"
+    ) == [(95,)]
+    assert sql(db_url, "SELECT count(*), min(status), max(status) FROM batches") == [
+        (len(requests), "delivered", "delivered")
+    ]
+    assert sql(db_url, "SELECT count(*) FROM attempts WHERE batch_id IS NOT NULL") == [
+        (len(requests),)
+    ]
+    by_batch = sql(
+        db_url,
+        "SELECT b.webhook_id, count(*) FROM deliveries d JOIN batches b ON b.id = d.batch_id "
+        "GROUP BY b.webhook_id",
+    )
+    assert dict(by_batch) == {r.headers["webhook-id"]: len(_ids(r)) for r in requests}
+
+
+async def test_a_retry_resends_the_same_bytes_under_the_same_webhook_id(
+    sqlite_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
+    async def refuse_first(_request: web.Request, n: int) -> web.StreamResponse:
+        return web.Response(status=503 if n == 1 else 200)
+
+    receiver = await receiver_factory(refuse_first)
+    daemon = await daemon_factory(
+        _settings(sqlite_url, receiver.url, batch_size=50, batch_wait_seconds=0.2)
+    )
+    status, _ = await post(daemon.port, "/v1/batch", {"batch": _events(7)})
+    assert status == 200
+    await _settled(sqlite_url, 7)
+    first, second = receiver.received
+    assert first.body == second.body
+    assert first.headers["webhook-id"] == second.headers["webhook-id"]
+    assert first.headers["X-Signature"] == second.headers["X-Signature"]
+    assert _ids(first) == [f"e{i}" for i in range(7)]
+    rows = sql(
+        sqlite_url,
+        "SELECT a.status_code, a.batch_id FROM attempts a ORDER BY a.attempted_at",
+    )
+    assert [code for code, _ in rows] == [503, 200]
+    assert len({batch for _, batch in rows}) == 1
+    assert sql(sqlite_url, "SELECT DISTINCT attempts, status FROM deliveries") == [(2, "delivered")]
+
+
+async def test_batch_wait_seconds_sends_a_partial_batch(
+    sqlite_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
+    receiver = await receiver_factory()
+    daemon = await daemon_factory(
+        _settings(sqlite_url, receiver.url, batch_size=100, batch_wait_seconds=0.8)
+    )
+    started = time.time()
+    status, _ = await post(daemon.port, "/v1/batch", {"batch": _events(3)})
+    assert status == 200
+    [request] = await receiver.wait_for(1)
+    assert _ids(request) == ["e0", "e1", "e2"]
+    assert request.at - started >= 0.7  # it waited for more events
+    await asyncio.sleep(0.3)
+    assert len(receiver.received) == 1
+
+
+async def test_batch_max_bytes_is_never_exceeded(
+    sqlite_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
+    receiver = await receiver_factory()
+    daemon = await daemon_factory(
+        _settings(
+            sqlite_url,
+            receiver.url,
+            batch_size=100,
+            batch_max_bytes=1024,
+            batch_wait_seconds=0.1,
+        )
+    )
+    sent = _events(30, pad=200)
+    status, _ = await post(daemon.port, "/v1/batch", {"batch": sent})
+    assert status == 200
+    await _settled(sqlite_url, 30)
+    requests = receiver.received
+    assert all(len(r.body) <= 1024 for r in requests)
+    assert any(len(_ids(r)) > 1 for r in requests)
+    assert [i for r in requests for i in _ids(r)] == [e["messageId"] for e in sent]
+
+
+async def test_a_413_splits_a_batch_down_to_single_events(
+    sqlite_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
+    async def one_at_a_time(request: web.Request, _n: int) -> web.StreamResponse:
+        events = json.loads(await request.read())
+        return web.Response(status=413 if len(events) > 1 else 200)
+
+    receiver = await receiver_factory(one_at_a_time)
+    daemon = await daemon_factory(
+        _settings(sqlite_url, receiver.url, batch_size=10, batch_wait_seconds=0.2)
+    )
+    status, _ = await post(daemon.port, "/v1/batch", {"batch": _events(4)})
+    assert status == 200
+    await _settled(sqlite_url, 4)
+    sizes = [len(_ids(r)) for r in receiver.received]
+    assert sizes[0] == 4
+    assert sorted(sizes) == [1, 1, 1, 1, 2, 2, 4]
+    accepted = [i for r in receiver.received if len(_ids(r)) == 1 for i in _ids(r)]
+    assert sorted(accepted) == ["e0", "e1", "e2", "e3"]
+    assert sql(sqlite_url, "SELECT status, count(*) FROM batches GROUP BY status ORDER BY 1") == [
+        ("delivered", 4),
+        ("split", 3),
+    ]
+    assert sql(sqlite_url, "SELECT DISTINCT status FROM deliveries") == [("delivered",)]
+
+
+async def test_a_single_event_answered_413_fails(
+    sqlite_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
+    async def too_large(_request: web.Request, _n: int) -> web.StreamResponse:
+        return web.Response(status=413)
+
+    receiver = await receiver_factory(too_large)
+    daemon = await daemon_factory(
+        _settings(sqlite_url, receiver.url, batch_size=10, batch_wait_seconds=0.1)
+    )
+    status, _ = await post(daemon.port, "/v1/batch", {"batch": _events(2)})
+    assert status == 200
+    await _settled(sqlite_url, 2)
+    assert sorted(len(_ids(r)) for r in receiver.received) == [1, 1, 2]
+    assert sql(sqlite_url, "SELECT DISTINCT status FROM deliveries") == [("failed",)]
+
+
+async def test_a_users_events_keep_their_order_across_batches_and_retries(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
+    statuses: dict[int, int] = {}
+    in_flight: set[str] = set()
+    overlapped: list[str] = []
+
+    async def flaky(request: web.Request, n: int) -> web.StreamResponse:
+        users = {e["userId"] for e in json.loads(await request.read())}
+        if users & in_flight:
+            overlapped.extend(users & in_flight)
+        in_flight.update(users)
+        await asyncio.sleep(0.05)
+        in_flight.difference_update(users)
+        statuses[n] = 503 if n % 3 == 1 else 200
+        return web.Response(status=statuses[n])
+
+    receiver = await receiver_factory(flaky)
+    daemon = await daemon_factory(
+        _settings(
+            db_url, receiver.url, batch_size=4, batch_wait_seconds=0.05, ordering="per_user"
+        )
+    )
+    sent = _events(40, users=5)
+    for chunk in range(0, 40, 10):
+        status, _ = await post(daemon.port, "/v1/batch", {"batch": sent[chunk : chunk + 10]})
+        assert status == 200
+    await _settled(db_url, 40, timeout=60)
+    accepted = _accepted(receiver.received, statuses)
+    carried = [i for r in accepted for i in _ids(r)]
+    assert sorted(carried) == sorted(e["messageId"] for e in sent)
+    assert len(carried) == 40
+    user_of = {e["messageId"]: e["userId"] for e in sent}
+    for user in {e["userId"] for e in sent}:
+        theirs = [i for i in carried if user_of[i] == user]
+        assert theirs == [e["messageId"] for e in sent if e["userId"] == user]
+    assert overlapped == []  # a user never had two requests under way
+    assert sql(db_url, "SELECT DISTINCT status FROM deliveries") == [("delivered",)]
+
+
+async def test_first_event_signature_covers_the_first_event_only(
+    sqlite_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
+    receiver = await receiver_factory()
+    daemon = await daemon_factory(
+        _settings(
+            sqlite_url,
+            receiver.url,
+            batch_size=5,
+            batch_wait_seconds=0.1,
+            batch_signature="first_event",
+        )
+    )
+    status, _ = await post(daemon.port, "/v1/batch", {"batch": _events(5)})
+    assert status == 200
+    [request] = await receiver.wait_for(1)
+    [(first,)] = sql(sqlite_url, "SELECT body FROM messages WHERE message_id = 'e0'")
+    assert request.body.startswith(b"[" + first.encode() + b",")
+    expected = hmac.new(SECRET.encode(), first.encode(), hashlib.sha1).hexdigest()
+    assert request.headers["X-Signature"] == expected
+    # Standard Webhooks' signature covers the whole body whatever batch_signature says.
+    Webhook(WHSEC).verify(request.body, request.headers)
+
+
+class Slow:
+    """Accepts every request after a moment, keeping each request's body and webhook-id."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, bytes]] = []
+
+    async def __call__(self, request: web.Request, _n: int) -> web.StreamResponse:
+        body = await request.read()
+        await asyncio.sleep(0.2)
+        self.seen.append((request.headers["webhook-id"], body))
+        return web.Response(status=200)
+
+
+@pytest.mark.slow
+async def test_kill_9_mid_stream_loses_nothing_and_resends_only_whole_batches(
+    db_url: str, receiver_factory: ReceiverFactory, tmp_path: Path
+) -> None:
+    slow = Slow()
+    receiver = await receiver_factory(slow)
+    settings = _settings(
+        db_url,
+        receiver.url,
+        batch_size=10,
+        batch_wait_seconds=0.1,
+        # The killed process's leases lapse before its batches are claimed again (PostgreSQL).
+        delivery={"timeout_seconds": 2, "lease_seconds": 8, "max_per_hook": 2},
+    )
+    port = free_port()
+    settings["server"] = {"host": "127.0.0.1", "port": port, "parse_processes": 0}
+    daemon = DaemonProcess(write_toml(tmp_path / "efd.toml", settings), port, tmp_path / "efd.log")
+    daemon.start()
+    try:
+        sent = _events(300)
+        for chunk in range(0, 300, 50):
+            status, _ = await post(daemon.port, "/v1/batch", {"batch": sent[chunk : chunk + 50]})
+            assert status == 200
+        await eventually(lambda: len(receiver.received) >= 5, timeout=30)
+        daemon.kill()
+        before = len(receiver.received)
+        daemon.start()
+        await _settled(db_url, 300, timeout=90)
+    finally:
+        daemon.ensure_stopped()
+    assert before < len(receiver.received)
+    carried: Counter[str] = Counter()
+    bodies: dict[str, bytes] = {}
+    for request in receiver.received:
+        webhook_id = request.headers["webhook-id"]
+        if webhook_id in bodies:
+            assert bodies[webhook_id] == request.body  # a resend is the same batch, whole
+            continue
+        bodies[webhook_id] = request.body
+        carried.update(_ids(request))
+    # Every event is in exactly one batch, whatever was sent twice.
+    assert sorted(carried) == sorted(e["messageId"] for e in sent)
+    assert set(carried.values()) == {1}
+    assert sql(db_url, "SELECT DISTINCT status FROM deliveries") == [("delivered",)]
