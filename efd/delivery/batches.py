@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from efd.config import Settings
-from efd.delivery import batching, reporting, retry
+from efd.delivery import batching, ratelimit, reporting, retry
 from efd.delivery.batching import BatchPolicy, Candidate, Plan
 from efd.delivery.circuit import Circuits
 from efd.delivery.leases import Leases
@@ -165,6 +165,8 @@ class Batcher:
         self._claim_at: dict[str, float] = {}  # route -> when to claim its due batches again
         self._form_at: dict[str, float] = {}  # route -> when to form again (0: at once)
         self._formed_at: dict[str, float] = {}  # route -> when it was last formed
+        # A route held back by its hook's rate limit: when its tokens are worth asking again.
+        self._paced: dict[str, float] = {}
         self._notified = 0  # how many wake-ups for new events so far
         self._held = Leases(self._lease, self._renew, clock)
         self._worker = Worker(
@@ -181,6 +183,9 @@ class Batcher:
             window=delivery.retry_window_seconds,
         )
         policies = batched_routes(settings)
+        self._buckets = {
+            name: found for name, found in settings.route_buckets().items() if name in policies
+        }
         ordered = settings.ordered()
         self._targets = {
             r.name: _Target(r, policies[r.name], r.name in ordered)
@@ -268,6 +273,10 @@ class Batcher:
                 if at is not None:
                     wait = min(wait, at - now)
                 continue
+            paced = self._paced.get(name, 0.0)
+            if paced > now:
+                wait = min(wait, paced - now)
+                continue
             if self._circuits.is_open(hook):
                 free = 1  # the probe
             if self._claim_at.get(name, 0.0) <= now:
@@ -307,7 +316,14 @@ class Batcher:
             lease_until=now + self._lease,
             lapsed_before=self._held.lapsed_before(now),
         )
-        claimed = await self._db.write(self._store.claim, request)
+        buckets = self._buckets.get(name)
+        if buckets:
+            claimed, left = await self._db.write(
+                self._store.claim_limited, request, [b.row for b in buckets]
+            )
+            self._pace(name, buckets, left, now)
+        else:
+            claimed = await self._db.write(self._store.claim, request)
         if len(claimed) < free:
             self._claim_at[name] = now + _IDLE_POLL
         if not claimed:
@@ -332,6 +348,7 @@ class Batcher:
         and start them; the plan, or None when another daemon was forming the route."""
         name, policy = target.route.name, target.policy
         found = _Formation()
+        buckets = self._buckets.get(name, ())
         formed = await self._db.write(
             self._store.form,
             name,
@@ -341,7 +358,10 @@ class Batcher:
             owner=self._owner,
             now=now,
             lease_until=now + self._lease,
+            buckets=[b.row for b in buckets],
         )
+        if buckets:
+            self._pace(name, buckets, formed.tokens_left, now)
         if found.purged:
             failed = await self._db.write(
                 self._store.fail_unbatched, name, found.purged, self._clock.now(), PURGED
@@ -373,7 +393,8 @@ class Batcher:
             key = batching.batch_key(policy.keys, w.url or hook, method, headers)
             lane = w.lane if target.ordered else None
             usable.append(Candidate(w.delivery_id, _encoded(w.body), key, lane, w.since))
-        plan = batching.form(usable, policy, now, busy=candidates.busy, limit=free)
+        limit = free if candidates.allowed is None else min(free, candidates.allowed)
+        plan = batching.form(usable, policy, now, busy=candidates.busy, limit=limit)
         found.plan = plan
         chosen = []
         for batch in plan.ready:
@@ -388,6 +409,16 @@ class Batcher:
                 batch.oldest,
             )
         return chosen
+
+    def _pace(
+        self, name: str, buckets: tuple[ratelimit.Bucket, ...], left: float, now: float
+    ) -> None:
+        """After a claim or a formation under rate limits: with less than a token left, the
+        route is not asked for again until a quantum's worth has accrued."""
+        if left < 1.0:
+            self._paced[name] = now + ratelimit.next_claim_in(buckets, left)
+        else:
+            self._paced.pop(name, None)
 
     # -- one request -------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ them in the transaction that records it, only where the batch's row changed (the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,11 @@ from efd.records import AttemptRow, ClaimRequest, DeliveryStatus
 from efd.store import lanes
 from efd.store.backends.base import ATTEMPT_COLUMNS, chunked
 from efd.store.database import Database
+
+# A claim's token buckets, as efd/store/ratelimit.py reads and takes them in the claim's
+# transaction: batches count requests against a hook's limit as deliveries do.
+from efd.store.ratelimit import Buckets
+from efd.store.ratelimit import _ClaimTokens as ClaimTokens
 from efd.store.schema import attempts, batch_routes, batches, deliveries, messages
 from efd.store.schema import lanes as lane_rows
 from efd.store.steps import StepsSource, no_steps
@@ -74,10 +80,12 @@ class Waiting:
 @dataclass(frozen=True, slots=True)
 class Candidates:
     """What forming decides from: the waiting deliveries in the order efd accepted them, and
-    the lanes with a delivery in a batch that has no outcome yet (`busy`)."""
+    the lanes with a delivery in a batch that has no outcome yet (`busy`). `allowed`: the
+    most batches the hook's rate limits allow now (None: no limit)."""
 
     waiting: tuple[Waiting, ...]
     busy: frozenset[str]
+    allowed: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +125,8 @@ class Formed:
 
     batches: tuple[LeasedBatch, ...]
     contended: bool = False
+    # The fewest tokens any of the hook's rate-limit buckets kept beyond its reserve.
+    tokens_left: float = math.inf
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,10 +225,13 @@ class BatchesStore:
         owner: str,
         now: float,
         lease_until: float,
+        buckets: Buckets = (),
     ) -> Formed:
         """Read the route's candidates, let `plan` (efd.delivery.batching.form and the
         bodies it makes) choose the batches, and record them in the same transaction, each
         leased to `owner` until `lease_until` (token 1) with its members' batch_id set.
+        `buckets`: the hook's rate limits (efd/store/ratelimit.py): the plan is told how
+        many batches they allow, and a token is taken from each per batch recorded.
 
         A member no longer waiting (in another batch, finished) rolls the whole formation
         back; so does another daemon forming the route at the same time (it holds the
@@ -239,23 +252,48 @@ class BatchesStore:
                     # Held by another daemon (or its row is gone: made again next time).
                     self._routes.discard(route)
                     return Formed((), contended=True)
+                tokens = ClaimTokens(self._backend.clock, buckets, now) if buckets else None
+                allowed = None
+                if tokens is not None:
+                    allowed = tokens.available(conn, limit)
+                    if not allowed:
+                        return Formed((), tokens_left=tokens.left)
                 found = _candidates(conn, route, ordered=ordered, limit=limit)
+                if allowed is not None:
+                    found = Candidates(found.waiting, found.busy, allowed)
                 chosen = list(plan(found))
+                if allowed is not None and len(chosen) > allowed:
+                    raise ValueError("the plan chose more batches than the rate limits allow")
+                left = math.inf
+                if tokens is not None:
+                    tokens.take(conn, len(chosen))
+                    left = tokens.left
                 if not chosen:
-                    return Formed(())
+                    return Formed((), tokens_left=left)
                 if ordered and self._backend.row_locks:
                     _lock_lanes(conn, route, found, chosen)
                 formed = tuple(
                     _record(conn, route, new, owner=owner, now=now, lease_until=lease_until)
                     for new in chosen
                 )
-                return Formed(formed)
+                return Formed(formed, tokens_left=left)
         except _Lost:
             return Formed((), contended=True)
 
     # -- claims and leases --------------------------------------------------------------------
 
-    def claim(self, request: ClaimRequest) -> list[LeasedBatch]:
+    def claim_limited(
+        self, request: ClaimRequest, buckets: Buckets
+    ) -> tuple[list[LeasedBatch], float]:
+        """`claim` under the hook's rate limits, in the same transaction: at most as many
+        batches as every bucket has tokens for, one token each (a request). Returns the
+        claimed and the fewest tokens any bucket kept beyond its reserve."""
+        tokens = ClaimTokens(self._backend.clock, buckets, request.now)
+        return self.claim(request, tokens=tokens), tokens.left
+
+    def claim(
+        self, request: ClaimRequest, *, tokens: ClaimTokens | None = None
+    ) -> list[LeasedBatch]:
         """Lease the batches of `request.destination` (the route) that are due, oldest first,
         as efd/store/queue.py leases deliveries: the lease moves next_attempt_at to
         `lease_until` and bumps the fencing token; FOR UPDATE SKIP LOCKED keeps concurrent
@@ -269,7 +307,13 @@ class BatchesStore:
             "c_until": request.lease_until,
         }
         with self._db.bookkeeping() as conn:
+            if tokens is not None:
+                params["c_limit"] = tokens.available(conn, request.limit)
+                if not params["c_limit"]:
+                    return []
             rows = conn.execute(self._claim, params).all()
+            if tokens is not None:
+                tokens.take(conn, len(rows))
             members = _members(conn, [row.id for row in rows])
         claimed = [
             LeasedBatch(

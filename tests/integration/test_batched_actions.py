@@ -374,3 +374,29 @@ async def test_kill_9_mid_stream_loses_nothing_and_resends_only_whole_batches(
     assert sorted(carried) == sorted(e["messageId"] for e in sent)
     assert set(carried.values()) == {1}
     assert sql(db_url, "SELECT DISTINCT status FROM deliveries") == [("delivered",)]
+
+
+async def test_a_rate_limit_counts_requests_not_events(
+    sqlite_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
+    receiver = await receiver_factory()
+    daemon = await daemon_factory(
+        _settings(
+            sqlite_url,
+            receiver.url,
+            batch_size=5,
+            batch_wait_seconds=0.05,
+            max_per_second=4,
+            burst=1,
+        )
+    )
+    sent = _events(30)
+    status, _ = await post(daemon.port, "/v1/batch", {"batch": sent})
+    assert status == 200
+    await _settled(sqlite_url, 30)
+    requests = receiver.received
+    assert [i for r in requests for i in _ids(r)] == [e["messageId"] for e in sent]
+    # 30 events in full batches of 5: six requests, a token each, four a second at most.
+    assert [len(_ids(r)) for r in requests] == [5] * 6
+    gaps = [b.at - a.at for a, b in zip(requests, requests[1:], strict=False)]
+    assert min(gaps) >= 0.2
