@@ -63,6 +63,8 @@ _COALESCE = 0.005  # seconds to let wake-ups pile up into one pass
 # ingestion wake-ups then costs a read every this long, not one per flush.
 _REFORM = 0.05
 _READ_MAX = 20_000  # waiting events read by one formation
+# Seconds between looks for batches of actions that no longer batch (while some are left).
+_DRAIN_CHECK = 10.0
 PURGED = "message payload was purged by a deletion request"
 SPLIT_413 = "HTTP 413: the batch was split in two"
 SHUTDOWN_MARGIN = 2.0
@@ -173,6 +175,8 @@ class Batcher:
             self._step, name="efd-batcher", clock=clock, retry_on=(StoreError,), coalesce=_COALESCE
         )
         self._stopped = False
+        self._draining: set[str] = set()  # actions not batching now with batches pending
+        self._drain_check_at = 0.0
         settings.subscribe(self._configure, early=True)
 
     def _take(self, settings: Settings) -> None:
@@ -182,17 +186,26 @@ class Batcher:
             maximum=delivery.retry_max_seconds,
             window=delivery.retry_window_seconds,
         )
-        policies = batched_routes(settings)
+        policies = {
+            d.route_name(a): a.batch
+            for d in settings.destinations
+            if d.type == "actions"
+            for a in d.actions
+        }
         self._buckets = {
             name: found for name, found in settings.route_buckets().items() if name in policies
         }
         ordered = settings.ordered()
-        self._targets = {
+        actions = {
             r.name: _Target(r, policies[r.name], r.name in ordered)
             for d in settings.destinations
             for r in d.routes(delivery.user_agent)
             if r.name in policies
         }
+        self._targets = {name: t for name, t in actions.items() if t.policy.batched}
+        # An action that stopped batching (a reload, or a restart with another
+        # configuration) still has its batches formed before sent, as they were formed.
+        self._actions = actions
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -201,6 +214,7 @@ class Batcher:
         return frozenset(self._targets)
 
     async def start(self, stack: AsyncExitStack) -> None:
+        await self._check_draining(self._clock.now())
         self._worker.start()
         self._held.start()
         stack.push_async_callback(self.stop, self._timeout + SHUTDOWN_MARGIN)
@@ -220,7 +234,21 @@ class Batcher:
         """Routes that start or stop batching take effect at the next pass; batches in
         flight end with the Route they began with."""
         self._take(settings)
+        self._drain_check_at = 0.0  # look for batches of actions that stopped batching
         self._worker.notify()
+
+    async def _check_draining(self, now: float) -> None:
+        pending = await self._db.read(self._store.routes_pending)
+        self._draining = {
+            name for name in pending if name in self._actions and name not in self._targets
+        }
+        # Looked for again while some are left; else at the next reload or start.
+        self._drain_check_at = now + _DRAIN_CHECK if self._draining else math.inf
+        if self._draining:
+            log.info(
+                "sending the batches formed before batching was turned off: %s",
+                ", ".join(sorted(self._draining)),
+            )
 
     async def stop(self, grace: float) -> None:
         """Stop forming, give requests in flight `grace` seconds, release the rest."""
@@ -260,6 +288,16 @@ class Batcher:
         """Claim and form for each batched route with a free slot; how long to wait then."""
         wait = _IDLE_POLL
         again = False
+        if self._drain_check_at <= self._clock.now():
+            await self._check_draining(self._clock.now())
+        for name in list(self._draining):
+            target = self._actions.get(name)
+            if target is None or name in self._targets:
+                self._draining.discard(name)
+                continue
+            free = self._capacity(target)
+            if free > 0 and self._claim_at.get(name, 0.0) <= self._clock.now():
+                await self._claim(target, free, self._clock.now())
         for name, target in list(self._targets.items()):
             if self._worker.stopping:
                 break

@@ -368,6 +368,17 @@ class BatchesStore:
                 [{"b_id": pk, "b_token": token} for pk, token in leases],
             )
 
+    def routes_pending(self) -> set[str]:
+        """The routes with a batch that has no outcome yet (the due index holds them)."""
+        with self._db.read() as conn:
+            return set(
+                conn.execute(
+                    select(batches.c.route)
+                    .where(batches.c.status == literal_column(f"'{PENDING}'"))
+                    .distinct()
+                ).scalars()
+            )
+
     def release_all_leases(self, now: float) -> int:
         """Make every leased batch due now: only where no other process runs (SQLite)."""
         with self._db.write() as conn:

@@ -400,3 +400,33 @@ async def test_a_rate_limit_counts_requests_not_events(
     assert [len(_ids(r)) for r in requests] == [5] * 6
     gaps = [b.at - a.at for a, b in zip(requests, requests[1:], strict=False)]
     assert min(gaps) >= 0.2
+
+
+async def test_batches_formed_before_batching_was_turned_off_are_still_sent_whole(
+    sqlite_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
+    up = False
+
+    async def down_then_up(_request: web.Request, _n: int) -> web.StreamResponse:
+        return web.Response(status=200 if up else 503)
+
+    receiver = await receiver_factory(down_then_up)
+    first = await daemon_factory(
+        _settings(sqlite_url, receiver.url, batch_size=10, batch_wait_seconds=0.05)
+    )
+    status, _ = await post(first.port, "/v1/batch", {"batch": _events(3)})
+    assert status == 200
+    await receiver.wait_for(1)
+    await first.stop()
+    up = True
+    second = await daemon_factory(_settings(sqlite_url, receiver.url))
+    status, _ = await post(second.port, "/v1/batch", {"batch": _events(1, prefix="alone")})
+    assert status == 200
+    await _settled(sqlite_url, 4)
+    refused = receiver.received[0]
+    resent = [r for r in receiver.received[1:] if r.headers["webhook-id"].startswith("batch_")]
+    assert resent and all(r.body == refused.body for r in resent)
+    assert resent[-1].headers["webhook-id"] == refused.headers["webhook-id"]
+    [alone] = [r for r in receiver.received if not r.headers["webhook-id"].startswith("batch_")]
+    assert json.loads(alone.body)["messageId"] == "alone0"  # no array: one event a request
+    assert sql(sqlite_url, "SELECT DISTINCT status FROM deliveries") == [("delivered",)]
