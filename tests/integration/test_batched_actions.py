@@ -430,3 +430,31 @@ async def test_batches_formed_before_batching_was_turned_off_are_still_sent_whol
     [alone] = [r for r in receiver.received if not r.headers["webhook-id"].startswith("batch_")]
     assert json.loads(alone.body)["messageId"] == "alone0"  # no array: one event a request
     assert sql(sqlite_url, "SELECT DISTINCT status FROM deliveries") == [("delivered",)]
+
+
+async def test_sender_processes_send_batches_as_the_daemon_does(
+    sqlite_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
+    receiver = await receiver_factory()
+    daemon = await daemon_factory(
+        _settings(
+            sqlite_url,
+            receiver.url,
+            batch_size=4,
+            batch_wait_seconds=0.1,
+            batch_signature="first_event",
+            delivery={"sender_processes": 1},
+        )
+    )
+    sent = _events(10)
+    status, _ = await post(daemon.port, "/v1/batch", {"batch": sent})
+    assert status == 200
+    await _settled(sqlite_url, 10)
+    requests = receiver.received
+    assert [i for r in requests for i in _ids(r)] == [e["messageId"] for e in sent]
+    stored = dict(sql(sqlite_url, "SELECT message_id, body FROM messages"))
+    for r in requests:
+        first = stored[_ids(r)[0]].encode()
+        assert r.headers["X-Signature"] == hmac.new(SECRET.encode(), first, "sha1").hexdigest()
+        assert r.headers["webhook-id"].startswith("batch_")
+        Webhook(WHSEC).verify(r.body, r.headers)
