@@ -12,6 +12,7 @@ import asyncio
 import base64
 import hashlib
 import hmac
+import itertools
 import json
 import time
 from collections import Counter
@@ -85,11 +86,11 @@ def _accepted(received: list[Received], statuses: dict[int, int]) -> list[Receiv
 
 async def _settled(db_url: str, count: int, timeout: float = 30) -> None:
     await eventually(
-        lambda: sql(
-            db_url, "SELECT count(*) FROM deliveries WHERE status IN ('pending', 'queued')"
-        )
-        == [(0,)]
-        and sql(db_url, "SELECT count(*) FROM deliveries") == [(count,)],
+        lambda: (
+            sql(db_url, "SELECT count(*) FROM deliveries WHERE status IN ('pending', 'queued')")
+            == [(0,)]
+            and sql(db_url, "SELECT count(*) FROM deliveries") == [(count,)]
+        ),
         timeout=timeout,
     )
 
@@ -126,9 +127,8 @@ async def test_a_warehouse_gets_arrays_of_up_to_batch_size_each_event_once_in_or
     for r in requests:
         assert r.body == ("[" + ",".join(stored[i] for i in _ids(r)) + "]").encode()
     # The store: every delivery delivered in its batch, one attempt row per request.
-    assert sql(
-        db_url, "SELECT count(*) FROM deliveries WHERE status = 'delivered' AND batch_id IS NOT NULL"
-    ) == [(95,)]
+    delivered = "SELECT count(*) FROM deliveries WHERE status = 'delivered' AND batch_id > 0"
+    assert sql(db_url, delivered) == [(95,)]
     assert sql(db_url, "SELECT count(*), min(status), max(status) FROM batches") == [
         (len(requests), "delivered", "delivered")
     ]
@@ -210,8 +210,12 @@ async def test_batch_max_bytes_is_never_exceeded(
     assert [i for r in requests for i in _ids(r)] == [e["messageId"] for e in sent]
 
 
+@pytest.mark.parametrize("ordering", ["none", "per_user"])
 async def test_a_413_splits_a_batch_down_to_single_events(
-    sqlite_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+    sqlite_url: str,
+    receiver_factory: ReceiverFactory,
+    daemon_factory: DaemonFactory,
+    ordering: str,
 ) -> None:
     async def one_at_a_time(request: web.Request, _n: int) -> web.StreamResponse:
         events = json.loads(await request.read())
@@ -219,21 +223,30 @@ async def test_a_413_splits_a_batch_down_to_single_events(
 
     receiver = await receiver_factory(one_at_a_time)
     daemon = await daemon_factory(
-        _settings(sqlite_url, receiver.url, batch_size=10, batch_wait_seconds=0.2)
+        _settings(
+            sqlite_url, receiver.url, batch_size=10, batch_wait_seconds=0.2, ordering=ordering
+        )
     )
-    status, _ = await post(daemon.port, "/v1/batch", {"batch": _events(4)})
+    sent = _events(4, users=2)
+    status, _ = await post(daemon.port, "/v1/batch", {"batch": sent})
     assert status == 200
     await _settled(sqlite_url, 4)
     sizes = [len(_ids(r)) for r in receiver.received]
     assert sizes[0] == 4
-    assert sorted(sizes) == [1, 1, 1, 1, 2, 2, 4]
     accepted = [i for r in receiver.received if len(_ids(r)) == 1 for i in _ids(r)]
     assert sorted(accepted) == ["e0", "e1", "e2", "e3"]
-    assert sql(sqlite_url, "SELECT status, count(*) FROM batches GROUP BY status ORDER BY 1") == [
-        ("delivered", 4),
-        ("split", 3),
-    ]
     assert sql(sqlite_url, "SELECT DISTINCT status FROM deliveries") == [("delivered",)]
+    if ordering == "none":
+        # Halves, then quarters: every half sent, each its own batch.
+        assert sorted(sizes) == [1, 1, 1, 1, 2, 2, 4]
+        assert sql(sqlite_url, "SELECT status, count(*) FROM batches GROUP BY 1 ORDER BY 1") == [
+            ("delivered", 4),
+            ("split", 3),
+        ]
+    else:
+        # A user's events in order, even as halves: u0's are e0 and e2, u1's e1 and e3.
+        assert [i for i in accepted if i in ("e0", "e2")] == ["e0", "e2"]
+        assert [i for i in accepted if i in ("e1", "e3")] == ["e1", "e3"]
 
 
 async def test_a_single_event_answered_413_fails(
@@ -272,9 +285,7 @@ async def test_a_users_events_keep_their_order_across_batches_and_retries(
 
     receiver = await receiver_factory(flaky)
     daemon = await daemon_factory(
-        _settings(
-            db_url, receiver.url, batch_size=4, batch_wait_seconds=0.05, ordering="per_user"
-        )
+        _settings(db_url, receiver.url, batch_size=4, batch_wait_seconds=0.05, ordering="per_user")
     )
     sent = _events(40, users=5)
     for chunk in range(0, 40, 10):
@@ -398,7 +409,7 @@ async def test_a_rate_limit_counts_requests_not_events(
     assert [i for r in requests for i in _ids(r)] == [e["messageId"] for e in sent]
     # 30 events in full batches of 5: six requests, a token each, four a second at most.
     assert [len(_ids(r)) for r in requests] == [5] * 6
-    gaps = [b.at - a.at for a, b in zip(requests, requests[1:], strict=False)]
+    gaps = [b.at - a.at for a, b in itertools.pairwise(requests)]
     assert min(gaps) >= 0.2
 
 
@@ -425,7 +436,8 @@ async def test_batches_formed_before_batching_was_turned_off_are_still_sent_whol
     await _settled(sqlite_url, 4)
     refused = receiver.received[0]
     resent = [r for r in receiver.received[1:] if r.headers["webhook-id"].startswith("batch_")]
-    assert resent and all(r.body == refused.body for r in resent)
+    assert resent
+    assert all(r.body == refused.body for r in resent)
     assert resent[-1].headers["webhook-id"] == refused.headers["webhook-id"]
     [alone] = [r for r in receiver.received if not r.headers["webhook-id"].startswith("batch_")]
     assert json.loads(alone.body)["messageId"] == "alone0"  # no array: one event a request
@@ -458,3 +470,32 @@ async def test_sender_processes_send_batches_as_the_daemon_does(
         assert r.headers["X-Signature"] == hmac.new(SECRET.encode(), first, "sha1").hexdigest()
         assert r.headers["webhook-id"].startswith("batch_")
         Webhook(WHSEC).verify(r.body, r.headers)
+
+
+async def test_an_event_whose_payload_was_purged_before_its_batch_fails_unsent(
+    sqlite_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
+    receiver = await receiver_factory()
+    daemon = await daemon_factory(
+        _settings(sqlite_url, receiver.url, batch_size=100, batch_wait_seconds=1.5)
+    )
+    status, _ = await post(daemon.port, "/v1/batch", {"batch": _events(3)})
+    assert status == 200
+    # What a deletion request's purge leaves (efd/store/regulations.py), before the batch forms.
+    sql(sqlite_url, "UPDATE messages SET body = NULL WHERE message_id = 'e1'")
+    sql(
+        sqlite_url,
+        "UPDATE deliveries SET body = NULL WHERE message_pk IN "
+        "(SELECT id FROM messages WHERE message_id = 'e1')",
+    )
+    await _settled(sqlite_url, 3)
+    [request] = receiver.received
+    assert _ids(request) == ["e0", "e2"]
+    rows = sql(
+        sqlite_url,
+        "SELECT m.message_id, d.status, d.batch_id IS NULL, d.last_error FROM deliveries d "
+        "JOIN messages m ON m.id = d.message_pk ORDER BY m.message_id",
+    )
+    assert rows[0][:3] == ("e0", "delivered", 0)
+    assert rows[1] == ("e1", "failed", 1, "message payload was purged by a deletion request")
+    assert rows[2][:3] == ("e2", "delivered", 0)
