@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import logging
 import math
 import random
@@ -375,7 +376,9 @@ class Batcher:
             sending = _Sending(
                 batch,
                 first.url if first is not None else None,
-                len(_encoded(first.body)) if first is not None and first.body else 0,
+                _first_event_length(batch.body)
+                if target.policy.signature == batching.FIRST_EVENT
+                else 0,
                 min((w.since for w in rows), default=now),
             )
             self._send(target, sending)
@@ -687,6 +690,20 @@ class Batcher:
             )
         if target.ordered:
             self.notify()
+
+
+def _first_event_length(body: bytes) -> int:
+    """The byte length of a batch body's first element, read from the body itself: its
+    member's payload may have been purged since the batch was formed, not its bytes."""
+    text = body.decode("utf-8", "surrogatepass")
+    try:
+        _, end = _DECODER.raw_decode(text, 1)
+    except ValueError:
+        return len(body) - 2  # not JSON after all: the whole array's inside
+    return len(text[1:end].encode("utf-8", "surrogatepass"))
+
+
+_DECODER = json.JSONDecoder()
 
 
 def _encoded(body: str) -> bytes:
