@@ -506,3 +506,26 @@ async def test_an_event_whose_payload_was_purged_before_its_batch_fails_unsent(
     assert rows[0][:3] == ("e0", "delivered", 0)
     assert rows[1] == ("e1", "failed", 1, "message payload was purged by a deletion request")
     assert rows[2][:3] == ("e2", "delivered", 0)
+
+
+async def test_two_daemons_on_one_postgresql_store_send_each_event_once(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
+    if db_url.startswith("sqlite"):
+        pytest.skip("one daemon per SQLite file")
+    receiver = await receiver_factory()
+    settings = _settings(db_url, receiver.url, batch_size=10, batch_wait_seconds=0.1)
+    first = await daemon_factory(settings)
+    second = await daemon_factory(settings)
+    sent = _events(400)
+    for chunk in range(0, 400, 20):
+        daemon = first if chunk % 40 else second
+        status, _ = await post(daemon.port, "/v1/batch", {"batch": sent[chunk : chunk + 20]})
+        assert status == 200
+    await _settled(db_url, 400)
+    carried = [i for r in receiver.received for i in _ids(r)]
+    assert sorted(carried) == sorted(e["messageId"] for e in sent)
+    assert len(carried) == 400  # forming is one daemon at a time per route: none twice
+    assert all(len(_ids(r)) <= 10 for r in receiver.received)
+    owners = sql(db_url, "SELECT count(DISTINCT lease_owner) FROM batches")
+    assert owners == [(0,)]  # every lease given back with its outcome
