@@ -372,10 +372,25 @@ class Batcher:
         members = await self._db.read(self._store.members, [b.id for b in claimed])
         for batch in claimed:
             rows = members.get(batch.id, ())
-            first = rows[0] if rows else None
+            if not rows:
+                # No member (or its message) is stored any more, deleted by hand: nothing to
+                # send for, and it ends without a request.
+                gone = BatchOutcome(
+                    batch.id,
+                    batch.lease_token,
+                    DeliveryStatus.FAILED.value,
+                    batch.attempts,
+                    batch.first_attempt_at or now,
+                    None,
+                    now,
+                    "no member of the batch is stored any more",
+                )
+                self._worker.spawn(self._record(target, gone, []))
+                continue
+            first = rows[0]
             sending = _Sending(
                 batch,
-                first.url if first is not None else None,
+                first.url,
                 _first_event_length(batch.body)
                 if target.policy.signature == batching.FIRST_EVENT
                 else 0,

@@ -529,3 +529,30 @@ async def test_two_daemons_on_one_postgresql_store_send_each_event_once(
     assert all(len(_ids(r)) <= 10 for r in receiver.received)
     owners = sql(db_url, "SELECT count(DISTINCT lease_owner) FROM batches")
     assert owners == [(0,)]  # every lease given back with its outcome
+
+
+async def test_a_batch_whose_members_were_deleted_by_hand_ends_without_a_request(
+    sqlite_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
+    async def down(_request: web.Request, _n: int) -> web.StreamResponse:
+        return web.Response(status=503)
+
+    receiver = await receiver_factory(down)
+    settings = _settings(sqlite_url, receiver.url, batch_size=10, batch_wait_seconds=0.05)
+    settings["delivery"]["retry_initial_seconds"] = 1
+    settings["delivery"]["retry_max_seconds"] = 1
+    daemon = await daemon_factory(settings)
+    status, _ = await post(daemon.port, "/v1/batch", {"batch": _events(2)})
+    assert status == 200
+    await receiver.wait_for(1)
+    await eventually(lambda: sql(sqlite_url, "SELECT attempts FROM batches") == [(1,)])
+    sql(sqlite_url, "DELETE FROM attempts")
+    sql(sqlite_url, "DELETE FROM deliveries")
+    await eventually(
+        lambda: (
+            sql(sqlite_url, "SELECT status, last_error FROM batches")
+            == [("failed", "no member of the batch is stored any more")]
+        ),
+        timeout=10,
+    )
+    assert len(receiver.received) == 1
