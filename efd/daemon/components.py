@@ -354,6 +354,7 @@ class Delivery:
             metrics=shared.metrics,
             owner=shared.owner,
             circuits=dispatcher.circuits,
+            hub=shared.hub,
         )
         if db.store.listener.available:
             _listen_for_work(stack, db.store, self.notify)

@@ -42,6 +42,7 @@ from efd.delivery.rounds import attempt_rows
 from efd.errors import StoreError, StoreUnavailable
 from efd.loop import SYSTEM_CLOCK, Backoff, Clock, Worker
 from efd.observe.metrics import Metrics
+from efd.observe.stream import Hub
 from efd.records import ClaimRequest, DeliveryStatus
 from efd.segment import webhooks
 from efd.segment.webhooks import Route
@@ -120,6 +121,7 @@ class _Sending:
     url: str | None
     first_event: int  # the byte length of its first event's body
     oldest: float  # since when its longest-waiting member waits
+    message_ids: tuple[str, ...] = ()  # its members' messageIds, for the live stream
 
 
 @dataclass(slots=True)
@@ -128,7 +130,7 @@ class _Formation:
 
     plan: Plan | None = None
     purged: list[int] = field(default_factory=list)
-    sending: dict[tuple[int, ...], tuple[str | None, int, float]] = field(default_factory=dict)
+    sending: dict[tuple[int, ...], _Sending] = field(default_factory=dict)
 
 
 class Batcher:
@@ -145,10 +147,12 @@ class Batcher:
         metrics: Metrics,
         owner: str,
         circuits: Circuits,
+        hub: Hub | None = None,
         rng: random.Random | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._db = db
+        self._hub = hub  # the live stream, told of each recorded request, per member
         self._store = db.store.batches
         self._rounds = rounds
         self._metrics = metrics
@@ -395,6 +399,7 @@ class Batcher:
                 if target.policy.signature == batching.FIRST_EVENT
                 else 0,
                 min((w.since for w in rows), default=now),
+                tuple(w.message_id for w in rows),
             )
             self._send(target, sending)
         return len(claimed)
@@ -429,8 +434,11 @@ class Batcher:
             return None
         for batch in formed.batches:
             self._held.held[batch.id] = batch.lease_token
-            url, first_event, oldest = found.sending.get(batch.members, (None, 0, now))
-            self._send(target, _Sending(batch, url, first_event, oldest))
+            made = found.sending.get(batch.members)
+            if made is None:  # not as planned: cannot be, the store records what it is given
+                made = _Sending(batch, None, _first_event_length(batch.body), now)
+            made.batch = batch
+            self._send(target, made)
         return found.plan
 
     def _plan(
@@ -459,10 +467,12 @@ class Batcher:
             chosen.append(
                 NewBatch(batch.delivery_ids, batch.body, batching.webhook_id(route.name, ids))
             )
-            found.sending[batch.delivery_ids] = (
+            found.sending[batch.delivery_ids] = _Sending(
+                _UNRECORDED,
                 rows[0].url,
                 len(batch.members[0].body),
                 batch.oldest,
+                tuple(w.message_id for w in rows),
             )
         return chosen
 
@@ -572,7 +582,7 @@ class Batcher:
         if decision.next_attempt_at is not None:
             at = decision.next_attempt_at
             self._claim_at[route.name] = min(self._claim_at.get(route.name, math.inf), at)
-        self._worker.spawn(self._record(target, outcome, tried))
+        self._worker.spawn(self._record(target, outcome, tried, sending.message_ids))
 
     def _report(self, name: str, batch: LeasedBatch, decision: retry.Decision, now: float) -> None:
         count = len(batch.members)
@@ -612,7 +622,11 @@ class Batcher:
             )
 
     async def _record(
-        self, target: _Target, outcome: BatchOutcome, tried: Sequence[BatchAttempt]
+        self,
+        target: _Target,
+        outcome: BatchOutcome,
+        tried: Sequence[BatchAttempt],
+        message_ids: Sequence[str] = (),
     ) -> None:
         """Write the outcome (copied to every member); retried while the store cannot be
         reached, since losing it would send the batch again."""
@@ -642,6 +656,10 @@ class Batcher:
         if stale:
             self._metrics.stale_outcomes += stale
             log.warning("a batch's outcome arrived after its lease moved on; not applied")
+        elif self._hub is not None and self._hub.active and tried:
+            rows = [t.row for t in tried]
+            name = target.route.name
+            reporting.publish_attempts(self._hub, ((name, m, rows) for m in message_ids))
         if outcome.status != DeliveryStatus.PENDING.value:
             self.notify()  # its lanes moved on, and a slot's events may form
 
@@ -700,11 +718,19 @@ class Batcher:
             self._send(
                 target,
                 _Sending(
-                    batch, half[0].url, len(index[half[0].delivery_id]), outcome.first_attempt_at
+                    batch,
+                    half[0].url,
+                    len(index[half[0].delivery_id]),
+                    outcome.first_attempt_at,
+                    tuple(w.message_id for w in half),
                 ),
             )
         if target.ordered:
             self.notify()
+
+
+# What a batch planned in the forming transaction stands on until the store recorded it.
+_UNRECORDED = LeasedBatch(0, 0, "", (), b"", "", 0, None)
 
 
 def _first_event_length(body: bytes) -> int:

@@ -19,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 from standardwebhooks.webhooks import Webhook
@@ -36,6 +37,7 @@ from tests.conftest import (
     sql,
     write_toml,
 )
+from tests.integration.test_live import TOKEN, events
 
 WHSEC = "whsec_" + base64.b64encode(b"batched-secret-of-32-bytes-long!").decode()
 
@@ -555,4 +557,36 @@ async def test_a_batch_whose_members_were_deleted_by_hand_ends_without_a_request
         ),
         timeout=10,
     )
+    assert len(receiver.received) == 1
+
+
+async def test_the_live_stream_shows_a_batchs_request_for_each_of_its_events(
+    sqlite_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
+    receiver = await receiver_factory()
+    settings = _settings(sqlite_url, receiver.url, batch_size=3, batch_wait_seconds=0.05)
+    settings["server"]["admin_token"] = TOKEN
+    daemon = await daemon_factory(settings)
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(
+            f"http://127.0.0.1:{daemon.port}/admin/stream",
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        ) as response,
+    ):
+        assert response.status == 200
+        await eventually(lambda: daemon.hub.subscribers == 1)
+        status, _ = await post(daemon.port, "/v1/batch", {"batch": _events(3)})
+        assert status == 200
+        attempts: list[dict[str, Any]] = []
+        async with asyncio.timeout(10):
+            async for kind, data in events(response):
+                if kind == "attempt":
+                    attempts.append(data)
+                if len(attempts) == 3:
+                    break
+    assert [a["messageId"] for a in attempts] == ["e0", "e1", "e2"]
+    assert {(a["destination"], a["statusCode"], a["delivered"]) for a in attempts} == {
+        ("wh/bulk", 200, True)
+    }
     assert len(receiver.received) == 1
