@@ -67,6 +67,8 @@ _REFORM = 0.05
 _READ_MAX = 20_000  # waiting events read by one formation
 # Seconds between looks for batches of actions that no longer batch (while some are left).
 _DRAIN_CHECK = 10.0
+# Seconds between looks for redriven events still in a finished batch, per batched action.
+_FREE_CHECK = 5.0
 PURGED = "message payload was purged by a deletion request"
 SPLIT_413 = "HTTP 413: the batch was split in two"
 SHUTDOWN_MARGIN = 2.0
@@ -181,6 +183,7 @@ class Batcher:
         )
         self._stopped = False
         self._draining: set[str] = set()  # actions not batching now with batches pending
+        self._free_at: dict[str, float] = {}  # route -> when to look for redriven members
         self._drain_check_at = 0.0
         settings.subscribe(self._configure, early=True)
 
@@ -310,6 +313,8 @@ class Batcher:
             free = self._capacity(target)
             if free <= 0:
                 continue  # a finishing request wakes the loop
+            if self._free_at.get(name, 0.0) <= now:
+                await self._free_redriven(name, now)
             hook = target.hook
             if self._circuits.blocked([hook], now):
                 at = self._circuits.next_probe_at(hook)
@@ -346,6 +351,15 @@ class Batcher:
             self._form_at[name] = max(ends, now + _REFORM)
             wait = min(wait, self._form_at[name] - now)
         return 0.0 if again else max(0.0, wait)
+
+    async def _free_redriven(self, name: str, now: float) -> None:
+        """Redriven events of finished batches (efd redrive, POST /admin/redrive) are taken
+        out of them, to be formed again: looked for every _FREE_CHECK seconds a route."""
+        self._free_at[name] = now + _FREE_CHECK
+        freed = await self._db.write(self._store.free_redriven, name)
+        if freed:
+            log.info("%d redriven events of %s wait for a new batch", freed, name)
+            self._form_at[name] = 0.0
 
     async def _claim(self, target: _Target, free: int, now: float) -> int:
         """Lease the route's due batches (retries, and those a stop or a crash left) and

@@ -368,6 +368,30 @@ class BatchesStore:
                 [{"b_id": pk, "b_token": token} for pk, token in leases],
             )
 
+    def free_redriven(self, route: str) -> int:
+        """Take out of their batch the route's open deliveries whose batch has an outcome:
+        an operator redrove them (efd/store/operations.py), and they are formed again into
+        new batches. Returns how many. Reads the route's open deliveries, as forming does."""
+        finished = (
+            select(batches.c.id)
+            .where(batches.c.id == deliveries.c.batch_id, batches.c.status != PENDING)
+            .exists()
+        )
+        statuses: list[Any] = [literal_column(f"'{s}'") for s in OPEN]
+        with self._db.write() as conn:
+            return int(
+                conn.execute(
+                    update(deliveries)
+                    .where(
+                        deliveries.c.destination == route,
+                        deliveries.c.status.in_(statuses),
+                        deliveries.c.batch_id.is_not(None),
+                        finished,
+                    )
+                    .values(batch_id=None)
+                ).rowcount
+            )
+
     def routes_pending(self) -> set[str]:
         """The routes with a batch that has no outcome yet (the due index holds them)."""
         with self._db.read() as conn:

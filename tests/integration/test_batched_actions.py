@@ -38,6 +38,8 @@ from tests.conftest import (
     write_toml,
 )
 from tests.integration.test_live import TOKEN, events
+from tests.integration.test_regulations import TOKEN as ADMIN_TOKEN
+from tests.integration.test_regulations import api
 
 WHSEC = "whsec_" + base64.b64encode(b"batched-secret-of-32-bytes-long!").decode()
 
@@ -590,3 +592,32 @@ async def test_the_live_stream_shows_a_batchs_request_for_each_of_its_events(
         ("wh/bulk", 200, True)
     }
     assert len(receiver.received) == 1
+
+
+async def test_redriven_events_of_a_failed_batch_go_again_in_a_new_batch(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
+    async def refuse_first(_request: web.Request, n: int) -> web.StreamResponse:
+        return web.Response(status=400 if n == 1 else 200)
+
+    receiver = await receiver_factory(refuse_first)
+    settings = _settings(db_url, receiver.url, batch_size=10, batch_wait_seconds=0.05)
+    settings["server"]["admin_token"] = ADMIN_TOKEN
+    daemon = await daemon_factory(settings)
+    status, _ = await post(daemon.port, "/v1/batch", {"batch": _events(3)})
+    assert status == 200
+    await _settled(db_url, 3)
+    assert sql(db_url, "SELECT DISTINCT status FROM deliveries") == [("failed",)]
+    status, answer = await api(daemon.port, "POST", "/admin/redrive", {"destination": "wh/bulk"})
+    assert (status, answer) == (200, {"count": 3})
+    await eventually(
+        lambda: sql(db_url, "SELECT DISTINCT status FROM deliveries") == [("delivered",)],
+        timeout=20,
+    )
+    refused, accepted = receiver.received
+    assert _ids(refused) == _ids(accepted) == ["e0", "e1", "e2"]
+    # A new batch row (the refused one keeps its outcome and its attempt), carrying the same
+    # events: the same webhook-id, as a redriven single delivery keeps its message's.
+    assert refused.headers["webhook-id"] == accepted.headers["webhook-id"]
+    assert refused.body == accepted.body
+    assert sql(db_url, "SELECT status FROM batches ORDER BY id") == [("failed",), ("delivered",)]
