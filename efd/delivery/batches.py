@@ -71,6 +71,8 @@ _DRAIN_CHECK = 10.0
 _FREE_CHECK = 5.0
 PURGED = "message payload was purged by a deletion request"
 SPLIT_413 = "HTTP 413: the batch was split in two"
+DISSOLVED = "some of its events were discarded: the others were formed into new batches"
+_OPEN = (DeliveryStatus.PENDING.value, DeliveryStatus.QUEUED.value)
 SHUTDOWN_MARGIN = 2.0
 
 
@@ -361,6 +363,17 @@ class Batcher:
             log.info("%d redriven events of %s wait for a new batch", freed, name)
             self._form_at[name] = 0.0
 
+    async def _dissolve(self, batch: LeasedBatch) -> None:
+        try:
+            await self._db.write(
+                self._store.dissolve, batch.id, batch.lease_token, self._clock.now(), DISSOLVED
+            )
+        except StoreError as error:
+            log.error("cannot dissolve batch %d: %s; its lease lapses", batch.id, error)
+        self._held.held.pop(batch.id, None)
+        log.info("batch %d: %s", batch.id, DISSOLVED)
+        self.notify()
+
     async def _claim(self, target: _Target, free: int, now: float) -> int:
         """Lease the route's due batches (retries, and those a stop or a crash left) and
         start them; how many."""
@@ -404,6 +417,11 @@ class Batcher:
                     "no member of the batch is stored any more",
                 )
                 self._worker.spawn(self._record(target, gone, []))
+                continue
+            if any(w.status not in _OPEN for w in rows):
+                # Some of its events were discarded by hand: it no longer carries what it
+                # should. The others leave it unsent, for a new batch.
+                self._worker.spawn(self._dissolve(batch))
                 continue
             first = rows[0]
             sending = _Sending(

@@ -75,6 +75,7 @@ class Waiting:
     message_id: str
     source: str
     received_at: float
+    status: str = PENDING
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,6 +369,35 @@ class BatchesStore:
                 [{"b_id": pk, "b_token": token} for pk, token in leases],
             )
 
+    def dissolve(self, batch_id: int, lease_token: int, now: float, error: str) -> bool:
+        """End a leased batch unsent, as failed with `error`, and take its open members out
+        of it, to be formed again: some of its events were finished by hand (discarded), so
+        it no longer carries what it should. Fenced by the token; False when stale."""
+        with self._db.bookkeeping() as conn:
+            ended = conn.execute(
+                update(batches)
+                .where(
+                    batches.c.id == batch_id,
+                    batches.c.lease_token == lease_token,
+                    batches.c.status == PENDING,
+                )
+                .values(
+                    status=DeliveryStatus.FAILED.value,
+                    finished_at=now,
+                    next_attempt_at=None,
+                    lease_owner=None,
+                    last_error=error,
+                )
+            ).rowcount
+            if not ended:
+                return False
+            conn.execute(
+                update(deliveries)
+                .where(deliveries.c.batch_id == batch_id, deliveries.c.status.in_(list(OPEN)))
+                .values(batch_id=None)
+            )
+            return True
+
     def free_redriven(self, route: str) -> int:
         """Take out of their batch the route's open deliveries whose batch has an outcome:
         an operator redrove them (efd/store/operations.py), and they are formed again into
@@ -578,6 +608,7 @@ def _waiting_query() -> Any:
         messages.c.message_id,
         messages.c.source,
         messages.c.received_at,
+        deliveries.c.status,
     ).select_from(deliveries.join(messages, messages.c.id == deliveries.c.message_pk))
 
 
@@ -592,6 +623,7 @@ def _waiting(row: Any) -> Waiting:
         message_id=row.message_id,
         source=row.source,
         received_at=float(row.received_at),
+        status=row.status,
     )
 
 

@@ -621,3 +621,36 @@ async def test_redriven_events_of_a_failed_batch_go_again_in_a_new_batch(
     assert refused.headers["webhook-id"] == accepted.headers["webhook-id"]
     assert refused.body == accepted.body
     assert sql(db_url, "SELECT status FROM batches ORDER BY id") == [("failed",), ("delivered",)]
+
+
+async def test_a_batch_with_an_event_discarded_leaves_the_others_to_a_new_batch(
+    sqlite_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
+    up = False
+
+    async def down_then_up(_request: web.Request, _n: int) -> web.StreamResponse:
+        return web.Response(status=200 if up else 503)
+
+    receiver = await receiver_factory(down_then_up)
+    settings = _settings(sqlite_url, receiver.url, batch_size=10, batch_wait_seconds=0.05)
+    settings["delivery"]["retry_initial_seconds"] = 1
+    settings["delivery"]["retry_max_seconds"] = 1
+    daemon = await daemon_factory(settings)
+    status, _ = await post(daemon.port, "/v1/batch", {"batch": _events(3)})
+    assert status == 200
+    await eventually(lambda: sql(sqlite_url, "SELECT attempts FROM batches") == [(1,)])
+    # What a discard leaves (efd/store/operations.py), done here by hand.
+    sql(
+        sqlite_url,
+        "UPDATE deliveries SET status = 'discarded', finished_at = 0 WHERE message_pk IN "
+        "(SELECT id FROM messages WHERE message_id = 'e1')",
+    )
+    up = True
+    await _settled(sqlite_url, 3)
+    first, *later = receiver.received
+    assert _ids(first) == ["e0", "e1", "e2"]
+    assert [_ids(r) for r in later] == [["e0", "e2"]]
+    assert sql(sqlite_url, "SELECT status, last_error FROM batches ORDER BY id") == [
+        ("failed", "some of its events were discarded: the others were formed into new batches"),
+        ("delivered", None),
+    ]
