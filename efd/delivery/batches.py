@@ -224,7 +224,8 @@ class Batcher:
         return frozenset(self._targets)
 
     async def start(self, stack: AsyncExitStack) -> None:
-        await self._check_draining(self._clock.now())
+        """Start the loop (its first pass looks for batches of actions that stopped
+        batching); at shutdown, stop with a grace of a request's timeout and a margin."""
         self._worker.start()
         self._held.start()
         stack.push_async_callback(self.stop, self._timeout + SHUTDOWN_MARGIN)
@@ -398,9 +399,14 @@ class Batcher:
             self._claim_at[name] = now + _IDLE_POLL
         if not claimed:
             return 0
+        try:
+            members = await self._db.read(self._store.members, [b.id for b in claimed])
+        except StoreError:
+            # Not held, so not renewed: their leases lapse and they are claimed again.
+            log.warning("cannot read the members of %d claimed batches", len(claimed))
+            raise
         for batch in claimed:
             self._held.held[batch.id] = batch.lease_token
-        members = await self._db.read(self._store.members, [b.id for b in claimed])
         for batch in claimed:
             rows = members.get(batch.id, ())
             if not rows:
@@ -455,15 +461,6 @@ class Batcher:
         )
         if buckets:
             self._pace(name, buckets, formed.tokens_left, now)
-        if found.purged:
-            failed = await self._db.write(
-                self._store.fail_unbatched, name, found.purged, self._clock.now(), PURGED
-            )
-            if failed:
-                self._metrics.failed[name] += failed
-                log.error("%d messages to %s failed for good: %s", failed, name, PURGED)
-        if formed.contended:
-            return None
         for batch in formed.batches:
             self._held.held[batch.id] = batch.lease_token
             made = found.sending.get(batch.members)
@@ -471,7 +468,14 @@ class Batcher:
                 made = _Sending(batch, None, _first_event_length(batch.body), now)
             made.batch = batch
             self._send(target, made)
-        return found.plan
+        if found.purged:
+            failed = await self._db.write(
+                self._store.fail_unbatched, name, found.purged, self._clock.now(), PURGED
+            )
+            if failed:
+                self._metrics.failed[name] += failed
+                log.error("%d messages to %s failed for good: %s", failed, name, PURGED)
+        return None if formed.contended else found.plan
 
     def _plan(
         self, target: _Target, free: int, now: float, found: _Formation, candidates: Candidates
@@ -587,7 +591,7 @@ class Batcher:
                 len(batch.members),
                 route.name,
             )
-            self._worker.spawn(self._split(target, outcome, tried))
+            self._worker.spawn(self._split(target, outcome, tried, batch.body))
             return
         decision = retry.decide(
             results,
@@ -694,21 +698,54 @@ class Batcher:
             reporting.publish_attempts(self._hub, ((name, m, rows) for m in message_ids))
         if outcome.status != DeliveryStatus.PENDING.value:
             self.notify()  # its lanes moved on, and a slot's events may form
+        elif outcome.next_attempt_at is not None and outcome.next_attempt_at <= self._clock.now():
+            # Due while its outcome was on its way (until then its lease kept it from a claim).
+            name = target.route.name
+            self._claim_at[name] = min(self._claim_at.get(name, 0.0), outcome.next_attempt_at)
+            self._worker.notify()
 
     async def _split(
-        self, target: _Target, outcome: BatchOutcome, tried: Sequence[BatchAttempt]
+        self,
+        target: _Target,
+        outcome: BatchOutcome,
+        tried: Sequence[BatchAttempt],
+        body: bytes,
     ) -> None:
         """After a 413: the batch's two halves recorded in its place and sent at once (on an
-        ordered route only the first; the second's events are formed again after it)."""
+        ordered route only the first; the second's events are formed again after it). The
+        halves' bodies are cut from the batch's own bytes. Whatever happens, the batch's
+        own lease is no longer renewed: a split not recorded lets it lapse, to be sent again."""
+        try:
+            recorded, halves = await self._record_split(target, outcome, tried, body)
+        finally:
+            self._held.held.pop(outcome.batch_id, None)
+        for batch in recorded:
+            self._held.held[batch.id] = batch.lease_token
+            url, first_event, ids = halves[batch.members]
+            self._send(target, _Sending(batch, url, first_event, outcome.first_attempt_at, ids))
+        if target.ordered:
+            self.notify()
+
+    async def _record_split(
+        self,
+        target: _Target,
+        outcome: BatchOutcome,
+        tried: Sequence[BatchAttempt],
+        body: bytes,
+    ) -> tuple[
+        tuple[LeasedBatch, ...], dict[tuple[int, ...], tuple[str | None, int, tuple[str, ...]]]
+    ]:
         route = target.route
         members = (await self._db.read(self._store.members, [outcome.batch_id])).get(
             outcome.batch_id, ()
         )
-        bodies = [_encoded(w.body) if w.body is not None else b"" for w in members]
-        halves = batching.split(batching.TOO_LARGE, members, [len(b) for b in bodies])
+        elements = _elements(body)
+        if elements is None or len(elements) != len(members):
+            elements = [_encoded(w.body) if w.body is not None else b"null" for w in members]
+        halves = batching.split(batching.TOO_LARGE, members, [len(e) for e in elements])
         if halves is None:
-            return  # its members left it meanwhile (the lease lapsed): the lease lapses too
-        index = {w.delivery_id: body for w, body in zip(members, bodies, strict=True)}
+            return (), {}  # its members left it meanwhile (the lease lapsed)
+        index = {w.delivery_id: e for w, e in zip(members, elements, strict=True)}
         made = tuple(
             NewBatch(
                 tuple(w.delivery_id for w in half),
@@ -720,9 +757,8 @@ class Batcher:
             for half in halves
         )
         now = self._clock.now()
-        recorded = None
         backoff = Backoff()
-        while recorded is None:
+        while True:
             try:
                 recorded = await self._db.write(
                     self._store.split,
@@ -737,28 +773,20 @@ class Batcher:
                 break
             except StoreUnavailable:
                 if self._worker.stopping:
-                    return
+                    return (), {}
                 await asyncio.sleep(backoff.next())
-        self._held.held.pop(outcome.batch_id, None)
         if recorded is None:
             log.warning("a batch's 413 arrived after its lease moved on; not applied")
-            return
-        by_members = {new.members: half for new, half in zip(made, halves, strict=True)}
-        for batch in recorded:
-            self._held.held[batch.id] = batch.lease_token
-            half = by_members[batch.members]
-            self._send(
-                target,
-                _Sending(
-                    batch,
-                    half[0].url,
-                    len(index[half[0].delivery_id]),
-                    outcome.first_attempt_at,
-                    tuple(w.message_id for w in half),
-                ),
+            return (), {}
+        sending = {
+            new.members: (
+                half[0].url,
+                len(index[half[0].delivery_id]),
+                tuple(w.message_id for w in half),
             )
-        if target.ordered:
-            self.notify()
+            for new, half in zip(made, halves, strict=True)
+        }
+        return recorded, sending
 
 
 # What a batch planned in the forming transaction stands on until the store recorded it.
@@ -777,6 +805,24 @@ def _first_event_length(body: bytes) -> int:
 
 
 _DECODER = json.JSONDecoder()
+
+
+def _elements(body: bytes) -> list[bytes] | None:
+    """A batch body's elements, each its exact bytes; None when it is not an array of
+    JSON values joined by commas, as efd writes it."""
+    text = body.decode("utf-8", "surrogatepass")
+    if not (text.startswith("[") and text.endswith("]")):
+        return None
+    found: list[bytes] = []
+    at = 1
+    try:
+        while at < len(text) - 1:
+            _, end = _DECODER.raw_decode(text, at)
+            found.append(text[at:end].encode("utf-8", "surrogatepass"))
+            at = end + 1 if text[end] == "," else end
+    except (ValueError, IndexError):
+        return None
+    return found if at == len(text) - 1 else None
 
 
 def _encoded(body: str) -> bytes:

@@ -12,7 +12,6 @@ import asyncio
 import base64
 import hashlib
 import hmac
-import itertools
 import json
 import time
 from collections import Counter
@@ -418,10 +417,12 @@ async def test_a_rate_limit_counts_requests_not_events(
     await _settled(sqlite_url, 30)
     requests = receiver.received
     assert [i for r in requests for i in _ids(r)] == [e["messageId"] for e in sent]
-    # 30 events in full batches of 5: six requests, a token each, four a second at most.
+    # 30 events in full batches of 5: six requests, a token each, four a second at most
+    # (when the requests left, as the attempts table has it: arrivals lag unevenly).
     assert [len(_ids(r)) for r in requests] == [5] * 6
-    gaps = [b.at - a.at for a, b in itertools.pairwise(requests)]
-    assert min(gaps) >= 0.2
+    sent_at = [at for (at,) in sql(sqlite_url, "SELECT attempted_at FROM attempts ORDER BY 1")]
+    assert sent_at[-1] - sent_at[0] >= 5 / 4 - 0.3  # one token to start with, then 4 a second
+    assert max(sum(1 for t in sent_at if s <= t < s + 1) for s in sent_at) <= 4 + 1
 
 
 async def test_batches_formed_before_batching_was_turned_off_are_still_sent_whole(
