@@ -34,7 +34,7 @@ from sqlalchemy import (
     update,
 )
 
-from efd.records import AttemptRow, ClaimRequest, DeliveryStatus
+from efd.records import AttemptRecord, AttemptRow, ClaimRequest, DeliveryStatus
 from efd.store import lanes
 from efd.store.backends.base import ATTEMPT_COLUMNS, chunked
 from efd.store.database import Database
@@ -152,6 +152,30 @@ class BatchAttempt:
 
     batch_id: int
     row: AttemptRow
+
+
+@dataclass(frozen=True, slots=True)
+class Carried:
+    """The batch a delivery is in, as operators see it (efd inspect): its id, webhook-id,
+    state, how many events it carries, and its requests (attempt rows, oldest first)."""
+
+    batch_id: int
+    webhook_id: str
+    status: str
+    size: int
+    attempts: tuple[AttemptRecord, ...]
+
+
+_RECORD_COLUMNS = (
+    "attempted_at",
+    "hook_url",
+    "outcome",
+    "status_code",
+    "error_class",
+    "error",
+    "duration_ms",
+    "response_head",
+)
 
 
 class _Lost(Exception):
@@ -567,6 +591,48 @@ class BatchesStore:
             if failed and self._steps().ordered:
                 lanes.advance(conn, self._backend, now, heads=list(delivery_ids))
         return int(failed)
+
+    def carried(self, delivery_ids: Sequence[int]) -> dict[int, Carried]:
+        """Delivery id -> the batch it is in, for those of `delivery_ids` that are in one."""
+        found: dict[int, Carried] = {}
+        with self._db.read() as conn:
+            for chunk in chunked(sorted(set(delivery_ids))):
+                rows = conn.execute(
+                    select(
+                        deliveries.c.id,
+                        batches.c.id.label("batch_id"),
+                        batches.c.webhook_id,
+                        batches.c.status,
+                    )
+                    .select_from(deliveries.join(batches, batches.c.id == deliveries.c.batch_id))
+                    .where(deliveries.c.id.in_(list(chunk)))
+                ).all()
+                ids = sorted({int(row.batch_id) for row in rows})
+                sizes: dict[int, int] = dict(
+                    conn.execute(
+                        select(deliveries.c.batch_id, func.count())
+                        .where(deliveries.c.batch_id.in_(ids))
+                        .group_by(deliveries.c.batch_id)
+                    ).all()
+                )
+                tried: dict[int, list[AttemptRecord]] = {}
+                for row in conn.execute(
+                    select(attempts.c.batch_id, *(attempts.c[c] for c in _RECORD_COLUMNS))
+                    .where(attempts.c.batch_id.in_(ids))
+                    .order_by(attempts.c.attempted_at, attempts.c.id)
+                ).all():
+                    values = {c: getattr(row, c) for c in _RECORD_COLUMNS}
+                    tried.setdefault(int(row.batch_id), []).append(AttemptRecord(**values))
+                for row in rows:
+                    pk = int(row.batch_id)
+                    found[int(row.id)] = Carried(
+                        pk,
+                        row.webhook_id,
+                        row.status,
+                        int(sizes.get(pk, 0)),
+                        tuple(tried.get(pk, ())),
+                    )
+        return found
 
     def members(self, batch_ids: Sequence[int]) -> dict[int, tuple[Waiting, ...]]:
         """Each batch's members with their bodies, in its body's order (a 413 splits them)."""

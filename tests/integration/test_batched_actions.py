@@ -37,6 +37,7 @@ from tests.conftest import (
     write_toml,
 )
 from tests.integration.test_live import TOKEN, events
+from tests.integration.test_operators import run_cli
 from tests.integration.test_regulations import TOKEN as ADMIN_TOKEN
 from tests.integration.test_regulations import api
 
@@ -655,3 +656,26 @@ async def test_a_batch_with_an_event_discarded_leaves_the_others_to_a_new_batch(
         ("failed", "some of its events were discarded: the others were formed into new batches"),
         ("delivered", None),
     ]
+
+
+async def test_efd_inspect_shows_the_batch_that_carried_a_message(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory, tmp_path: Path
+) -> None:
+    receiver = await receiver_factory()
+    settings = _settings(db_url, receiver.url, batch_size=5, batch_wait_seconds=0.05)
+    daemon = await daemon_factory(settings)
+    config = str(write_toml(tmp_path / "efd.toml", settings))
+    status, _ = await post(daemon.port, "/v1/batch", {"batch": _events(3)})
+    assert status == 200
+    await _settled(db_url, 3)
+    [request] = receiver.received
+    code, out, err = await asyncio.to_thread(
+        run_cli, "inspect", "--source", "web", "--message-id", "e1", "--config", config
+    )
+    assert (code, err) == (0, "")
+    [(batch_id,)] = sql(db_url, "SELECT id FROM batches")
+    webhook_id = request.headers["webhook-id"]
+    assert f"in batch {batch_id} (webhook-id {webhook_id}): 3 events, delivered" in out
+    # The batch's request is shown for e1 too, whose delivery no attempt row names.
+    assert f"{receiver.url}  200" in out
+    assert "no attempts yet" not in out
