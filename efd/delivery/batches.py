@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
 import math
 import random
@@ -33,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from efd.config import Settings
-from efd.delivery import batching, ratelimit, reporting, retry
+from efd.delivery import batchbody, batching, ratelimit, reporting, retry
 from efd.delivery.batching import BatchPolicy, Candidate, Plan
 from efd.delivery.circuit import Circuits
 from efd.delivery.leases import Leases
@@ -433,7 +432,7 @@ class Batcher:
             sending = _Sending(
                 batch,
                 first.url,
-                _first_event_length(batch.body)
+                batchbody.first_event_length(batch.body)
                 if target.policy.signature == batching.FIRST_EVENT
                 else 0,
                 min((w.since for w in rows), default=now),
@@ -465,7 +464,7 @@ class Batcher:
             self._held.held[batch.id] = batch.lease_token
             made = found.sending.get(batch.members)
             if made is None:  # not as planned: cannot be, the store records what it is given
-                made = _Sending(batch, None, _first_event_length(batch.body), now)
+                made = _Sending(batch, None, batchbody.first_event_length(batch.body), now)
             made.batch = batch
             self._send(target, made)
         if found.purged:
@@ -739,7 +738,7 @@ class Batcher:
         members = (await self._db.read(self._store.members, [outcome.batch_id])).get(
             outcome.batch_id, ()
         )
-        elements = _elements(body)
+        elements = batchbody.elements(body)
         if elements is None or len(elements) != len(members):
             elements = [_encoded(w.body) if w.body is not None else b"null" for w in members]
         halves = batching.split(batching.TOO_LARGE, members, [len(e) for e in elements])
@@ -791,38 +790,6 @@ class Batcher:
 
 # What a batch planned in the forming transaction stands on until the store recorded it.
 _UNRECORDED = LeasedBatch(0, 0, "", (), b"", "", 0, None)
-
-
-def _first_event_length(body: bytes) -> int:
-    """The byte length of a batch body's first element, read from the body itself: its
-    member's payload may have been purged since the batch was formed, not its bytes."""
-    text = body.decode("utf-8", "surrogatepass")
-    try:
-        _, end = _DECODER.raw_decode(text, 1)
-    except ValueError:
-        return len(body) - 2  # not JSON after all: the whole array's inside
-    return len(text[1:end].encode("utf-8", "surrogatepass"))
-
-
-_DECODER = json.JSONDecoder()
-
-
-def _elements(body: bytes) -> list[bytes] | None:
-    """A batch body's elements, each its exact bytes; None when it is not an array of
-    JSON values joined by commas, as efd writes it."""
-    text = body.decode("utf-8", "surrogatepass")
-    if not (text.startswith("[") and text.endswith("]")):
-        return None
-    found: list[bytes] = []
-    at = 1
-    try:
-        while at < len(text) - 1:
-            _, end = _DECODER.raw_decode(text, at)
-            found.append(text[at:end].encode("utf-8", "surrogatepass"))
-            at = end + 1 if text[end] == "," else end
-    except (ValueError, IndexError):
-        return None
-    return found if at == len(text) - 1 else None
 
 
 def _encoded(body: str) -> bytes:
