@@ -88,17 +88,6 @@ class BatchRounds(Protocol):
     ) -> asyncio.Future[list[AttemptResult]]: ...
 
 
-def batched_routes(settings: Settings) -> dict[str, BatchPolicy]:
-    """Route name -> the batch policy of each action that batches (batch_size above 1)."""
-    return {
-        d.route_name(a): a.batch
-        for d in settings.destinations
-        if d.type == "actions"
-        for a in d.actions
-        if a.batch.batched
-    }
-
-
 @dataclass(frozen=True, slots=True)
 class _Target:
     """A batched route as the batcher sends it."""
@@ -217,10 +206,6 @@ class Batcher:
         self._actions = actions
 
     # -- lifecycle ---------------------------------------------------------------------------
-
-    @property
-    def routes(self) -> frozenset[str]:
-        return frozenset(self._targets)
 
     async def start(self, stack: AsyncExitStack) -> None:
         """Start the loop (its first pass looks for batches of actions that stopped
