@@ -28,9 +28,9 @@ def _operations(args: argparse.Namespace) -> tuple[config.Settings, Any, Any]:
     return settings, store, OperationsStore(store)
 
 
-def _operator_command(run: Any) -> Any:
-    """Runs `run(args, settings, operations)`: an unreachable store exits 1 (bad arguments
-    exit 2, by main)."""
+def _operator_command(run: Any, *, with_store: bool = False) -> Any:
+    """Runs `run(args, settings, operations)` (and the store, `with_store`): an unreachable
+    store exits 1 (bad arguments exit 2, by main)."""
 
     def command(args: argparse.Namespace) -> int:
         from efd.errors import StoreError
@@ -38,7 +38,8 @@ def _operator_command(run: Any) -> Any:
         settings, store, operations = _operations(args)
         args.pauses = store.pauses  # the tables note the pauses of the destinations they show
         try:
-            code: int = run(args, settings, operations)
+            extra = (store,) if with_store else ()
+            code: int = run(args, settings, operations, *extra)
             return code
         except StoreError as error:
             print(f"efd {args.command}: the store is unavailable: {error}", file=sys.stderr)
@@ -99,9 +100,11 @@ def _short(value: str | None, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _inspect(args: argparse.Namespace, settings: config.Settings, operations: Any) -> int:
+def _inspect(
+    args: argparse.Namespace, settings: config.Settings, operations: Any, store: Any
+) -> int:
     from efd.delivery.lanes import waiting_note
-    from efd.operations.selection import message_json
+    from efd.operations.selection import attempt_json, message_json
 
     found = operations.message(args.source, args.message_id)
     if found is None:
@@ -114,6 +117,8 @@ def _inspect(args: argparse.Namespace, settings: config.Settings, operations: An
     if args.json:
         _print_json(shown)
         return 0
+    # A batched action's delivery: the batch that carried it (docs/actions.md#batches).
+    carried = store.batches.carried([d["id"] for d in shown["deliveries"]])
     what = shown["type"] + (f" {shown['event']!r}" if shown["event"] else "")
     print(f"message {shown['messageId']} from {shown['source']}: {what}")
     print(f"  userId {shown['userId'] or '-'}, anonymousId {shown['anonymousId'] or '-'}")
@@ -141,9 +146,19 @@ def _inspect(args: argparse.Namespace, settings: config.Settings, operations: An
         if d["status"] == "queued":
             print(f"  {waiting_note(d['waitingFor'])}")
         print(f"  retry window ends {d['windowEndsAt']}")
-        if not d["attempts"]:
+        attempts = d["attempts"]
+        batch = carried.get(d["id"])
+        if batch is not None:
+            print(
+                f"  in batch {batch.batch_id} (webhook-id {batch.webhook_id}): "
+                f"{batch.size} events, {batch.status}"
+            )
+            # The batch's requests are its every event's: one attempt row each names only
+            # its first event.
+            attempts = [attempt_json(a) for a in batch.attempts]
+        if not attempts:
             print("  no attempts yet")
-        for a in d["attempts"]:
+        for a in attempts:
             result = str(a["statusCode"]) if a["statusCode"] is not None else a["error"]
             duration = f"{a['durationMs']:.1f} ms" if a["durationMs"] is not None else "-"
             print(f"  {a['at']}  {a['url']}  {result}  {duration}")
@@ -420,7 +435,7 @@ def add_parsers(sub: Any) -> None:
     common(inspect)
     inspect.add_argument("--source", required=True)
     inspect.add_argument("--message-id", required=True)
-    inspect.set_defaults(func=_operator_command(_inspect))
+    inspect.set_defaults(func=_operator_command(_inspect, with_store=True))
 
     listing = sub.add_parser("deliveries", help="deliveries, newest first, filtered")
     common(listing)

@@ -495,18 +495,7 @@ def batch_problems(action: Mapping[str, Any]) -> list[str]:
     problems = batching.policy_problems(
         action, content_type=content_type if isinstance(content_type, str) else batching.JSON
     )
-    return problems or _batching_not_delivered(action)
-
-
-def _batching_not_delivered(action: Mapping[str, Any]) -> list[str]:
-    """Refuses batch_size above 1 while the dispatcher sends one event a request: the keys
-    are accepted and checked, but nothing would batch. Removed once batches are sent."""
-    if batching.policy(action).batched:
-        return [
-            "batch_size: batching is not yet delivered: an action sends one event a request"
-            " for now; set batch_size = 1 or leave it out (docs/actions.md#batches)"
-        ]
-    return []
+    return problems
 
 
 class ActionConfig(HookConfig):

@@ -24,10 +24,10 @@ from aiohttp import web
 
 from efd.config import Settings
 from efd.daemon.startup import Cpus, StartupError, fit_open_files
+from efd.delivery.batches import Batcher
 from efd.delivery.dispatcher import SHUTDOWN_MARGIN, Dispatcher
 from efd.delivery.lanes import Lanes
 from efd.delivery.outauth import Auth
-from efd.delivery.ports import Rounds
 from efd.delivery.sender import Sender, SenderOptions, SenderPool
 from efd.errors import StoreError
 from efd.groupcommit import GroupCommit
@@ -281,6 +281,9 @@ class Storage:
         released = await db.write(db.store.queue.release_all_leases, time.time())
         if released:
             log.info("resuming %d deliveries that were in flight at the last stop", released)
+        batches = await db.write(db.store.batches.release_all_leases, time.time())
+        if batches:
+            log.info("resuming %d batches that were in flight at the last stop", batches)
         resumed = await db.write(self.parts.regulations.release_regulation_leases)
         if resumed:
             log.info("resuming %d regulations that were running at the last stop", resumed)
@@ -305,6 +308,7 @@ class Delivery:
         self._children = children
         self._storage = storage
         self._dispatcher: Dispatcher | None = None
+        self._batcher: Batcher | None = None
         self._notices: Notices | None = None
 
     @property
@@ -318,9 +322,20 @@ class Delivery:
         assert self._dispatcher is not None, "Delivery.start() did not finish"
         return self._dispatcher
 
+    @property
+    def batcher(self) -> Batcher:
+        """What sends the batched actions' batches (efd/delivery/batches.py)."""
+        assert self._batcher is not None, "Delivery.start() did not finish"
+        return self._batcher
+
+    def notify(self) -> None:
+        """New work may be due: wake the dispatcher and the batcher."""
+        self.dispatcher.notify()
+        self.batcher.notify()
+
     async def start(self, stack: AsyncExitStack) -> None:
         shared, db = self._shared, self._storage.db
-        rounds: Rounds
+        rounds: Sender | SenderPool
         senders = await self._children.senders_ready()
         if senders is not None:
             rounds = senders
@@ -347,9 +362,21 @@ class Delivery:
             pauses=AsyncPauses(db),
             notices=notices,
         )
+        batcher = self._batcher = Batcher(
+            db=db,
+            rounds=rounds,
+            settings=shared.settings,
+            metrics=shared.metrics,
+            owner=shared.owner,
+            circuits=dispatcher.circuits,
+            hub=shared.hub,
+            paused=dispatcher.holds,
+            notices=notices,
+        )
         if db.store.listener.available:
-            _listen_for_work(stack, db.store, dispatcher.notify)
+            _listen_for_work(stack, db.store, self.notify)
         await dispatcher.start(stack)
+        await batcher.start(stack)
 
     def _wake(self) -> None:
         if self._dispatcher is not None:
@@ -378,7 +405,7 @@ class Services:
 
     async def start(self, stack: AsyncExitStack) -> None:
         shared, storage = self._shared, self._storage
-        notify = self._delivery.dispatcher.notify
+        notify = self._delivery.notify
         self._runner = RegulationRunner(
             db=storage.db,
             regulations=storage.parts.regulations,
@@ -426,7 +453,7 @@ class Http:
 
     async def start(self, stack: AsyncExitStack) -> None:
         shared, storage = self._shared, self._storage
-        db, notify = storage.db, self._delivery.dispatcher.notify
+        db, notify = storage.db, self._delivery.notify
         parsers = await self._children.parsers_ready()
         writer: GroupCommit[NewMessage, InsertStatus] = GroupCommit(
             self._store_messages, max_items=5000, name="efd-ingest-writer", depth=2
@@ -523,6 +550,8 @@ class Http:
             grant.settle()
             raise
         dispatcher.hand_over(grant)
+        if taken:
+            self._delivery.batcher.notify()  # batched routes' events wait to be formed
         if hub.active:  # committed: the live stream may show them
             for row, status in zip(taken, statuses, strict=True):
                 if status is InsertStatus.STORED:

@@ -90,12 +90,10 @@ class Dispatcher:
         self._metrics = metrics
         self._owner = owner
         self._rng = rng or random.Random()
-        self._routes = {
-            r.name: r for d in settings.value.destinations for r in d.routes(delivery.user_agent)
-        }
+        self._routes = _routes(settings.value)
         # Pauses (efd/delivery/pausing.py): read from the store every PAUSE_POLL seconds.
         self._pauses = pauses
-        self._targets = _targets(settings.value, self._routes)
+        self._targets = _targets(settings.value)
         self._pause_rows: tuple[pausing.Pause, ...] = ()
         self._paused = pausing.Held()
         self._pauses_read = -math.inf
@@ -191,8 +189,7 @@ class Dispatcher:
         rounds that start from now on; rounds in flight finish with the Route they began
         with. Deliveries claimed for a destination no longer configured are given back
         (they stay pending, as any delivery to an unconfigured destination does)."""
-        user_agent = settings.delivery.user_agent
-        routes = {r.name: r for d in settings.destinations for r in d.routes(user_agent)}
+        routes = _routes(settings)
         removed = [name for name in self._routes if name not in routes]
         leases = []
         for name in removed:
@@ -204,7 +201,7 @@ class Dispatcher:
             self._ready.setdefault(name, deque())
             self._backlog.setdefault(name, True)  # look at once: it may have work waiting
         self._routes = routes
-        self._targets = _targets(settings, routes)
+        self._targets = _targets(settings)
         self._paused = pausing.apply(self._targets, self._pause_rows)
         self._disable_after = settings.delivery.disable_after_hours
         self._buckets = _buckets(settings)
@@ -243,6 +240,11 @@ class Dispatcher:
     @property
     def circuits(self) -> Circuits:
         return self._circuits
+
+    def holds(self, route: str) -> bool:
+        """Whether the pauses in effect send nothing to `route`: each of its hooks paused or
+        disabled (the batched actions' loop asks, efd/delivery/batches.py)."""
+        return route in self._paused.held
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -792,14 +794,32 @@ class Dispatcher:
             self._worker.notify()
 
 
-def _targets(settings: Settings, routes: dict[str, Route]) -> pausing.Targets:
-    """Each destination's hooks, numbered as pauses name them."""
-    return pausing.Targets.of(
-        (d.name, [routes[name] for name in d.route_names() if name in routes])
-        for d in settings.destinations
-    )
+def _targets(settings: Settings) -> pausing.Targets:
+    """Each destination's hooks, numbered as pauses name them: every route's, the batched
+    actions' too (efd/delivery/batches.py holds those while they are paused)."""
+    user_agent = settings.delivery.user_agent
+    return pausing.Targets.of((d.name, d.routes(user_agent)) for d in settings.destinations)
 
 
 def _buckets(settings: Settings) -> dict[str, tuple[ratelimit.Bucket, ...]]:
     """The token buckets of each route that has rate-limited hooks."""
     return settings.route_buckets()
+
+
+def _routes(settings: Settings) -> dict[str, Route]:
+    """The routes this dispatcher claims and sends for: every route but the actions that
+    batch, whose batches efd/delivery/batches.py sends (their deliveries never go alone)."""
+    user_agent = settings.delivery.user_agent
+    batched = {
+        d.route_name(a)
+        for d in settings.destinations
+        if d.type == "actions"
+        for a in d.actions
+        if a.batch.batched
+    }
+    return {
+        r.name: r
+        for d in settings.destinations
+        for r in d.routes(user_agent)
+        if r.name not in batched
+    }

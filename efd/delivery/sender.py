@@ -164,6 +164,48 @@ class Sender:
             content_type=route.content_type,
         )
         hooks = [(hook, static) for hook, static in route.hooks if hook in urls]
+        return await self._requests(route, hooks, data, headers, url)
+
+    async def send_batch(
+        self,
+        route: Route,
+        body: bytes,
+        webhook_id: str,
+        url: str | None = None,
+        first_event: int | None = None,
+    ) -> list[AttemptResult]:
+        """One request of a batch (docs/actions.md#batches): its stored body, the JSON array,
+        sent as it is to the action's one hook (to `url` instead when given: its first
+        event's rendered URL) under the batch's webhook-id, through the action's request
+        path (method, Content-Type, auth). `first_event`: the byte length of the array's
+        first element when X-Signature covers only it (batch_signature = "first_event");
+        None, the whole body. webhook-signature always covers the whole body."""
+        headers = webhooks.request_headers(
+            user_agent=route.user_agent,
+            secret=route.secret if first_event is None else None,
+            body=body,
+            static={},
+            webhook_id=webhook_id,
+            timestamp=int(time.time()),
+            standard_secrets=route.standard_secrets,
+            content_type=route.content_type,
+        )
+        if first_event is not None and route.secret:
+            headers[webhooks.SIGNATURE_HEADER] = webhooks.sign(
+                route.secret, body[1 : 1 + first_event]
+            )
+        return await self._requests(route, list(route.hooks[:1]), body, headers, url)
+
+    async def _requests(
+        self,
+        route: Route,
+        hooks: Sequence[tuple[str, dict[str, str]]],
+        data: bytes,
+        headers: dict[str, str],
+        url: str | None,
+    ) -> list[AttemptResult]:
+        """A round's requests, its headers made: published to a broker destination's hooks,
+        else sent to each hook (`url` in place of an action's) with the route's auth."""
         clients = route.client_certs
         targets = self._targets.get(route.name) if self._targets else None
         if targets is not None:
@@ -317,6 +359,18 @@ class Sender:
             self.send_round(route, urls, body, webhooks.route_webhook_id(route, message), url)
         )
 
+    def start_batch(
+        self,
+        route: Route,
+        body: bytes,
+        webhook_id: str,
+        url: str | None = None,
+        first_event: int | None = None,
+    ) -> asyncio.Future[list[AttemptResult]]:
+        """send_batch as the batcher starts it (a task in this process)."""
+        assert self._loop is not None, "Sender.start() was not awaited"
+        return self._loop.create_task(self.send_batch(route, body, webhook_id, url, first_event))
+
     def _client_context(self, client: ClientCert) -> ssl.SSLContext:
         context = self._presenting.get(client)
         if context is None:
@@ -421,6 +475,9 @@ def _auth_secrets(auth: outauth.Bearer | outauth.Basic) -> tuple[str, ...]:
 # -- sender processes ------------------------------------------------------------------------
 
 _INTERRUPTED = "the sender process exited before the answer; the outcome is unknown"
+# What a batch's frame to a sender process names in place of a destination: no route's name
+# holds a NUL.
+BATCH = "\x00batch"
 
 ResultTuple = tuple[
     str, float, float, str, int | None, str | None, str | None, str | None, float | None
@@ -498,6 +555,8 @@ class SenderChild:
         message: MessageKey,
         url: str | None = None,
     ) -> Any:
+        if destination == BATCH:  # a batch's request: SenderPool.start_batch's frame
+            return await self._batch(urls)
         try:
             # The webhook-id is derived here, on the sender's core, not in the daemon's loop.
             route = self._routes[destination]
@@ -517,6 +576,26 @@ class SenderChild:
                     error=webhooks.scrub(repr(error), url),
                 )
                 for url in urls
+            ]
+        return [_to_tuple(r) for r in results]
+
+    async def _batch(self, frame: tuple[Any, ...]) -> Any:
+        destination, body, webhook_id, url, first_event = frame
+        try:
+            route = self._routes[destination]
+            results = await self._sender.send_batch(route, body, webhook_id, url, first_event)
+        except Exception as error:  # a bug, not the network: report it, keep serving
+            log.exception("sending a batch to %s failed", destination)
+            hook = url or destination
+            results = [
+                AttemptResult(
+                    hook,
+                    time.time(),
+                    0.0,
+                    Verdict.RETRY,
+                    error_class="internal",
+                    error=webhooks.scrub(repr(error), hook),
+                )
             ]
         return [_to_tuple(r) for r in results]
 
@@ -590,6 +669,19 @@ class SenderPool:
         if url is None:  # a webhook's round: the frame a byte shorter
             return self._pool.submit(route.name, tuple(urls), body, message, convert=convert)
         return self._pool.submit(route.name, tuple(urls), body, message, url, convert=convert)
+
+    def start_batch(
+        self,
+        route: Route,
+        body: bytes,
+        webhook_id: str,
+        url: str | None = None,
+        first_event: int | None = None,
+    ) -> asyncio.Future[list[AttemptResult]]:
+        """Sender.start_batch in a sender process."""
+        convert = functools.partial(_results, [route.hooks[0][0]], time.time())
+        frame = (route.name, body, webhook_id, url, first_event)
+        return self._pool.submit(BATCH, frame, "", None, convert=convert)
 
 
 def _results(urls: Sequence[str], sent_at: float, answer: Any) -> list[AttemptResult]:

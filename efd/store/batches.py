@@ -16,6 +16,7 @@ them in the transaction that records it, only where the batch's row changed (the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,10 +34,15 @@ from sqlalchemy import (
     update,
 )
 
-from efd.records import AttemptRow, ClaimRequest, DeliveryStatus
+from efd.records import AttemptRecord, AttemptRow, ClaimRequest, DeliveryStatus
 from efd.store import lanes
 from efd.store.backends.base import ATTEMPT_COLUMNS, chunked
 from efd.store.database import Database
+
+# A claim's token buckets, as efd/store/ratelimit.py reads and takes them in the claim's
+# transaction: batches count requests against a hook's limit as deliveries do.
+from efd.store.ratelimit import Buckets
+from efd.store.ratelimit import _ClaimTokens as ClaimTokens
 from efd.store.schema import attempts, batch_routes, batches, deliveries, messages
 from efd.store.schema import lanes as lane_rows
 from efd.store.steps import StepsSource, no_steps
@@ -69,15 +75,18 @@ class Waiting:
     message_id: str
     source: str
     received_at: float
+    status: str = PENDING
 
 
 @dataclass(frozen=True, slots=True)
 class Candidates:
     """What forming decides from: the waiting deliveries in the order efd accepted them, and
-    the lanes with a delivery in a batch that has no outcome yet (`busy`)."""
+    the lanes with a delivery in a batch that has no outcome yet (`busy`). `allowed`: the
+    most batches the hook's rate limits allow now (None: no limit)."""
 
     waiting: tuple[Waiting, ...]
     busy: frozenset[str]
+    allowed: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +126,8 @@ class Formed:
 
     batches: tuple[LeasedBatch, ...]
     contended: bool = False
+    # The fewest tokens any of the hook's rate-limit buckets kept beyond its reserve.
+    tokens_left: float = math.inf
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +152,30 @@ class BatchAttempt:
 
     batch_id: int
     row: AttemptRow
+
+
+@dataclass(frozen=True, slots=True)
+class Carried:
+    """The batch a delivery is in, as operators see it (efd inspect): its id, webhook-id,
+    state, how many events it carries, and its requests (attempt rows, oldest first)."""
+
+    batch_id: int
+    webhook_id: str
+    status: str
+    size: int
+    attempts: tuple[AttemptRecord, ...]
+
+
+_RECORD_COLUMNS = (
+    "attempted_at",
+    "hook_url",
+    "outcome",
+    "status_code",
+    "error_class",
+    "error",
+    "duration_ms",
+    "response_head",
+)
 
 
 class _Lost(Exception):
@@ -215,10 +250,13 @@ class BatchesStore:
         owner: str,
         now: float,
         lease_until: float,
+        buckets: Buckets = (),
     ) -> Formed:
         """Read the route's candidates, let `plan` (efd.delivery.batching.form and the
         bodies it makes) choose the batches, and record them in the same transaction, each
         leased to `owner` until `lease_until` (token 1) with its members' batch_id set.
+        `buckets`: the hook's rate limits (efd/store/ratelimit.py): the plan is told how
+        many batches they allow, and a token is taken from each per batch recorded.
 
         A member no longer waiting (in another batch, finished) rolls the whole formation
         back; so does another daemon forming the route at the same time (it holds the
@@ -239,23 +277,48 @@ class BatchesStore:
                     # Held by another daemon (or its row is gone: made again next time).
                     self._routes.discard(route)
                     return Formed((), contended=True)
+                tokens = ClaimTokens(self._backend.clock, buckets, now) if buckets else None
+                allowed = None
+                if tokens is not None:
+                    allowed = tokens.available(conn, limit)
+                    if not allowed:
+                        return Formed((), tokens_left=tokens.left)
                 found = _candidates(conn, route, ordered=ordered, limit=limit)
+                if allowed is not None:
+                    found = Candidates(found.waiting, found.busy, allowed)
                 chosen = list(plan(found))
+                if allowed is not None and len(chosen) > allowed:
+                    raise ValueError("the plan chose more batches than the rate limits allow")
+                left = math.inf
+                if tokens is not None:
+                    tokens.take(conn, len(chosen))
+                    left = tokens.left
                 if not chosen:
-                    return Formed(())
+                    return Formed((), tokens_left=left)
                 if ordered and self._backend.row_locks:
                     _lock_lanes(conn, route, found, chosen)
                 formed = tuple(
                     _record(conn, route, new, owner=owner, now=now, lease_until=lease_until)
                     for new in chosen
                 )
-                return Formed(formed)
+                return Formed(formed, tokens_left=left)
         except _Lost:
             return Formed((), contended=True)
 
     # -- claims and leases --------------------------------------------------------------------
 
-    def claim(self, request: ClaimRequest) -> list[LeasedBatch]:
+    def claim_limited(
+        self, request: ClaimRequest, buckets: Buckets
+    ) -> tuple[list[LeasedBatch], float]:
+        """`claim` under the hook's rate limits, in the same transaction: at most as many
+        batches as every bucket has tokens for, one token each (a request). Returns the
+        claimed and the fewest tokens any bucket kept beyond its reserve."""
+        tokens = ClaimTokens(self._backend.clock, buckets, request.now)
+        return self.claim(request, tokens=tokens), tokens.left
+
+    def claim(
+        self, request: ClaimRequest, *, tokens: ClaimTokens | None = None
+    ) -> list[LeasedBatch]:
         """Lease the batches of `request.destination` (the route) that are due, oldest first,
         as efd/store/queue.py leases deliveries: the lease moves next_attempt_at to
         `lease_until` and bumps the fencing token; FOR UPDATE SKIP LOCKED keeps concurrent
@@ -269,7 +332,13 @@ class BatchesStore:
             "c_until": request.lease_until,
         }
         with self._db.bookkeeping() as conn:
+            if tokens is not None:
+                params["c_limit"] = tokens.available(conn, request.limit)
+                if not params["c_limit"]:
+                    return []
             rows = conn.execute(self._claim, params).all()
+            if tokens is not None:
+                tokens.take(conn, len(rows))
             members = _members(conn, [row.id for row in rows])
         claimed = [
             LeasedBatch(
@@ -322,6 +391,70 @@ class BatchesStore:
                 )
                 .values(next_attempt_at=now, lease_owner=None),
                 [{"b_id": pk, "b_token": token} for pk, token in leases],
+            )
+
+    def dissolve(self, batch_id: int, lease_token: int, now: float, error: str) -> bool:
+        """End a leased batch unsent, as failed with `error`, and take its open members out
+        of it, to be formed again: some of its events were finished by hand (discarded), so
+        it no longer carries what it should. Fenced by the token; False when stale."""
+        with self._db.bookkeeping() as conn:
+            ended = conn.execute(
+                update(batches)
+                .where(
+                    batches.c.id == batch_id,
+                    batches.c.lease_token == lease_token,
+                    batches.c.status == PENDING,
+                )
+                .values(
+                    status=DeliveryStatus.FAILED.value,
+                    finished_at=now,
+                    next_attempt_at=None,
+                    lease_owner=None,
+                    last_error=error,
+                )
+            ).rowcount
+            if not ended:
+                return False
+            conn.execute(
+                update(deliveries)
+                .where(deliveries.c.batch_id == batch_id, deliveries.c.status.in_(list(OPEN)))
+                .values(batch_id=None)
+            )
+            return True
+
+    def free_redriven(self, route: str) -> int:
+        """Take out of their batch the route's open deliveries whose batch has an outcome:
+        an operator redrove them (efd/store/operations.py), and they are formed again into
+        new batches. Returns how many. Reads the route's open deliveries, as forming does."""
+        finished = (
+            select(batches.c.id)
+            .where(batches.c.id == deliveries.c.batch_id, batches.c.status != PENDING)
+            .exists()
+        )
+        statuses: list[Any] = [literal_column(f"'{s}'") for s in OPEN]
+        with self._db.write() as conn:
+            return int(
+                conn.execute(
+                    update(deliveries)
+                    .where(
+                        deliveries.c.destination == route,
+                        deliveries.c.status.in_(statuses),
+                        deliveries.c.batch_id.is_not(None),
+                        finished,
+                    )
+                    .values(batch_id=None)
+                ).rowcount
+            )
+
+    def routes_pending(self) -> set[str]:
+        """The routes with a batch that has no outcome yet (the due index holds them)."""
+        with self._db.read() as conn:
+            return set(
+                conn.execute(
+                    select(batches.c.route)
+                    .where(batches.c.status == literal_column(f"'{PENDING}'"))
+                    .distinct()
+                ).scalars()
             )
 
     def release_all_leases(self, now: float) -> int:
@@ -428,6 +561,79 @@ class BatchesStore:
         except _Lost:
             return None
 
+    def fail_unbatched(
+        self, route: str, delivery_ids: Sequence[int], now: float, error: str
+    ) -> int:
+        """Fail these deliveries of the route that are in no batch and not finished (a
+        deletion request purged their payload: there is nothing to send), and hand their
+        lanes on; return how many."""
+        if not delivery_ids:
+            return 0
+        failed = 0
+        with self._db.write() as conn:
+            for chunk in chunked(sorted(set(delivery_ids))):
+                failed += conn.execute(
+                    update(deliveries)
+                    .where(
+                        deliveries.c.id.in_(list(chunk)),
+                        deliveries.c.destination == route,
+                        deliveries.c.batch_id.is_(None),
+                        deliveries.c.status.in_(list(OPEN)),
+                    )
+                    .values(
+                        status=DeliveryStatus.FAILED.value,
+                        finished_at=now,
+                        next_attempt_at=None,
+                        lease_owner=None,
+                        last_error=error,
+                    )
+                ).rowcount
+            if failed and self._steps().ordered:
+                lanes.advance(conn, self._backend, now, heads=list(delivery_ids))
+        return int(failed)
+
+    def carried(self, delivery_ids: Sequence[int]) -> dict[int, Carried]:
+        """Delivery id -> the batch it is in, for those of `delivery_ids` that are in one."""
+        found: dict[int, Carried] = {}
+        with self._db.read() as conn:
+            for chunk in chunked(sorted(set(delivery_ids))):
+                rows = conn.execute(
+                    select(
+                        deliveries.c.id,
+                        batches.c.id.label("batch_id"),
+                        batches.c.webhook_id,
+                        batches.c.status,
+                    )
+                    .select_from(deliveries.join(batches, batches.c.id == deliveries.c.batch_id))
+                    .where(deliveries.c.id.in_(list(chunk)))
+                ).all()
+                ids = sorted({int(row.batch_id) for row in rows})
+                sizes: dict[int, int] = dict(
+                    conn.execute(
+                        select(deliveries.c.batch_id, func.count())
+                        .where(deliveries.c.batch_id.in_(ids))
+                        .group_by(deliveries.c.batch_id)
+                    ).all()
+                )
+                tried: dict[int, list[AttemptRecord]] = {}
+                for row in conn.execute(
+                    select(attempts.c.batch_id, *(attempts.c[c] for c in _RECORD_COLUMNS))
+                    .where(attempts.c.batch_id.in_(ids))
+                    .order_by(attempts.c.attempted_at, attempts.c.id)
+                ).all():
+                    values = {c: getattr(row, c) for c in _RECORD_COLUMNS}
+                    tried.setdefault(int(row.batch_id), []).append(AttemptRecord(**values))
+                for row in rows:
+                    pk = int(row.batch_id)
+                    found[int(row.id)] = Carried(
+                        pk,
+                        row.webhook_id,
+                        row.status,
+                        int(sizes.get(pk, 0)),
+                        tuple(tried.get(pk, ())),
+                    )
+        return found
+
     def members(self, batch_ids: Sequence[int]) -> dict[int, tuple[Waiting, ...]]:
         """Each batch's members with their bodies, in its body's order (a 413 splits them)."""
         with self._db.read() as conn:
@@ -468,6 +674,7 @@ def _waiting_query() -> Any:
         messages.c.message_id,
         messages.c.source,
         messages.c.received_at,
+        deliveries.c.status,
     ).select_from(deliveries.join(messages, messages.c.id == deliveries.c.message_pk))
 
 
@@ -482,6 +689,7 @@ def _waiting(row: Any) -> Waiting:
         message_id=row.message_id,
         source=row.source,
         received_at=float(row.received_at),
+        status=row.status,
     )
 
 

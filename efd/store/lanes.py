@@ -222,6 +222,8 @@ def expire_waiting(conn: Connection, destination: str, window: float, now: float
             .where(
                 deliveries.c.destination == destination,
                 deliveries.c.status == QUEUED,
+                # A batch's members share its outcome: its own window decides.
+                deliveries.c.batch_id.is_(None),
                 func.coalesce(deliveries.c.first_attempt_at, deliveries.c.created_at)
                 <= now - window,
             )

@@ -41,6 +41,8 @@ def _claim_statement(among: Callable[[Any, Any], Any]) -> Any:
                 deliveries.c.lease_owner.is_(None),
                 deliveries.c.next_attempt_at < bindparam("c_lapsed"),
             ),
+            # A batch's member goes with its batch (efd/store/batches.py), never alone.
+            deliveries.c.batch_id.is_(None),
         )
         .order_by(deliveries.c.next_attempt_at)
         .limit(bindparam("c_limit"))
@@ -333,6 +335,8 @@ class DeliveryQueue:
                     deliveries.c.destination == destination,
                     deliveries.c.status == PENDING,
                     deliveries.c.lease_owner.is_(None),
+                    # A batch's members share its outcome: its own window decides.
+                    deliveries.c.batch_id.is_(None),
                     func.coalesce(deliveries.c.first_attempt_at, deliveries.c.created_at)
                     <= now - window,
                 )

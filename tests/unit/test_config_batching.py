@@ -1,6 +1,5 @@
 """efd.config for an action's batch keys (docs/actions.md#batches): accepted and checked,
-every problem named by its full key path, and batch_size above 1 refused until batches are
-sent."""
+every problem named by its full key path."""
 
 from __future__ import annotations
 
@@ -59,11 +58,10 @@ def test_every_batch_key_is_accepted_with_batch_size_1(tmp_path: Path) -> None:
     )
 
 
-def test_batch_size_above_1_is_refused_until_batches_are_sent(tmp_path: Path) -> None:
-    assert problems_of(tmp_path, action("batch_size = 500\n")) == [
-        f"{AT}.batch_size: batching is not yet delivered: an action sends one event a request"
-        " for now; set batch_size = 1 or leave it out (docs/actions.md#batches)"
-    ]
+def test_batch_size_above_1_is_accepted(tmp_path: Path) -> None:
+    [destination] = load(tmp_path, action("batch_size = 500\n")).destinations
+    assert destination.actions[0].batch == batching.BatchPolicy(size=500)
+    assert destination.actions[0].batch.batched
 
 
 def test_every_bad_batch_key_is_named_by_its_full_path(tmp_path: Path) -> None:
@@ -99,7 +97,7 @@ def test_batch_problems_are_reported_beside_the_actions_other_problems(tmp_path:
         f'{AT}.batch_keys: must be a list of "url", "method" and "headers"',
     ]
     assert f"{AT}.batch_size" in {
-        p.split(": ", 1)[0] for p in problems_of(tmp_path, action("method = 3\nbatch_size = 2\n"))
+        p.split(": ", 1)[0] for p in problems_of(tmp_path, action("method = 3\nbatch_size = 0\n"))
     }
 
 
