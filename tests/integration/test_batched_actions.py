@@ -679,3 +679,24 @@ async def test_efd_inspect_shows_the_batch_that_carried_a_message(
     # The batch's request is shown for e1 too, whose delivery no attempt row names.
     assert f"{receiver.url}  200" in out
     assert "no attempts yet" not in out
+
+
+async def test_a_paused_batched_action_is_sent_nothing_until_resumed(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
+    receiver = await receiver_factory()
+    settings = _settings(db_url, receiver.url, batch_size=10, batch_wait_seconds=0.1)
+    settings["server"]["admin_token"] = ADMIN_TOKEN
+    daemon = await daemon_factory(settings)
+    status, answer = await api(daemon.port, "POST", "/admin/destinations/wh/pause", {})
+    assert status == 200, answer
+    sent = _events(25)
+    status, _ = await post(daemon.port, "/v1/batch", {"batch": sent})
+    assert status == 200
+    await asyncio.sleep(1.5)  # many formation turns: a paused action forms and sends nothing
+    assert receiver.received == []
+    assert sql(db_url, "SELECT count(*) FROM batches") == [(0,)]
+    status, answer = await api(daemon.port, "POST", "/admin/destinations/wh/resume", {})
+    assert status == 200, answer
+    await _settled(db_url, 25)
+    assert [i for r in receiver.received for i in _ids(r)] == [e["messageId"] for e in sent]
