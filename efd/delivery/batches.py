@@ -72,6 +72,7 @@ _FREE_CHECK = 5.0
 PURGED = "message payload was purged by a deletion request"
 SPLIT_413 = "HTTP 413: the batch was split in two"
 DISSOLVED = "some of its events were discarded: the others were formed into new batches"
+PURGED_MEMBER = "a deletion request purged one of its events: the others went in new batches"
 _OPEN = (DeliveryStatus.PENDING.value, DeliveryStatus.QUEUED.value)
 SHUTDOWN_MARGIN = 2.0
 
@@ -358,15 +359,16 @@ class Batcher:
             log.info("%d redriven events of %s wait for a new batch", freed, name)
             self._form_at[name] = 0.0
 
-    async def _dissolve(self, batch: LeasedBatch) -> None:
+    async def _dissolve(self, batch: LeasedBatch, why: str = "") -> None:
+        why = why or DISSOLVED
         try:
             await self._db.write(
-                self._store.dissolve, batch.id, batch.lease_token, self._clock.now(), DISSOLVED
+                self._store.dissolve, batch.id, batch.lease_token, self._clock.now(), why
             )
         except StoreError as error:
             log.error("cannot dissolve batch %d: %s; its lease lapses", batch.id, error)
         self._held.held.pop(batch.id, None)
-        log.info("batch %d: %s", batch.id, DISSOLVED)
+        log.info("batch %d: %s", batch.id, why)
         self.notify()
 
     async def _claim(self, target: _Target, free: int, now: float) -> int:
@@ -417,6 +419,11 @@ class Batcher:
                     "no member of the batch is stored any more",
                 )
                 self._worker.spawn(self._record(target, gone, []))
+                continue
+            if not batch.body or any(w.body is None for w in rows):
+                # A deletion request purged one of its events (and emptied its body): the
+                # others leave it unsent, for a new batch; the purged one then fails unsent.
+                self._worker.spawn(self._dissolve(batch, PURGED_MEMBER))
                 continue
             if any(w.status not in _OPEN for w in rows):
                 # Some of its events were discarded by hand: it no longer carries what it

@@ -59,6 +59,14 @@ def delete_notifications(
     ]
 
 
+def notified_destinations(settings: Settings, source: SourceConfig) -> list[str]:
+    """The source's destinations a delete notification goes to: all but the actions ones,
+    which send only what their triggers match, and no trigger matches a delete (a delivery
+    to one would wait for a route that never comes)."""
+    kinds = {d.name: d.type for d in settings.destinations}
+    return [name for name in source.destinations if kinds.get(name) != "actions"]
+
+
 def sources_in_scope(settings: Settings, scope: str | None) -> list[SourceConfig]:
     return [s for s in settings.sources if scope is None or s.name == scope]
 
@@ -169,16 +177,17 @@ class RegulationRunner:
             for source in sources_in_scope(self._settings.value, claim.scope):
                 if self._worker.stopping:
                     return
-                if source.name in done or not source.destinations:
+                notified = notified_destinations(self._settings.value, source)
+                if source.name in done or not notified:
                     continue
                 users = await db.read(store.requested_subjects, claim)
                 now = self._clock.now()
-                rows = delete_notifications(claim, source.name, source.destinations, users, now)
+                rows = delete_notifications(claim, source.name, notified, users, now)
                 count = await db.write(
                     store.record_notifications,
                     claim,
                     source.name,
-                    source.destinations,
+                    notified,
                     rows,
                     now=now,
                     lease_until=self._until(),

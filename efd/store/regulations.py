@@ -19,6 +19,7 @@ from efd.errors import LeaseLost
 from efd.records import NewMessage, RegulationStatus
 from efd.store.schema import (
     attempts,
+    batches,
     computed_values,
     deliveries,
     events,
@@ -402,6 +403,21 @@ class RegulationsStore:
                 update(attempts)
                 .where(attempts.c.delivery_id.in_(their_deliveries))
                 .values(response_head=None, error=None)
+            )
+            # So is a batch's body, the array of its members' bodies: emptied, and a batch
+            # still to be sent (a retry) is then left unsent and its other events formed
+            # again (efd/delivery/batches.py).
+            conn.execute(
+                update(batches)
+                .where(
+                    batches.c.id.in_(
+                        select(deliveries.c.batch_id).where(
+                            deliveries.c.message_pk.in_(select(messages.c.id).where(*targets)),
+                            deliveries.c.batch_id.is_not(None),
+                        )
+                    )
+                )
+                .values(body="")
             )
             # A body a field filter made for one destination is the payload too.
             conn.execute(

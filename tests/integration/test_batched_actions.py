@@ -39,7 +39,8 @@ from tests.conftest import (
 from tests.integration.test_live import TOKEN, events
 from tests.integration.test_operators import run_cli
 from tests.integration.test_regulations import TOKEN as ADMIN_TOKEN
-from tests.integration.test_regulations import api
+from tests.integration.test_regulations import api, finished, regulate
+from tests.integration.test_regulations import request as regulation
 
 WHSEC = "whsec_" + base64.b64encode(b"batched-secret-of-32-bytes-long!").decode()
 
@@ -700,3 +701,46 @@ async def test_a_paused_batched_action_is_sent_nothing_until_resumed(
     assert status == 200, answer
     await _settled(db_url, 25)
     assert [i for r in receiver.received for i in _ids(r)] == [e["messageId"] for e in sent]
+
+
+async def test_a_deletion_request_empties_a_waiting_batch_and_its_retry_leaves_the_user_out(
+    db_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
+    async def refuse_first(_request: web.Request, n: int) -> web.StreamResponse:
+        return web.Response(status=503 if n == 1 else 200)
+
+    receiver = await receiver_factory(refuse_first)
+    settings = _settings(
+        db_url,
+        receiver.url,
+        batch_size=10,
+        batch_wait_seconds=0.2,
+        delivery={"retry_initial_seconds": 3, "retry_max_seconds": 3},
+    )
+    settings["server"]["admin_token"] = ADMIN_TOKEN
+    daemon = await daemon_factory(settings)
+    status, _ = await post(daemon.port, "/v1/batch", {"batch": _events(4)})
+    assert status == 200
+    await receiver.wait_for(1)  # refused: the batch waits for its retry
+    assert _ids(receiver.received[0]) == ["e0", "e1", "e2", "e3"]
+    reg_id = await regulate(daemon.port, regulation("DELETE_ONLY", "u1"))
+    await finished(daemon.port, reg_id)
+    # Nothing of u1 is left in any batch's body.
+    assert sql(db_url, "SELECT count(*) FROM batches WHERE body LIKE '%u1%'") == [(0,)]
+    await _settled(db_url, 4)
+    last = receiver.received[-1]
+    assert _ids(last) == ["e0", "e2", "e3"]
+    assert b"u1" not in last.body
+    assert b'"e1"' not in b"".join(r.body for r in receiver.received[1:])
+    rows = sql(
+        db_url,
+        "SELECT m.message_id, d.status, d.last_error FROM deliveries d "
+        "JOIN messages m ON m.id = d.message_pk ORDER BY m.message_id",
+    )
+    assert [(mid, status) for mid, status, _ in rows] == [
+        ("e0", "delivered"),
+        ("e1", "failed"),
+        ("e2", "delivered"),
+        ("e3", "delivered"),
+    ]
+    assert rows[1][2] == "message payload was purged by a deletion request"
