@@ -32,11 +32,17 @@ from efd.delivery.retry import (
     classify_status,
     parse_retry_after,
 )
+from efd.observe import tracing
+from efd.observe.tracing import RoundTrace
 from efd.processes.pool import LOST, Pool
 from efd.segment import webhooks
 from efd.segment.webhooks import ClientCert, MessageKey, Route
 
 log = logging.getLogger(__name__)
+
+# Hook URL -> the W3C trace headers of its attempt's span (efd/observe/otel.py).
+TraceHeaders = Mapping[str, Mapping[str, str]]
+_TRACE_HEADERS = frozenset({"traceparent", "tracestate"})
 
 # Read at most this much of a response: enough to see it is complete, never a memory risk.
 _MAX_RESPONSE_BYTES = 1 << 20
@@ -147,11 +153,13 @@ class Sender:
         body: str,
         webhook_id: str,
         url: str | None = None,
+        trace_headers: TraceHeaders | None = None,
     ) -> list[AttemptResult]:
         """One round: the same signed body sent at once to each of `urls` (a subset of the
         route's hooks), with the route's method and Content-Type; to `url` instead when
         given (an action's delivery's own URL), the results still naming the hook.
-        Standard Webhooks' timestamp is this attempt's."""
+        Standard Webhooks' timestamp is this attempt's. `trace_headers`: each hook's
+        traceparent and tracestate, in place of any the hook's static headers name."""
         data = body.encode("utf-8")
         headers = webhooks.request_headers(
             user_agent=route.user_agent,
@@ -164,6 +172,8 @@ class Sender:
             content_type=route.content_type,
         )
         hooks = [(hook, static) for hook, static in route.hooks if hook in urls]
+        if trace_headers:
+            hooks = [(hook, _traced(static, trace_headers.get(hook))) for hook, static in hooks]
         clients = route.client_certs
         targets = self._targets.get(route.name) if self._targets else None
         if targets is not None:
@@ -310,12 +320,20 @@ class Sender:
         body: str,
         message: MessageKey,
         url: str | None = None,
+        trace: RoundTrace | None = None,
     ) -> asyncio.Future[list[AttemptResult]]:
-        """send_round as the dispatcher's `Rounds` starts it (a task in this process)."""
+        """send_round as the dispatcher's `Rounds` starts it (a task in this process); its
+        attempts traced when telemetry is on."""
         assert self._loop is not None, "Sender.start() was not awaited"
-        return self._loop.create_task(
-            self.send_round(route, urls, body, webhooks.route_webhook_id(route, message), url)
+        webhook_id = webhooks.route_webhook_id(route, message)
+        if trace is None or (tracer := tracing.current()) is None:
+            return self._loop.create_task(self.send_round(route, urls, body, webhook_id, url))
+        spans = tracer.round(route.name, route.method, urls, route.labels, url, trace)
+        task = self._loop.create_task(
+            self.send_round(route, urls, body, webhook_id, url, spans.headers)
         )
+        task.add_done_callback(spans.finish_task)
+        return task
 
     def _client_context(self, client: ClientCert) -> ssl.SSLContext:
         context = self._presenting.get(client)
@@ -411,6 +429,16 @@ def _with_auth(static: Mapping[str, str], headers: Mapping[str, str]) -> dict[st
     return merged
 
 
+def _traced(static: Mapping[str, str], trace: Mapping[str, str] | None) -> dict[str, str]:
+    """A hook's static headers with its attempt's trace headers, which replace any of the
+    same names (in whatever case)."""
+    if not trace:
+        return dict(static)
+    merged = {name: value for name, value in static.items() if name.lower() not in _TRACE_HEADERS}
+    merged.update(trace)
+    return merged
+
+
 def _auth_secrets(auth: outauth.Bearer | outauth.Basic) -> tuple[str, ...]:
     """What a fixed Authorization header carries that must not be kept of an answer."""
     if isinstance(auth, outauth.Bearer):
@@ -497,12 +525,13 @@ class SenderChild:
         body: str,
         message: MessageKey,
         url: str | None = None,
+        trace_headers: TraceHeaders | None = None,
     ) -> Any:
         try:
             # The webhook-id is derived here, on the sender's core, not in the daemon's loop.
             route = self._routes[destination]
             results = await self._sender.send_round(
-                route, urls, body, webhooks.route_webhook_id(route, message), url
+                route, urls, body, webhooks.route_webhook_id(route, message), url, trace_headers
             )
         except Exception as error:  # a bug, not the network: report it, keep serving
             log.exception("sending a round to %s failed", destination)
@@ -585,11 +614,35 @@ class SenderPool:
         body: str,
         message: MessageKey,
         url: str | None = None,
+        trace: RoundTrace | None = None,
     ) -> asyncio.Future[list[AttemptResult]]:
         convert = functools.partial(_results, urls, time.time())
+        if trace is not None and (tracer := tracing.current()) is not None:
+            # The spans are the daemon's: the process sends their headers, and exports none.
+            spans = tracer.round(route.name, route.method, urls, route.labels, url, trace)
+            return self._pool.submit(
+                route.name,
+                tuple(urls),
+                body,
+                message,
+                url,
+                spans.headers,
+                convert=functools.partial(_finished, convert, spans.finish),
+            )
         if url is None:  # a webhook's round: the frame a byte shorter
             return self._pool.submit(route.name, tuple(urls), body, message, convert=convert)
         return self._pool.submit(route.name, tuple(urls), body, message, url, convert=convert)
+
+
+def _finished(
+    convert: Callable[[Any], list[AttemptResult]],
+    finish: Callable[[list[AttemptResult]], None],
+    answer: Any,
+) -> list[AttemptResult]:
+    """A traced round's results, its spans ended with them."""
+    results = convert(answer)
+    finish(results)
+    return results
 
 
 def _results(urls: Sequence[str], sent_at: float, answer: Any) -> list[AttemptResult]:
