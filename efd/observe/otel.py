@@ -34,8 +34,7 @@ from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from efd.observe import tracecontext
-from efd.observe.tracecontext import TraceParent
-from efd.observe.tracing import RoundTrace
+from efd.observe.tracecontext import RoundTrace, TraceParent
 from efd.segment.webhooks import redact_url
 
 # How long the exporter waits for the collector, and how long shutdown waits for the last

@@ -42,6 +42,17 @@ class TraceParent:
         return bool(self.flags & SAMPLED)
 
 
+@dataclass(frozen=True, slots=True)
+class RoundTrace:
+    """What a delivery's round needs to be traced: the trace context its message was
+    accepted under (stored form: `stored`; None when none was stored), how many rounds were
+    sent before this one, and the delivery."""
+
+    context: str | None
+    retries: int
+    delivery_id: int
+
+
 def parse_traceparent(value: str | None) -> TraceParent | None:
     """The `traceparent` header's value; None when absent or invalid: a version other
     than hex or ff, ids that are not lowercase hex or are all zeros, version 00 with

@@ -10,26 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from efd.observe.tracecontext import RoundTrace
 
 if TYPE_CHECKING:
     from efd.observe.otel import Tracer
 
 log = logging.getLogger(__name__)
 
+__all__ = ["RoundTrace", "current", "start", "stop"]
+
 _current: Tracer | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RoundTrace:
-    """What a delivery's round needs to be traced: the trace context its message was
-    accepted under (stored form, efd/observe/tracecontext.py; None: none was stored), how
-    many rounds were sent before this one, and the delivery."""
-
-    context: str | None
-    retries: int
-    delivery_id: int
 
 
 def current() -> Tracer | None:

@@ -5,6 +5,7 @@ webhook receiver, SQLite and PostgreSQL; with and without a sender process."""
 from __future__ import annotations
 
 import asyncio
+import secrets
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -12,6 +13,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import redis.asyncio as aioredis
 from aiohttp import web
 
 from efd.observe import tracing
@@ -24,7 +26,7 @@ from tests.conftest import (
     settings_dict,
     sql,
 )
-from tests.support.otlp import CLIENT, INTERNAL, SERVER, OtlpReceiver
+from tests.support.otlp import CLIENT, INTERNAL, PRODUCER, SERVER, OtlpReceiver
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER = "00f067aa0ba902b7"
@@ -328,3 +330,39 @@ def test_telemetry_off_never_imports_the_tracing_sdk() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+async def test_a_broker_message_carries_the_attempt_spans_context_as_headers(
+    sqlite_url: str, daemon_factory: DaemonFactory, otlp: OtlpReceiver
+) -> None:
+    client = aioredis.Redis(host="127.0.0.1", port=6379)
+    try:
+        await client.ping()
+    except (OSError, aioredis.ConnectionError):
+        pytest.fail("no Redis answers on 127.0.0.1:6379: start it, then run again")
+    stream = f"efd-test-{secrets.token_hex(6)}"
+    settings = traced(sqlite_url, "http://127.0.0.1:9/unused", otlp)
+    settings["destinations"] = [
+        {
+            "name": "hooks",
+            "type": "redis_streams",
+            "shared_secret": "a-shared-secret",
+            "hooks": [{"url": "redis://127.0.0.1:6379/0", "stream": stream}],
+        }
+    ]
+    daemon = await daemon_factory(settings)
+    try:
+        assert (await post(daemon.port, "/v1/track", TRACK, {"traceparent": TRACEPARENT}))[0] == 200
+        await eventually(lambda: delivered(sqlite_url))
+        entries: list[tuple[bytes, dict[bytes, bytes]]] = await client.xrange(stream)  # type: ignore[assignment]
+    finally:
+        await client.delete(stream)
+        await client.aclose()
+    await flush()
+    await otlp.wait_for(1, PRODUCER)
+    [attempt] = otlp.of_kind(PRODUCER)
+    [ingestion] = otlp.of_kind(SERVER)
+    assert (attempt.trace_id, attempt.parent_span_id) == (TRACE, ingestion.span_id)
+    assert attempt.attributes["messaging.system"] == "redis"
+    [(_, fields)] = entries
+    assert fields[b"traceparent"].decode() == f"00-{TRACE}-{attempt.span_id}-01"
