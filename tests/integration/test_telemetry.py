@@ -8,6 +8,7 @@ import asyncio
 import secrets
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -22,6 +23,7 @@ from tests.conftest import (
     ReceiverFactory,
     basic,
     eventually,
+    free_port,
     post,
     settings_dict,
     sql,
@@ -366,3 +368,22 @@ async def test_a_broker_message_carries_the_attempt_spans_context_as_headers(
     assert attempt.attributes["messaging.system"] == "redis"
     [(_, fields)] = entries
     assert fields[b"traceparent"].decode() == f"00-{TRACE}-{attempt.span_id}-01"
+
+
+async def test_a_collector_that_is_down_costs_deliveries_nothing(
+    sqlite_url: str, receiver_factory: ReceiverFactory, daemon_factory: DaemonFactory
+) -> None:
+    receiver = await receiver_factory()
+    settings = settings_dict(sqlite_url, [receiver.url])
+    settings["telemetry"] = {"otlp_endpoint": f"http://127.0.0.1:{free_port()}/v1/traces"}
+    daemon = await daemon_factory(settings)
+    for n in range(3):
+        message = {**TRACK, "messageId": f"m-{n}"}
+        status, _ = await post(daemon.port, "/v1/track", message, {"traceparent": TRACEPARENT})
+        assert status == 200
+    await receiver.wait_for(3)
+    started = time.monotonic()
+    await daemon.stop()
+    # The last export is given up within the exporter's timeout.
+    assert time.monotonic() - started < 15
+    assert tracing.current() is None
