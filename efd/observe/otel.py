@@ -10,16 +10,22 @@ Imported only when telemetry is on (efd/observe/tracing.py).
   from whichever daemon it is sent. Its context goes out as the request's `traceparent`
   (and `tracestate`), so the receiver's trace continues it.
 
-Attempt spans are made in the daemon, around the round as the dispatcher hands it to the
-senders: a sender process sends the headers it is given and makes no span, so nothing is
-exported from the child processes. A span begins as the round is handed over and ends at
-the attempt's own end (its start plus its duration as the sender measured it).
+Attempt spans are made in the daemon: as the dispatcher hands a round to the senders, each
+hook's span gets its ids (and the request its headers); when the results come back, each
+span is made finished, from the attempt's own start and duration as the sender measured
+them, and queued for export. A sender process sends the headers it is given and makes no
+span, so nothing is exported from the child processes. The attempt spans are the SDK's
+finished spans (ReadableSpan) handed to its batching processor without the SDK's live-span
+machinery, which cost several times as much per attempt (bench/LOG.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import logging
+import random
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -28,14 +34,17 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace.sampling import Decision, ParentBased, TraceIdRatioBased
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from efd.observe import tracecontext
+from efd.observe import otlpwire, tracecontext
 from efd.observe.tracecontext import RoundTrace, TraceParent
 from efd.segment.webhooks import redact_url
+
+log = logging.getLogger(__name__)
 
 # How long the exporter waits for the collector, and how long shutdown waits for the last
 # export: a collector that is down costs the daemon nothing but the spans.
@@ -97,16 +106,17 @@ class Tracer:
     efd makes. Owns the exporter's thread; `shutdown` flushes and stops it."""
 
     def __init__(self, *, endpoint: str, service_name: str, ratio: float, version: str) -> None:
-        resource = Resource.create({"service.name": service_name, "service.version": version})
+        self.resource = Resource.create({"service.name": service_name, "service.version": version})
+        self.scope = InstrumentationScope("efd", version)
         # A request's traceparent decides for its trace (sampled or not); the ratio decides
         # for the traces efd starts.
-        self._provider = TracerProvider(
-            resource=resource, sampler=ParentBased(TraceIdRatioBased(ratio))
+        self._sampler = ParentBased(TraceIdRatioBased(ratio))
+        self._provider = TracerProvider(resource=self.resource, sampler=self._sampler)
+        exporter = _Exporter(endpoint=endpoint, timeout=EXPORT_TIMEOUT_SECONDS)
+        self._processor = BatchSpanProcessor(
+            exporter, export_timeout_millis=EXPORT_TIMEOUT_SECONDS * 1000
         )
-        exporter = OTLPSpanExporter(endpoint=endpoint, timeout=EXPORT_TIMEOUT_SECONDS)
-        self._provider.add_span_processor(
-            BatchSpanProcessor(exporter, export_timeout_millis=EXPORT_TIMEOUT_SECONDS * 1000)
-        )
+        self._provider.add_span_processor(self._processor)
         self._tracer = self._provider.get_tracer("efd", version)
 
     def shutdown(self) -> None:
@@ -151,45 +161,71 @@ class Tracer:
         url: str | None,
         trace_: RoundTrace,
     ) -> Attempts:
-        """Begin the spans of one round, one per hook; their headers go with the requests."""
-        context, linked, state = _parent(trace_.context)
-        links = [Link(linked)] if linked is not None else []
-        spans: dict[str, trace.Span] = {}
-        headers: dict[str, dict[str, str]] = {}
-        for hook in hooks:
-            target = url or hook
-            scheme = urlsplit(target).scheme
-            full = labels.get(hook) if url is None else None
-            attributes: dict[str, Any] = {
-                "efd.destination": destination,
-                "efd.delivery.id": trace_.delivery_id,
-                "efd.hook": labels.get(hook) or redact_url(hook),
-            }
-            if trace_.retries:
-                attributes["http.request.resend_count"] = trace_.retries
-            if scheme in _HTTP:
-                parts = urlsplit(target)
-                attributes["http.request.method"] = method
-                attributes["url.full"] = full or redact_url(target)
-                if parts.hostname:
-                    attributes["server.address"] = parts.hostname
-                attributes["server.port"] = parts.port or (443 if scheme == "https" else 80)
-                kind, name = SpanKind.CLIENT, method
-            else:
-                attributes["messaging.system"] = scheme
-                attributes["messaging.operation.type"] = "send"
-                kind, name = SpanKind.PRODUCER, f"send {destination}"
-            span = self._tracer.start_span(
-                name, context=context, kind=kind, attributes=attributes, links=links
+        """The ids of one round's attempt spans, one per hook, and their headers for the
+        requests; the spans themselves are made by `Attempts.finish`, from the results."""
+        found = tracecontext.from_stored(trace_.context)
+        parent: SpanContext | None = None
+        state = ""
+        if found is not None:
+            line, stored_state = found
+            members = tracecontext.parse_tracestate(stored_state) if stored_state else None
+            state = tracecontext.format_tracestate(members) if members else ""
+            parent = SpanContext(
+                line.trace_id,
+                line.span_id,
+                is_remote=True,
+                trace_flags=TraceFlags(line.flags & 0xFF),
+                trace_state=trace.TraceState(list(members or ())),
             )
-            spans[hook] = span
-            sent = span.get_span_context()
-            parent = TraceParent(sent.trace_id, sent.span_id, int(sent.trace_flags))
-            pair = {"traceparent": tracecontext.format_traceparent(parent)}
+            trace_id, sampled = line.trace_id, line.sampled
+        else:
+            trace_id = _random_id(128)
+            decision = self._sampler.should_sample(None, trace_id, method)
+            sampled = decision.decision is Decision.RECORD_AND_SAMPLE
+        flags = 1 if sampled else 0
+        ids = {hook: _random_id(64) for hook in hooks}
+        headers: dict[str, dict[str, str]] = {}
+        for hook, span_id in ids.items():
+            pair = {
+                "traceparent": tracecontext.format_traceparent(
+                    TraceParent(trace_id, span_id, flags)
+                )
+            }
             if state:
                 pair["tracestate"] = state
             headers[hook] = pair
-        return Attempts(self._tracer, spans, headers, context, links)
+        return Attempts(
+            self if sampled else None,
+            trace_id,
+            parent,
+            ids,
+            headers,
+            (destination, method, labels, url, trace_),
+        )
+
+    def record(self, span: ReadableSpan) -> None:
+        """Hand a finished span to the exporter's queue."""
+        self._processor.on_end(span)
+
+
+class _Exporter(OTLPSpanExporter):
+    """The SDK's OTLP/HTTP exporter (its transport, retries, headers, TLS and compression,
+    the environment's OTEL_EXPORTER_OTLP_TRACES_* included), the request written by
+    efd/observe/otlpwire.py instead of the SDK's encoder, which cost more per span than a
+    delivery. What otlpwire does not write (spans with events), or an exporter without the
+    client it sends with, goes through the SDK's own path."""
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        client = getattr(self, "_client", None)
+        if client is None or getattr(self, "_shutdown", False) or not otlpwire.writable(spans):
+            return super().export(spans)
+        try:
+            data = otlpwire.request(spans)
+        except Exception:
+            log.exception("cannot write %d spans; the SDK's encoder takes them", len(spans))
+            return super().export(spans)
+        result = client.export(data)
+        return SpanExportResult.SUCCESS if result.success else SpanExportResult.FAILURE
 
 
 class Ingestion:
@@ -204,7 +240,10 @@ class Ingestion:
     def routing(self) -> Iterator[trace.Span]:
         """The routing span, a child of the request's, around parsing and routing."""
         context = trace.set_span_in_context(self.span)
-        with self._tracer.start_as_current_span("route", context=context) as span:
+        # No exception event: a refused request is the ingestion span's status code.
+        with self._tracer.start_as_current_span(
+            "route", context=context, record_exception=False
+        ) as span:
             yield span
 
     def answered(self, status: int, source: str | None = None) -> None:
@@ -221,67 +260,125 @@ class Ingestion:
 
 
 class Attempts:
-    """A round's attempt spans: `headers` for the requests, ended by `finish` with the
-    round's results (or `abandon` when the round never answered)."""
+    """A round's attempt spans: `headers` for the requests; `finish` makes and records the
+    spans from the round's results (nothing when the trace is not sampled)."""
 
     def __init__(
         self,
-        tracer: trace.Tracer,
-        spans: dict[str, trace.Span],
+        tracer: Tracer | None,
+        trace_id: int,
+        parent: SpanContext | None,
+        ids: dict[str, int],
         headers: dict[str, dict[str, str]],
-        context: otel_context.Context | None,
-        links: list[Link],
+        round_: tuple[str, str, Mapping[str, str], str | None, RoundTrace],
     ) -> None:
         self._tracer = tracer
-        self._spans = spans
+        self._trace_id = trace_id
+        self._parent = parent
+        self._ids = ids
         self.headers: Headers = headers
-        self._context = context
-        self._links = links
+        self._round = round_
 
     def finish(self, results: Sequence[Result]) -> None:
-        """End each hook's span with its result. A hook answered twice (an OAuth2 token
-        renewed after a 401) has a span for its first request and one more, a sibling, for
-        the second."""
-        spans = self._spans
+        """Record each result's span: from its start for its duration. A hook answered twice
+        (an action's OAuth2 token renewed after a 401) has a span for each request."""
+        tracer = self._tracer
+        if tracer is None:
+            return
+        destination, method, labels, url, trace_ = self._round
+        parent = self._parent
+        links = (Link(parent),) if parent is not None else ()
+        state = parent.trace_state if parent is not None else trace.TraceState()
+        ids = self._ids
         for result in results:
-            span = spans.pop(result.hook_url, None)
-            if span is None:
-                span = self._tracer.start_span(
-                    "POST",
-                    context=self._context,
-                    kind=SpanKind.CLIENT,
-                    links=self._links,
-                    start_time=_ns(result.started_at),
+            hook = result.hook_url
+            span_id = ids.pop(hook, None) or _random_id(64)
+            attributes, kind, name = _attempt_attributes(
+                destination, method, hook, labels, url, trace_
+            )
+            if result.status_code is not None:
+                attributes["http.response.status_code"] = result.status_code
+            status = _OK
+            if result.verdict != "success":
+                error_type = result.error_class or (
+                    str(result.status_code) if result.status_code is not None else "failed"
                 )
-            _describe(span, result)
-            span.end(end_time=max(_ns(result.started_at + result.duration), _start_of(span)))
-        for span in spans.values():  # a hook the round sent nothing to
-            span.end()
-        spans.clear()
+                attributes["error.type"] = error_type
+                status = Status(StatusCode.ERROR, error_type)
+            start = _ns(result.started_at)
+            tracer.record(
+                ReadableSpan(
+                    name=name,
+                    context=SpanContext(
+                        self._trace_id, span_id, False, trace_flags=_SAMPLED, trace_state=state
+                    ),
+                    parent=parent,
+                    resource=tracer.resource,
+                    attributes=attributes,
+                    links=links,
+                    kind=kind,
+                    status=status,
+                    start_time=start,
+                    end_time=start + max(0, _ns(result.duration)),
+                    instrumentation_scope=tracer.scope,
+                )
+            )
 
     def finish_task(self, task: asyncio.Future[Any]) -> None:
-        """`finish` as a round's done callback."""
-        if task.cancelled() or task.exception() is not None:
-            for span in self._spans.values():
-                span.set_status(Status(StatusCode.ERROR, "the round did not finish"))
-                span.end()
-            self._spans.clear()
-            return
-        self.finish(task.result())
+        """`finish` as a round's done callback: a round cancelled at shutdown records
+        nothing."""
+        if not task.cancelled() and task.exception() is None:
+            self.finish(task.result())
 
 
-def _start_of(span: trace.Span) -> int:
-    start = getattr(span, "start_time", None)
-    return start if isinstance(start, int) else 0
+_OK = Status(StatusCode.UNSET)
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
 
-def _describe(span: trace.Span, result: Result) -> None:
-    if result.status_code is not None:
-        span.set_attribute("http.response.status_code", result.status_code)
-    span.set_attribute("efd.attempt.outcome", str(result.verdict))
-    if result.verdict != "success":
-        error_type = result.error_class or (
-            str(result.status_code) if result.status_code is not None else "failed"
-        )
-        span.set_attribute("error.type", error_type)
-        span.set_status(Status(StatusCode.ERROR, error_type))
+def _random_id(bits: int) -> int:
+    while True:
+        value = random.getrandbits(bits)
+        if value:  # an all-zero id is invalid
+            return value
+
+
+@functools.lru_cache(maxsize=4096)
+def _static_attributes(
+    destination: str, method: str, hook: str, label: str | None, url: str | None
+) -> tuple[tuple[tuple[str, Any], ...], SpanKind, str]:
+    """What an attempt span of this hook says whatever the attempt: computed once."""
+    target = url or hook
+    parts = urlsplit(target)
+    scheme = parts.scheme
+    attributes: list[tuple[str, Any]] = [("efd.destination", destination)]
+    if scheme in _HTTP:
+        attributes += [
+            ("http.request.method", method),
+            ("url.full", label if url is None and label else redact_url(target)),
+        ]
+        if parts.hostname:
+            attributes.append(("server.address", parts.hostname))
+        attributes.append(("server.port", parts.port or (443 if scheme == "https" else 80)))
+        return tuple(attributes), SpanKind.CLIENT, method
+    attributes += [
+        ("messaging.system", scheme),
+        ("messaging.operation.type", "send"),
+        ("efd.hook", label or redact_url(hook)),
+    ]
+    return tuple(attributes), SpanKind.PRODUCER, f"send {destination}"
+
+
+def _attempt_attributes(
+    destination: str,
+    method: str,
+    hook: str,
+    labels: Mapping[str, str],
+    url: str | None,
+    trace_: RoundTrace,
+) -> tuple[dict[str, Any], SpanKind, str]:
+    fixed, kind, name = _static_attributes(destination, method, hook, labels.get(hook), url)
+    attributes = dict(fixed)
+    attributes["efd.delivery.id"] = trace_.delivery_id
+    if trace_.retries:
+        attributes["http.request.resend_count"] = trace_.retries
+    return attributes, kind, name
