@@ -30,7 +30,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
@@ -71,12 +70,14 @@ class Result(Protocol):
     def error_class(self) -> str | None: ...
 
 
-def _parent(stored: str | None) -> tuple[otel_context.Context | None, SpanContext | None, str]:
-    """A stored (or received) context as the SDK's parent context, the span context to link
-    to, and the tracestate to pass on ("" when none)."""
+@functools.lru_cache(maxsize=1024)
+def _remote(stored: str | None) -> tuple[SpanContext | None, str]:
+    """A stored (or received) context as the span context of a remote parent, and the
+    tracestate to pass on ("" when none); (None, "") for none. Cached: the messages of one
+    request share theirs, and so do a message's deliveries."""
     found = tracecontext.from_stored(stored)
     if found is None:
-        return None, None, ""
+        return None, ""
     parent, state = found
     members = tracecontext.parse_tracestate(state) if state else None
     span_context = SpanContext(
@@ -86,8 +87,7 @@ def _parent(stored: str | None) -> tuple[otel_context.Context | None, SpanContex
         trace_flags=TraceFlags(parent.flags & 0xFF),
         trace_state=trace.TraceState(list(members or ())),
     )
-    context = trace.set_span_in_context(trace.NonRecordingSpan(span_context))
-    return context, span_context, tracecontext.format_tracestate(members) if members else ""
+    return span_context, tracecontext.format_tracestate(members) if members else ""
 
 
 def _stored(span: trace.Span, state: str) -> str:
@@ -141,7 +141,12 @@ class Tracer:
                 members = tracecontext.parse_tracestate(list(tracestate)) if tracestate else None
                 state = tracecontext.format_tracestate(members) if members else None
                 stored = tracecontext.stored(parent, state)
-        context, _, state = _parent(stored)
+        remote, state = _remote(stored)
+        context = (
+            trace.set_span_in_context(trace.NonRecordingSpan(remote))
+            if remote is not None
+            else None
+        )
         span = self._tracer.start_span(
             f"{method} {route}",
             context=context,
@@ -163,21 +168,9 @@ class Tracer:
     ) -> Attempts:
         """The ids of one round's attempt spans, one per hook, and their headers for the
         requests; the spans themselves are made by `Attempts.finish`, from the results."""
-        found = tracecontext.from_stored(trace_.context)
-        parent: SpanContext | None = None
-        state = ""
-        if found is not None:
-            line, stored_state = found
-            members = tracecontext.parse_tracestate(stored_state) if stored_state else None
-            state = tracecontext.format_tracestate(members) if members else ""
-            parent = SpanContext(
-                line.trace_id,
-                line.span_id,
-                is_remote=True,
-                trace_flags=TraceFlags(line.flags & 0xFF),
-                trace_state=trace.TraceState(list(members or ())),
-            )
-            trace_id, sampled = line.trace_id, line.sampled
+        parent, state = _remote(trace_.context)
+        if parent is not None:
+            trace_id, sampled = parent.trace_id, parent.trace_flags.sampled
         else:
             trace_id = _random_id(128)
             decision = self._sampler.should_sample(None, trace_id, method)
@@ -246,11 +239,9 @@ class Ingestion:
         ) as span:
             yield span
 
-    def answered(self, status: int, source: str | None = None) -> None:
-        """The answer's status (5xx: the span's status is an error); and the source."""
+    def answered(self, status: int) -> None:
+        """The answer's status (5xx: the span's status is an error, a client's 4xx not)."""
         self.span.set_attribute("http.response.status_code", status)
-        if source is not None:
-            self.span.set_attribute("efd.source", source)
         if status >= 500:
             self.span.set_attribute("error.type", str(status))
             self.span.set_status(Status(StatusCode.ERROR))
