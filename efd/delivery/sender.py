@@ -40,8 +40,9 @@ from efd.segment.webhooks import ClientCert, MessageKey, Route
 
 log = logging.getLogger(__name__)
 
-# Hook URL -> the W3C trace headers of its attempt's span (efd/observe/otel.py).
-TraceHeaders = Mapping[str, Mapping[str, str]]
+# The W3C trace headers of a round's attempt spans (efd/observe/otel.py's Wire): each
+# hook's traceparent in the order of the round's URLs, and the tracestate ("" when none).
+TraceHeaders = tuple[tuple[str, ...], str]
 _TRACE_HEADERS = frozenset({"traceparent", "tracestate"})
 
 # Read at most this much of a response: enough to see it is complete, never a memory risk.
@@ -158,8 +159,8 @@ class Sender:
         """One round: the same signed body sent at once to each of `urls` (a subset of the
         route's hooks), with the route's method and Content-Type; to `url` instead when
         given (an action's delivery's own URL), the results still naming the hook.
-        Standard Webhooks' timestamp is this attempt's. `trace_headers`: each hook's
-        traceparent and tracestate, in place of any the hook's static headers name."""
+        Standard Webhooks' timestamp is this attempt's. `trace_headers`: each of `urls`'
+        traceparent, and the tracestate, in place of any the hook's static headers name."""
         data = body.encode("utf-8")
         headers = webhooks.request_headers(
             user_agent=route.user_agent,
@@ -173,7 +174,9 @@ class Sender:
         )
         hooks = [(hook, static) for hook, static in route.hooks if hook in urls]
         if trace_headers:
-            hooks = [(hook, _traced(static, trace_headers.get(hook))) for hook, static in hooks]
+            parents, state = trace_headers
+            by_hook = dict(zip(urls, parents, strict=True))
+            hooks = [(hook, _traced(static, by_hook[hook], state)) for hook, static in hooks]
         clients = route.client_certs
         targets = self._targets.get(route.name) if self._targets else None
         if targets is not None:
@@ -330,7 +333,7 @@ class Sender:
             return self._loop.create_task(self.send_round(route, urls, body, webhook_id, url))
         spans = tracer.round(route.name, route.method, urls, route.labels, url, trace)
         task = self._loop.create_task(
-            self.send_round(route, urls, body, webhook_id, url, spans.headers)
+            self.send_round(route, urls, body, webhook_id, url, spans.wire)
         )
         task.add_done_callback(spans.finish_task)
         return task
@@ -429,13 +432,13 @@ def _with_auth(static: Mapping[str, str], headers: Mapping[str, str]) -> dict[st
     return merged
 
 
-def _traced(static: Mapping[str, str], trace: Mapping[str, str] | None) -> dict[str, str]:
+def _traced(static: Mapping[str, str], traceparent: str, state: str) -> dict[str, str]:
     """A hook's static headers with its attempt's trace headers, which replace any of the
     same names (in whatever case)."""
-    if not trace:
-        return dict(static)
     merged = {name: value for name, value in static.items() if name.lower() not in _TRACE_HEADERS}
-    merged.update(trace)
+    merged["traceparent"] = traceparent
+    if state:
+        merged["tracestate"] = state
     return merged
 
 
@@ -626,7 +629,7 @@ class SenderPool:
                 body,
                 message,
                 url,
-                spans.headers,
+                spans.wire,
                 convert=functools.partial(_finished, convert, spans.finish),
             )
         if url is None:  # a webhook's round: the frame a byte shorter

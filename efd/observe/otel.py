@@ -48,9 +48,15 @@ log = logging.getLogger(__name__)
 # How long the exporter waits for the collector, and how long shutdown waits for the last
 # export: a collector that is down costs the daemon nothing but the spans.
 EXPORT_TIMEOUT_SECONDS = 5.0
+# Spans waiting for export at most (more are dropped), and the most in one request.
+QUEUE_SPANS = 8192
+BATCH_SPANS = 2048
 _HTTP = ("http", "https")
 
-Headers = Mapping[str, Mapping[str, str]]  # hook URL -> the trace headers its request carries
+# A round's trace headers: each hook's traceparent, in the order of the round's hooks, and
+# the tracestate they all carry ("" when none). Plain strings: they cross the sender
+# processes' pipe with each round.
+Wire = tuple[tuple[str, ...], str]
 
 
 class Result(Protocol):
@@ -113,8 +119,13 @@ class Tracer:
         self._sampler = ParentBased(TraceIdRatioBased(ratio))
         self._provider = TracerProvider(resource=self.resource, sampler=self._sampler)
         exporter = _Exporter(endpoint=endpoint, timeout=EXPORT_TIMEOUT_SECONDS)
+        # Larger batches than the SDK's 512: one span per delivered event, and each export's
+        # HTTP request costs as much as a few hundred spans' encoding.
         self._processor = BatchSpanProcessor(
-            exporter, export_timeout_millis=EXPORT_TIMEOUT_SECONDS * 1000
+            exporter,
+            max_queue_size=QUEUE_SPANS,
+            max_export_batch_size=BATCH_SPANS,
+            export_timeout_millis=EXPORT_TIMEOUT_SECONDS * 1000,
         )
         self._provider.add_span_processor(self._processor)
         self._tracer = self._provider.get_tracer("efd", version)
@@ -177,22 +188,16 @@ class Tracer:
             sampled = decision.decision is Decision.RECORD_AND_SAMPLE
         flags = 1 if sampled else 0
         ids = {hook: _random_id(64) for hook in hooks}
-        headers: dict[str, dict[str, str]] = {}
-        for hook, span_id in ids.items():
-            pair = {
-                "traceparent": tracecontext.format_traceparent(
-                    TraceParent(trace_id, span_id, flags)
-                )
-            }
-            if state:
-                pair["tracestate"] = state
-            headers[hook] = pair
+        traceparents = tuple(
+            tracecontext.format_traceparent(TraceParent(trace_id, ids[hook], flags))
+            for hook in hooks
+        )
         return Attempts(
             self if sampled else None,
             trace_id,
             parent,
             ids,
-            headers,
+            (traceparents, state),
             (destination, method, labels, url, trace_),
         )
 
@@ -251,8 +256,8 @@ class Ingestion:
 
 
 class Attempts:
-    """A round's attempt spans: `headers` for the requests; `finish` makes and records the
-    spans from the round's results (nothing when the trace is not sampled)."""
+    """A round's attempt spans: `wire`, the requests' trace headers; `finish` makes and
+    records the spans from the round's results (nothing when the trace is not sampled)."""
 
     def __init__(
         self,
@@ -260,14 +265,14 @@ class Attempts:
         trace_id: int,
         parent: SpanContext | None,
         ids: dict[str, int],
-        headers: dict[str, dict[str, str]],
+        wire: Wire,
         round_: tuple[str, str, Mapping[str, str], str | None, RoundTrace],
     ) -> None:
         self._tracer = tracer
         self._trace_id = trace_id
         self._parent = parent
         self._ids = ids
-        self.headers: Headers = headers
+        self.wire = wire
         self._round = round_
 
     def finish(self, results: Sequence[Result]) -> None:
