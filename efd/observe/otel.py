@@ -186,12 +186,10 @@ class Tracer:
             trace_id = _random_id(128)
             decision = self._sampler.should_sample(None, trace_id, method)
             sampled = decision.decision is Decision.RECORD_AND_SAMPLE
-        flags = 1 if sampled else 0
         ids = {hook: _random_id(64) for hook in hooks}
-        traceparents = tuple(
-            tracecontext.format_traceparent(TraceParent(trace_id, ids[hook], flags))
-            for hook in hooks
-        )
+        # format_traceparent's text, its trace id and flags written once for the round.
+        head, tail = f"{tracecontext.VERSION}-{trace_id:032x}-", "-01" if sampled else "-00"
+        traceparents = tuple(f"{head}{ids[hook]:016x}{tail}" for hook in hooks)
         return Attempts(
             self if sampled else None,
             trace_id,
