@@ -5,6 +5,7 @@ webhook receiver, SQLite and PostgreSQL; with and without a sender process."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 import subprocess
 import sys
@@ -17,7 +18,10 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
 
+from efd.delivery.retry import AttemptResult, Verdict
 from efd.observe import tracing
+from efd.observe.otel import QUEUE_SPANS, Tracer
+from efd.observe.tracecontext import RoundTrace
 from tests.conftest import (
     DaemonFactory,
     ReceiverFactory,
@@ -387,3 +391,26 @@ async def test_a_collector_that_is_down_costs_deliveries_nothing(
     # The last export is given up within the exporter's timeout.
     assert time.monotonic() - started < 15
     assert tracing.current() is None
+
+
+async def test_spans_dropped_while_the_collector_is_down_are_logged_once_not_each(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    tracer = Tracer(
+        endpoint=f"http://127.0.0.1:{free_port()}/v1/traces",
+        service_name="efd",
+        ratio=1.0,
+        version="test",
+    )
+    try:
+        labels = {"http://127.0.0.1:9/hook": "http://127.0.0.1:9/hook"}
+        result = AttemptResult("http://127.0.0.1:9/hook", time.time(), 0.001, Verdict.SUCCESS, 200)
+        with caplog.at_level(logging.WARNING):
+            for n in range(QUEUE_SPANS + 5000):
+                trace = RoundTrace(TRACEPARENT, 0, n)
+                tracer.round("hooks", "POST", list(labels), labels, None, trace).finish([result])
+        # The SDK's batching processor logs the same line at most once in 20 seconds.
+        full = [r for r in caplog.records if r.getMessage().startswith("Queue full")]
+        assert len(full) == 1
+    finally:
+        await asyncio.to_thread(tracer.shutdown)
