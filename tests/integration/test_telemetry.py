@@ -393,6 +393,7 @@ async def test_a_collector_that_is_down_costs_deliveries_nothing(
     assert tracing.current() is None
 
 
+@pytest.mark.slow
 async def test_spans_dropped_while_the_collector_is_down_are_logged_once_not_each(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
