@@ -15,8 +15,9 @@ hook's span gets its ids (and the request its headers); when the results come ba
 span is made finished, from the attempt's own start and duration as the sender measured
 them, and queued for export. A sender process sends the headers it is given and makes no
 span, so nothing is exported from the child processes. The attempt spans are the SDK's
-finished spans (ReadableSpan) handed to its batching processor without the SDK's live-span
-machinery, which cost several times as much per attempt (bench/LOG.md).
+spans written as protobuf bytes where their results arrive (efd/observe/otlpwire.py) and
+queued in the SDK's batching processor: the SDK's live spans and its generic encoding cost
+more than the rest of a delivery (bench/LOG.md).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import functools
 import logging
 import random
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
 
 from opentelemetry import trace
@@ -37,7 +38,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.sampling import Decision, ParentBased, TraceIdRatioBased
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from efd.observe import otlpwire, tracecontext
 from efd.observe.tracecontext import RoundTrace, TraceParent
@@ -199,9 +200,9 @@ class Tracer:
             (destination, method, labels, url, trace_),
         )
 
-    def record(self, span: ReadableSpan) -> None:
+    def record(self, span: ReadableSpan | otlpwire.Encoded) -> None:
         """Hand a finished span to the exporter's queue."""
-        self._processor.on_end(span)
+        self._processor.on_end(span)  # type: ignore[arg-type]  # it reads only the context
 
 
 class _Exporter(OTLPSpanExporter):
@@ -214,6 +215,13 @@ class _Exporter(OTLPSpanExporter):
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         client = getattr(self, "_client", None)
         if client is None or getattr(self, "_shutdown", False) or not otlpwire.writable(spans):
+            # The attempts' spans are written already (Attempts.finish): only otlpwire sends them.
+            if any(isinstance(cast(Any, span), otlpwire.Encoded) for span in spans):
+                log.error(
+                    "cannot export %d spans: the exporter is shut down, or has no client",
+                    len(spans),
+                )
+                return SpanExportResult.FAILURE
             return super().export(spans)
         try:
             data = otlpwire.request(spans)
@@ -281,52 +289,52 @@ class Attempts:
             return
         destination, method, labels, url, trace_ = self._round
         parent = self._parent
-        links = (Link(parent),) if parent is not None else ()
-        state = parent.trace_state if parent is not None else trace.TraceState()
+        # Written as protobuf bytes here (efd/observe/otlpwire.py), the fixed part once per
+        # hook: a ReadableSpan and its generic encoding cost twice as much.
+        if parent is not None:
+            links = otlpwire.link(parent.trace_id, parent.span_id, parent.is_remote)
+            above: tuple[int, bool] | None = (parent.span_id, parent.is_remote)
+        else:
+            links, above = b"", None
+        state = self.wire[1]
         ids = self._ids
         for result in results:
             hook = result.hook_url
             span_id = ids.pop(hook, None) or _random_id(64)
-            attributes, kind, name = _attempt_attributes(
-                destination, method, hook, labels, url, trace_
-            )
+            fixed = _prefix(destination, method, hook, labels.get(hook), url)
+            attributes: dict[str, Any] = {"efd.delivery.id": trace_.delivery_id}
+            if trace_.retries:
+                attributes["http.request.resend_count"] = trace_.retries
             if result.status_code is not None:
                 attributes["http.response.status_code"] = result.status_code
-            status = _OK
+            code, message = 0, ""
             if result.verdict != "success":
-                error_type = result.error_class or (
+                message = result.error_class or (
                     str(result.status_code) if result.status_code is not None else "failed"
                 )
-                attributes["error.type"] = error_type
-                status = Status(StatusCode.ERROR, error_type)
+                attributes["error.type"] = message
+                code = StatusCode.ERROR.value
             start = _ns(result.started_at)
-            tracer.record(
-                ReadableSpan(
-                    name=name,
-                    context=SpanContext(
-                        self._trace_id, span_id, False, trace_flags=_SAMPLED, trace_state=state
-                    ),
-                    parent=parent,
-                    resource=tracer.resource,
-                    attributes=attributes,
-                    links=links,
-                    kind=kind,
-                    status=status,
-                    start_time=start,
-                    end_time=start + max(0, _ns(result.duration)),
-                    instrumentation_scope=tracer.scope,
-                )
+            encoded = otlpwire.attempt_span(
+                fixed,
+                self._trace_id,
+                span_id,
+                above,
+                state,
+                start,
+                start + max(0, _ns(result.duration)),
+                attributes,
+                links,
+                code,
+                message,
             )
+            tracer.record(otlpwire.Encoded(encoded, tracer.resource, tracer.scope))
 
     def finish_task(self, task: asyncio.Future[Any]) -> None:
         """`finish` as a round's done callback: a round cancelled at shutdown records
         nothing."""
         if not task.cancelled() and task.exception() is None:
             self.finish(task.result())
-
-
-_OK = Status(StatusCode.UNSET)
-_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
 
 def _random_id(bits: int) -> int:
@@ -362,17 +370,7 @@ def _static_attributes(
     return tuple(attributes), SpanKind.PRODUCER, f"send {destination}"
 
 
-def _attempt_attributes(
-    destination: str,
-    method: str,
-    hook: str,
-    labels: Mapping[str, str],
-    url: str | None,
-    trace_: RoundTrace,
-) -> tuple[dict[str, Any], SpanKind, str]:
-    fixed, kind, name = _static_attributes(destination, method, hook, labels.get(hook), url)
-    attributes = dict(fixed)
-    attributes["efd.delivery.id"] = trace_.delivery_id
-    if trace_.retries:
-        attributes["http.request.resend_count"] = trace_.retries
-    return attributes, kind, name
+@functools.lru_cache(maxsize=4096)
+def _prefix(destination: str, method: str, hook: str, label: str | None, url: str | None) -> bytes:
+    fixed, kind, name = _static_attributes(destination, method, hook, label, url)
+    return otlpwire.prefix(name, kind.value, dict(fixed))

@@ -130,10 +130,90 @@ def writable(spans: Iterable[Any]) -> bool:
     return not any(span.events for span in spans)
 
 
+class _Sampled:
+    sampled = True
+
+
+class _Context:
+    trace_flags = _Sampled()
+
+
+class Encoded:
+    """A span written already (`attempt_span`), as the SDK's batching processor queues it:
+    it reads `context.trace_flags.sampled`, and `request` the resource and scope."""
+
+    __slots__ = ("encoded", "instrumentation_scope", "resource")
+    context = _Context()
+    events = ()
+
+    def __init__(self, encoded: bytes, resource: Any, scope: Any) -> None:
+        self.encoded = encoded
+        self.resource = resource
+        self.instrumentation_scope = scope
+
+
+def prefix(name: str, kind: int, attributes: Mapping[str, Any]) -> bytes:
+    """What every span of one kind of attempt has alike: name 5, kind 6 (the SDK's SpanKind
+    value) and its fixed attributes 9, written once for `attempt_span`."""
+    return _string(5, name) + _key(6, _VARINT) + _varint(kind + 1) + _attributes(9, attributes)
+
+
+def link(trace_id: int, span_id: int, remote: bool) -> bytes:
+    """A Link field (13) to a span with no attributes of its own."""
+    return _len(
+        13,
+        _len(1, trace_id.to_bytes(16, "big"))
+        + _len(2, span_id.to_bytes(8, "big"))
+        + _key(6, _I32)
+        + _fixed32(_HAS_IS_REMOTE | (_IS_REMOTE if remote else 0)),
+    )
+
+
+def attempt_span(
+    fixed: bytes,
+    trace_id: int,
+    span_id: int,
+    parent: tuple[int, bool] | None,
+    trace_state: str,
+    start: int,
+    end: int,
+    attributes: Mapping[str, Any],
+    links: bytes,
+    status_code: int,
+    status_message: str,
+) -> bytes:
+    """A Span from its parts: `fixed` from `prefix`, `parent` (span id, remote) or None,
+    `links` from `link`, the attributes that change from span to span after the fixed ones.
+    The fields' order differs from `span`'s; a reader takes them in any order."""
+    parts = [
+        _len(1, trace_id.to_bytes(16, "big")),
+        _len(2, span_id.to_bytes(8, "big")),
+        _string(3, trace_state),
+    ]
+    if parent is not None:
+        parts.append(_len(4, parent[0].to_bytes(8, "big")))
+    parts += [
+        fixed,
+        _key(7, _I64) + _fixed64(start),
+        _key(8, _I64) + _fixed64(end),
+        _attributes(9, attributes),
+        links,
+        _len(
+            15,
+            _string(2, status_message)
+            + (_key(3, _VARINT) + _varint(status_code) if status_code else b""),
+        ),
+        _key(16, _I32) + _fixed32(_HAS_IS_REMOTE | (_IS_REMOTE if parent and parent[1] else 0)),
+    ]
+    return b"".join(parts)
+
+
 def span(sdk_span: Any) -> bytes:
     """Span: trace_id 1, span_id 2, trace_state 3, parent_span_id 4, name 5, kind 6,
     start 7, end 8, attributes 9, dropped attributes 10, dropped events 12, links 13,
     dropped links 14, status 15, flags 16."""
+    if type(sdk_span) is Encoded:
+        return sdk_span.encoded
     context = sdk_span.context
     parent = sdk_span.parent
     parts = [

@@ -128,3 +128,43 @@ def test_a_span_with_events_is_left_to_the_sdk() -> None:
 @pytest.mark.parametrize("value", [0, 1, 127, 128, 300, 2**63 - 1, -1, -(2**63)])
 def test_integers_are_varints_as_protobuf_writes_them(value: int) -> None:
     same([a_span(attributes={"n": value})])
+
+
+@pytest.mark.parametrize(
+    ("parent", "status"),
+    [
+        (PARENT, Status(StatusCode.UNSET)),
+        (PARENT, Status(StatusCode.ERROR, "timeout")),
+        (None, Status(StatusCode.UNSET)),
+        (SpanContext(PARENT.trace_id, 5, is_remote=False), Status(StatusCode.ERROR, "503")),
+    ],
+)
+def test_an_attempt_span_written_from_its_parts_reads_as_the_sdk_writes_it(
+    parent: SpanContext | None, status: Status
+) -> None:
+    fixed_attributes = {"efd.destination": "hooks", "http.request.method": "POST"}
+    attributes = {"efd.delivery.id": 42, "http.response.status_code": 200}
+    trace_id, span_id = PARENT.trace_id, 0x1122334455667788
+    sdk = a_span(
+        context=SpanContext(trace_id, span_id, False, TraceFlags(1), PARENT.trace_state),
+        parent=parent,
+        attributes={**fixed_attributes, **attributes},
+        links=(Link(parent),) if parent is not None else (),
+        status=status,
+    )
+    encoded = otlpwire.attempt_span(
+        otlpwire.prefix("POST", SpanKind.CLIENT.value, fixed_attributes),
+        trace_id,
+        span_id,
+        (parent.span_id, parent.is_remote) if parent is not None else None,
+        "congo=t61rcWkgMzE",
+        sdk.start_time or 0,
+        sdk.end_time or 0,
+        attributes,
+        otlpwire.link(parent.trace_id, parent.span_id, parent.is_remote) if parent else b"",
+        status.status_code.value,
+        status.description or "",
+    )
+    ours = decoded(otlpwire.request([otlpwire.Encoded(encoded, RESOURCE, SCOPE), a_span()]))
+    theirs = decoded(encode_spans([sdk, a_span()]).SerializePartialToString())
+    assert ours == theirs, f"{ours}\n---\n{theirs}"
