@@ -87,6 +87,9 @@ class NewMessage:
     # (efd.segment.routing.Action.mapped): (route, body, URL, None) to send, or
     # (route, None, None, why) when its mapping or request failed for this message.
     mapped: tuple[tuple[str, str | None, str | None, str | None], ...] = ()
+    # The W3C trace context of the ingestion span that accepted it (efd/observe/tracing.py,
+    # stored form: efd/observe/tracecontext.py); None when telemetry is off.
+    trace_context: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +140,8 @@ class Claimed:
     # An action's delivery: the URL rendered for its message at routing (stored with the
     # delivery, as its mapped body is); None: the route's hook URLs.
     url: str | None = None
+    # The trace context its message was accepted under (NewMessage.trace_context).
+    trace_context: str | None = None
 
 
 @dataclass(slots=True)

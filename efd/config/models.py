@@ -1005,6 +1005,39 @@ class OperationsConfig(_Strict):
     check_interval_seconds: Seconds = 60
 
 
+class TelemetryConfig(_Strict):
+    """OpenTelemetry traces (docs/telemetry.md): off until `otlp_endpoint` is set."""
+
+    # Where spans are sent, by OTLP over HTTP with protobuf: the collector's full traces URL
+    # (http://127.0.0.1:4318/v1/traces). Set by the operator like the database's URL, so
+    # delivery's address guard, which is there for receivers' URLs, does not apply to it.
+    otlp_endpoint: str | None = None
+    service_name: str = Field(default="efd", min_length=1, max_length=200)
+    # The share of traces efd starts that are recorded; a request's traceparent that says
+    # sampled (or not) decides for its own trace.
+    sampling_ratio: float = Field(default=1.0, ge=0, le=1)
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _collector_url(cls, url: str | None) -> str | None:
+        if url is None:
+            return None
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 - raises for a port that is not a number
+        except ValueError as error:
+            raise ValueError(f"not a URL: {error}") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http:// or https:// URL with a host")
+        if parts.username is not None or parts.password is not None:
+            raise ValueError("may not hold credentials")
+        return url
+
+    @property
+    def enabled(self) -> bool:
+        return self.otlp_endpoint is not None
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="EFD_",
@@ -1017,6 +1050,7 @@ class Settings(BaseSettings):
     storage: StorageConfig = StorageConfig()
     delivery: DeliveryConfig = DeliveryConfig()
     logging: LoggingConfig = LoggingConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()
     sources: list[SourceConfig] = Field(default_factory=list)
     destinations: list[DestinationConfig] = Field(default_factory=list)
     audiences: list[AudienceConfig] = Field(default_factory=list)

@@ -28,6 +28,7 @@ from efd.daemon.components import (
     Services,
     Shared,
     Storage,
+    Telemetry,
 )
 from efd.daemon.startup import StartupError, fit_open_files, reserved_files, usable_cpus
 from efd.delivery.sender import SenderPool
@@ -81,6 +82,7 @@ class Daemon:
             shared, self._files, self._children, self._storage, self._delivery, self._services
         )
         self.components: list[Component] = [
+            Telemetry(shared),
             self._files,
             self._children,
             self._storage,
@@ -220,7 +222,7 @@ def _log_level(settings: Settings) -> None:
 
 # Sections of which a reload applies only the keys below; a change to any other key of them
 # needs a restart (the listening socket, the store, the child processes, the limits).
-_RESTART_SECTIONS = ("server", "storage", "delivery", "logging")
+_RESTART_SECTIONS = ("server", "storage", "delivery", "logging", "telemetry")
 _RELOADED_KEYS = {"server.admin_token", "delivery.user_agent", "logging.level"}
 
 

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from efd import __version__
 from efd.config import Settings
 from efd.daemon.startup import Cpus, StartupError, fit_open_files
 from efd.delivery.batches import Batcher
@@ -39,6 +40,7 @@ from efd.http.regulations import MAX_BODY_BYTES, RegulationsApi
 from efd.http.server import Limits, Listener, name_the_server, quiet_parse_errors
 from efd.http.status import Status
 from efd.loop import Worker
+from efd.observe import tracing
 from efd.observe.metrics import Metrics
 from efd.observe.stream import Hub
 from efd.operations.selection import iso
@@ -94,6 +96,27 @@ class OpenFiles:
 
     async def start(self, stack: AsyncExitStack) -> None:
         self.max_connections = fit_open_files(self._shared.settings.value, self._shared.cpus.usable)
+
+
+class Telemetry:
+    """The OpenTelemetry tracer (efd/observe/tracing.py) when `[telemetry]` has an endpoint:
+    started first and stopped last, so the spans of the last rounds are exported. Owns the
+    tracer provider and its exporter thread; nothing of it exists when telemetry is off."""
+
+    def __init__(self, shared: Shared) -> None:
+        self._shared = shared
+
+    async def start(self, stack: AsyncExitStack) -> None:
+        config = self._shared.settings.value.telemetry
+        if config.otlp_endpoint is None:
+            return
+        tracer = tracing.start(
+            config.otlp_endpoint,
+            service_name=config.service_name,
+            ratio=config.sampling_ratio,
+            version=__version__,
+        )
+        stack.push_async_callback(tracing.stop, tracer)
 
 
 class ChildProcesses:

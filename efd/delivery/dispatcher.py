@@ -31,8 +31,10 @@ from efd.delivery.retry import AttemptResult, RetryPolicy, Verdict
 from efd.delivery.rounds import attempt_rows, due_once_written, moves_lane_on, outcome_of
 from efd.errors import StoreError
 from efd.loop import SYSTEM_CLOCK, Clock, Worker
+from efd.observe import tracing
 from efd.observe.metrics import Metrics
 from efd.observe.stream import Hub
+from efd.observe.tracing import RoundTrace
 from efd.operations.events import Sink
 from efd.records import Claimed, ClaimRequest
 from efd.segment import webhooks
@@ -585,7 +587,11 @@ class Dispatcher:
         else:
             note = None
             message = (item.message_pk, item.source, item.message_id, item.received_at)
-            round_ = self._rounds.start_round(route, urls, item.body, message, item.url)
+            if tracing.current() is None:
+                round_ = self._rounds.start_round(route, urls, item.body, message, item.url)
+            else:
+                trace = RoundTrace(item.trace_context, item.attempts, item.delivery_id)
+                round_ = self._rounds.start_round(route, urls, item.body, message, item.url, trace)
         # A callback, not a task per round: the round's end is handled in one plain call.
         self._worker.track(
             round_, functools.partial(self._answered, route, item, urls, failed, note)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from efd.delivery.retry import AttemptResult
+from efd.observe.tracing import RoundTrace
 from efd.records import AttemptRow, Claimed, ClaimRequest, Outcome
 from efd.segment.webhooks import MessageKey, Route
 
@@ -22,12 +23,14 @@ class Rounds(Protocol):
         body: str,
         message: MessageKey,
         url: str | None = None,
+        trace: RoundTrace | None = None,
     ) -> asyncio.Future[list[AttemptResult]]:
         """Start sending `body` to `urls` (hook URLs of `route`) under the webhook-id of
         `message`, with the route's method and Content-Type; `url`: an action's delivery's
         own URL, sent to instead of the hook's (whose URL still names it in the results,
-        circuits and limits). The future holds the round's results (it never fails for
-        what a receiver or the network does).
+        circuits and limits); `trace`: what its attempts' spans need, when telemetry is on.
+        The future holds the round's results (it never fails for what a receiver or the
+        network does).
         A future, not a coroutine: the dispatcher adds a callback instead of running a task
         per round."""
         ...

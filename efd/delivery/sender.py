@@ -32,11 +32,18 @@ from efd.delivery.retry import (
     classify_status,
     parse_retry_after,
 )
+from efd.observe import tracing
+from efd.observe.tracing import RoundTrace
 from efd.processes.pool import LOST, Pool
 from efd.segment import webhooks
 from efd.segment.webhooks import ClientCert, MessageKey, Route
 
 log = logging.getLogger(__name__)
+
+# The W3C trace headers of a round's attempt spans (efd/observe/otel.py's Wire): each
+# hook's traceparent in the order of the round's URLs, and the tracestate ("" when none).
+TraceHeaders = tuple[tuple[str, ...], str]
+_TRACE_HEADERS = frozenset({"traceparent", "tracestate"})
 
 # Read at most this much of a response: enough to see it is complete, never a memory risk.
 _MAX_RESPONSE_BYTES = 1 << 20
@@ -147,11 +154,13 @@ class Sender:
         body: str,
         webhook_id: str,
         url: str | None = None,
+        trace_headers: TraceHeaders | None = None,
     ) -> list[AttemptResult]:
         """One round: the same signed body sent at once to each of `urls` (a subset of the
         route's hooks), with the route's method and Content-Type; to `url` instead when
         given (an action's delivery's own URL), the results still naming the hook.
-        Standard Webhooks' timestamp is this attempt's."""
+        Standard Webhooks' timestamp is this attempt's. `trace_headers`: each of `urls`'
+        traceparent, and the tracestate, in place of any the hook's static headers name."""
         data = body.encode("utf-8")
         headers = webhooks.request_headers(
             user_agent=route.user_agent,
@@ -164,6 +173,10 @@ class Sender:
             content_type=route.content_type,
         )
         hooks = [(hook, static) for hook, static in route.hooks if hook in urls]
+        if trace_headers:
+            parents, state = trace_headers
+            by_hook = dict(zip(urls, parents, strict=True))
+            hooks = [(hook, _traced(static, by_hook[hook], state)) for hook, static in hooks]
         return await self._requests(route, hooks, data, headers, url)
 
     async def send_batch(
@@ -352,12 +365,20 @@ class Sender:
         body: str,
         message: MessageKey,
         url: str | None = None,
+        trace: RoundTrace | None = None,
     ) -> asyncio.Future[list[AttemptResult]]:
-        """send_round as the dispatcher's `Rounds` starts it (a task in this process)."""
+        """send_round as the dispatcher's `Rounds` starts it (a task in this process); its
+        attempts traced when telemetry is on."""
         assert self._loop is not None, "Sender.start() was not awaited"
-        return self._loop.create_task(
-            self.send_round(route, urls, body, webhooks.route_webhook_id(route, message), url)
+        webhook_id = webhooks.route_webhook_id(route, message)
+        if trace is None or (tracer := tracing.current()) is None:
+            return self._loop.create_task(self.send_round(route, urls, body, webhook_id, url))
+        spans = tracer.round(route.name, route.method, urls, route.labels, url, trace)
+        task = self._loop.create_task(
+            self.send_round(route, urls, body, webhook_id, url, spans.wire)
         )
+        task.add_done_callback(spans.finish_task)
+        return task
 
     def start_batch(
         self,
@@ -465,6 +486,16 @@ def _with_auth(static: Mapping[str, str], headers: Mapping[str, str]) -> dict[st
     return merged
 
 
+def _traced(static: Mapping[str, str], traceparent: str, state: str) -> dict[str, str]:
+    """A hook's static headers with its attempt's trace headers, which replace any of the
+    same names (in whatever case)."""
+    merged = {name: value for name, value in static.items() if name.lower() not in _TRACE_HEADERS}
+    merged["traceparent"] = traceparent
+    if state:
+        merged["tracestate"] = state
+    return merged
+
+
 def _auth_secrets(auth: outauth.Bearer | outauth.Basic) -> tuple[str, ...]:
     """What a fixed Authorization header carries that must not be kept of an answer."""
     if isinstance(auth, outauth.Bearer):
@@ -554,6 +585,7 @@ class SenderChild:
         body: str,
         message: MessageKey,
         url: str | None = None,
+        trace_headers: TraceHeaders | None = None,
     ) -> Any:
         if destination == BATCH:  # a batch's request: SenderPool.start_batch's frame
             return await self._batch(urls)
@@ -561,7 +593,7 @@ class SenderChild:
             # The webhook-id is derived here, on the sender's core, not in the daemon's loop.
             route = self._routes[destination]
             results = await self._sender.send_round(
-                route, urls, body, webhooks.route_webhook_id(route, message), url
+                route, urls, body, webhooks.route_webhook_id(route, message), url, trace_headers
             )
         except Exception as error:  # a bug, not the network: report it, keep serving
             log.exception("sending a round to %s failed", destination)
@@ -664,8 +696,21 @@ class SenderPool:
         body: str,
         message: MessageKey,
         url: str | None = None,
+        trace: RoundTrace | None = None,
     ) -> asyncio.Future[list[AttemptResult]]:
         convert = functools.partial(_results, urls, time.time())
+        if trace is not None and (tracer := tracing.current()) is not None:
+            # The spans are the daemon's: the process sends their headers, and exports none.
+            spans = tracer.round(route.name, route.method, urls, route.labels, url, trace)
+            return self._pool.submit(
+                route.name,
+                tuple(urls),
+                body,
+                message,
+                url,
+                spans.wire,
+                convert=functools.partial(_finished, convert, spans.finish),
+            )
         if url is None:  # a webhook's round: the frame a byte shorter
             return self._pool.submit(route.name, tuple(urls), body, message, convert=convert)
         return self._pool.submit(route.name, tuple(urls), body, message, url, convert=convert)
@@ -682,6 +727,17 @@ class SenderPool:
         convert = functools.partial(_results, [route.hooks[0][0]], time.time())
         frame = (route.name, body, webhook_id, url, first_event)
         return self._pool.submit(BATCH, frame, "", None, convert=convert)
+
+
+def _finished(
+    convert: Callable[[Any], list[AttemptResult]],
+    finish: Callable[[list[AttemptResult]], None],
+    answer: Any,
+) -> list[AttemptResult]:
+    """A traced round's results, its spans ended with them."""
+    results = convert(answer)
+    finish(results)
+    return results
 
 
 def _results(urls: Sequence[str], sent_at: float, answer: Any) -> list[AttemptResult]:

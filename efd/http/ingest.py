@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import web
 
@@ -15,6 +15,7 @@ from efd.groupcommit import GroupCommit
 from efd.http import server
 from efd.http.origins import AllowedOrigins
 from efd.http.responses import json_response, unstorable
+from efd.observe import tracing
 from efd.observe.metrics import Metrics
 from efd.records import InsertStatus, NewMessage
 from efd.segment.messages import MAX_REQUEST_BYTES
@@ -27,6 +28,9 @@ from efd.segment.payload import (
     too_large,
 )
 from efd.settings import Current
+
+if TYPE_CHECKING:
+    from efd.observe.otel import Ingestion
 
 log = logging.getLogger(__name__)
 
@@ -177,11 +181,46 @@ class Ingest:
         return source
 
     async def _handle(self, request: web.Request, type_: str | None) -> web.Response:
+        tracer = tracing.current()
+        if tracer is None:
+            return await self._accept(request, type_, None)
+        headers = request.headers
+        span = tracer.ingestion(
+            request.method,
+            request.path,
+            headers.getall("traceparent", ()),
+            headers.getall("tracestate", ()),
+        )
+        try:
+            response = await self._accept(request, type_, span)
+        except ClientError as rejection:
+            span.answered(rejection.status)
+            raise
+        except web.HTTPException as answer:
+            span.answered(answer.status)
+            raise
+        else:
+            span.answered(response.status)
+            return response
+        finally:
+            span.end()
+
+    async def _accept(
+        self, request: web.Request, type_: str | None, trace: Ingestion | None
+    ) -> web.Response:
         received_at = datetime.now(UTC)
         try:
             source = self._source_from_header(request)
             data = await read_body(request)
-            source, rows = await self._parse(data, source, type_, received_at)
+            if trace is None:
+                source, rows = await self._parse(data, source, type_, received_at)
+            else:
+                with trace.routing() as routing:
+                    source, rows = await self._parse(data, source, type_, received_at)
+                    routing.set_attribute("efd.messages", len(rows))
+                trace.span.set_attribute("efd.source", source.name)
+                for row in rows:
+                    row.trace_context = trace.stored
             if self._origins:
                 self._check_origin(source, request)
         except ClientError as rejection:

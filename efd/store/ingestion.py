@@ -235,4 +235,5 @@ def _claimed(delivery_id: int, row: tuple[Any, ...], message: NewMessage) -> Cla
         message_pk=row[0],
         source=message.source,
         received_at=message.received_at,
+        trace_context=message.trace_context,
     )

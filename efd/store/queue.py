@@ -156,9 +156,9 @@ class DeliveryQueue:
                 return []
             pks = [row[2] for row in claimed]
             bodies = {
-                pk: (message_id, body, source, received_at)
-                for pk, message_id, body, source, received_at in self._backend.message_fields(
-                    conn, pks
+                pk: (message_id, body, source, received_at, trace)
+                for pk, message_id, body, source, received_at, trace in (
+                    self._backend.message_fields(conn, pks)
                 )
             }
             if len(bodies) < len(set(pks)):
@@ -177,6 +177,7 @@ class DeliveryQueue:
                 source=bodies[pk][2],
                 received_at=bodies[pk][3],
                 url=url,
+                trace_context=bodies[pk][4],
             )
             for delivery_id, token, pk, attempts_so_far, first, failed, own_body, url in claimed
         ]

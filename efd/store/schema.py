@@ -62,6 +62,9 @@ messages = Table(
     Column("original_timestamp", Float),
     Column("received_at", Float, nullable=False),
     Column("body", Text),  # NULL once purged by a deletion request
+    # The W3C trace context of the ingestion span that accepted it (efd/observe/tracing.py),
+    # which each delivery attempt's span links to; NULL when telemetry is off.
+    Column("trace_context", Text),
     # efd/store/dedupe.py: hash of (source, message_id), set on every insert. Nullable only
     # because SQLite cannot add a NOT NULL column to a table that has rows.
     Column("message_key", BigInteger),

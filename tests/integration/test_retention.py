@@ -12,6 +12,7 @@ import pytest
 from alembic import command
 
 from efd.store import Store, migrate
+from efd.store.dedupe import message_key
 from efd.store.engine import make_engine
 from efd.store.operations import OperationsStore
 from tests.conftest import (
@@ -262,12 +263,27 @@ def _upgrade_to(url: str, revision: str) -> None:
 def test_the_migration_keeps_every_row_and_retention_carries_on(db_url: str) -> None:
     _upgrade_to(db_url, "0011")
     now = time.time()
+    # The rows as ingestion wrote them then: today's writes columns that came later.
+    for pk, mid in enumerate(("done", "pending"), start=1):
+        sql(
+            db_url,
+            "INSERT INTO messages (id, source, message_id, type, user_id, timestamp,"
+            " received_at, body, message_key) VALUES (:pk, 'web', :mid, 'track', 'u', :at, :at,"
+            " '{}', :key)",
+            pk=pk,
+            mid=mid,
+            at=now - 30 * DAY,
+            key=message_key("web", mid),
+        )
+        sql(
+            db_url,
+            "INSERT INTO deliveries (message_pk, destination, status, attempts, created_at,"
+            " next_attempt_at, lease_token) VALUES (:pk, 'd', 'pending', 0, :at, :at, 0)",
+            pk=pk,
+            at=now - 30 * DAY,
+        )
     old = Store(db_url)
     try:
-        for mid in ("done", "pending"):
-            old.ingestion.insert_messages(
-                [new_message(mid, received_at=now - 30 * DAY)], now - 30 * DAY
-            )
         old.jobs.claim_job("retention", interval=600, owner="A", now=now - 3600)
     finally:
         old.dispose()

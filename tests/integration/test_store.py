@@ -972,7 +972,7 @@ def test_sqlite_inserts_take_rows_in_the_table_order_and_refuse_any_other(tmp_pa
         sqlite_backend.insert_many(None, messages, ("message_id", "source"), [("m", "web")])
     engine = create_engine(f"sqlite:///{tmp_path / 'order.db'}")
     metadata.create_all(engine)
-    row = (1, "web", "m-1", "track", "u", None, "E", 1.0, None, 2.0, "{}", 7)
+    row = (1, "web", "m-1", "track", "u", None, "E", 1.0, None, 2.0, "{}", None, 7)
     with engine.begin() as conn:
         driver = conn.connection.driver_connection
         assert driver is not None

@@ -115,7 +115,7 @@ def test_every_commented_key_of_the_example_is_valid_when_uncommented(tmp_path: 
     for key in uncommented:
         assert any(
             key in type(getattr(settings, section)).model_fields
-            for section in ("server", "storage", "delivery", "logging")
+            for section in ("server", "storage", "delivery", "logging", "telemetry")
         ), key
     assert settings.server.admin_token is not None
 

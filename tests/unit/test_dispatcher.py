@@ -22,6 +22,7 @@ from efd.delivery.dispatcher import Dispatcher
 from efd.delivery.retry import AttemptResult, Verdict
 from efd.errors import StoreError
 from efd.observe.metrics import Metrics
+from efd.observe.tracing import RoundTrace
 from efd.records import AttemptRow, DeliveryStatus, Outcome
 from efd.segment import webhooks
 from efd.segment.webhooks import Route, webhook_id
@@ -62,6 +63,7 @@ class FakeRounds:
         body: str,
         message: webhooks.MessageKey,
         url: str | None = None,
+        trace: RoundTrace | None = None,
     ) -> asyncio.Future[list[AttemptResult]]:
         self.targets.append(url)
         return asyncio.ensure_future(

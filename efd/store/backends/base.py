@@ -89,9 +89,9 @@ class Backend(Protocol):
 
     def message_fields(
         self, conn: Connection, pks: Sequence[int]
-    ) -> list[tuple[int, str, str | None, str, float]]:
-        """(id, message_id, body, source, received_at) of the messages with these ids, as a
-        claim sends them."""
+    ) -> list[tuple[int, str, str | None, str, float, str | None]]:
+        """(id, message_id, body, source, received_at, trace_context) of the messages with
+        these ids, as a claim sends them."""
         ...
 
     def prepare_writer(self, conn: Connection, now: float) -> None:
@@ -157,6 +157,7 @@ MESSAGE_FIELDS = (
     "original_timestamp",
     "received_at",
     "body",
+    "trace_context",
 )
 MESSAGE_COLUMNS = (*MESSAGE_FIELDS, "message_key")
 DELIVERY_COLUMNS = (

@@ -73,6 +73,7 @@ TYPES = {
     "timestamp": "DOUBLE PRECISION",
     "received_at": "DOUBLE PRECISION",
     "body": "TEXT",
+    "trace_context": "TEXT",
     "original_timestamp": "DOUBLE PRECISION",
     "message_key": "BIGINT",
     "message_pk": "BIGINT",
@@ -169,7 +170,7 @@ _RECORD_OUTCOMES = text(
 )
 # A claim's messages: one statement whatever their number, the ids as one array literal.
 _MESSAGE_FIELDS = text(
-    "SELECT id, message_id, body, source, received_at FROM messages"
+    "SELECT id, message_id, body, source, received_at, trace_context FROM messages"
     " WHERE id = ANY(CAST(:ids AS BIGINT[]))"
 )
 _NOTIFY = text("SELECT pg_notify(:channel, '')")
@@ -274,7 +275,7 @@ class PostgresBackend(Backend):
 
     def message_fields(
         self, conn: Connection, pks: Sequence[int]
-    ) -> list[tuple[int, str, str | None, str, float]]:
+    ) -> list[tuple[int, str, str | None, str, float, str | None]]:
         return self._run(conn, _MESSAGE_FIELDS, {"ids": id_array(pks)})[0]
 
     def prepare_writer(self, conn: Connection, now: float) -> None:

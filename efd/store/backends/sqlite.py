@@ -308,8 +308,8 @@ class SqliteBackend(Backend):
 
     def message_fields(
         self, conn: Connection, pks: Sequence[int]
-    ) -> list[tuple[int, str, str | None, str, float]]:
-        found: list[tuple[int, str, str | None, str, float]] = []
+    ) -> list[tuple[int, str, str | None, str, float, str | None]]:
+        found: list[tuple[int, str, str | None, str, float, str | None]] = []
         for chunk in _in_lists(pks):
 
             def query(chunk: Sequence[int] = chunk) -> Any:
@@ -319,6 +319,7 @@ class SqliteBackend(Backend):
                     messages.c.body,
                     messages.c.source,
                     messages.c.received_at,
+                    messages.c.trace_context,
                 ).where(messages.c.id.in_(chunk))
 
             found.extend(self.select(conn, "bodies", query, list(chunk)))
