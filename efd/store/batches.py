@@ -45,6 +45,7 @@ from efd.store.ratelimit import Buckets
 from efd.store.ratelimit import _ClaimTokens as ClaimTokens
 from efd.store.schema import attempts, batch_routes, batches, deliveries, messages
 from efd.store.schema import lanes as lane_rows
+from efd.store.statements import release_leases
 from efd.store.steps import StepsSource, no_steps
 
 PENDING = DeliveryStatus.PENDING.value
@@ -379,19 +380,9 @@ class BatchesStore:
 
     def release(self, leases: Sequence[tuple[int, int]], now: float) -> None:
         """Give back claimed batches that were never sent (shutdown): due again now."""
-        if not leases:
-            return
-        with self._db.write() as conn:
-            conn.execute(
-                update(batches)
-                .where(
-                    batches.c.id == bindparam("b_id"),
-                    batches.c.lease_token == bindparam("b_token"),
-                    batches.c.status == PENDING,
-                )
-                .values(next_attempt_at=now, lease_owner=None),
-                [{"b_id": pk, "b_token": token} for pk, token in leases],
-            )
+        if leases:
+            with self._db.write() as conn:
+                release_leases(conn, batches, leases, now)
 
     def dissolve(self, batch_id: int, lease_token: int, now: float, error: str) -> bool:
         """End a leased batch unsent, as failed with `error`, and take its open members out

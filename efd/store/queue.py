@@ -16,6 +16,7 @@ from efd.store import lanes
 from efd.store.backends.base import chunked
 from efd.store.database import Database
 from efd.store.schema import deliveries
+from efd.store.statements import release_leases
 from efd.store.steps import StepsSource, no_steps
 
 PENDING = DeliveryStatus.PENDING
@@ -267,19 +268,9 @@ class DeliveryQueue:
 
     def release(self, leases: Sequence[tuple[int, int]], now: float) -> None:
         """Give back claimed deliveries that were never sent (shutdown): due again now."""
-        if not leases:
-            return
-        with self._db.write() as conn:
-            conn.execute(
-                update(deliveries)
-                .where(
-                    deliveries.c.id == bindparam("b_id"),
-                    deliveries.c.lease_token == bindparam("b_token"),
-                    deliveries.c.status == PENDING,
-                )
-                .values(next_attempt_at=now, lease_owner=None),
-                [{"b_id": d, "b_token": t} for d, t in leases],
-            )
+        if leases:
+            with self._db.write() as conn:
+                release_leases(conn, deliveries, leases, now)
 
     def release_all_leases(self, now: float) -> int:
         """Make every leased delivery due now. Only safe when no other process is running

@@ -1,10 +1,15 @@
-"""Statement helpers the feature stores share: bounded IN lists, stored JSON."""
+"""Statement helpers the feature stores share: bounded IN lists, stored JSON, leases given
+back."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Iterator
 from typing import Any
+
+from sqlalchemy import Connection, Table, bindparam, update
+
+from efd.records import DeliveryStatus
 
 CHUNK = 500  # bound IN lists well below the databases' variable limits
 
@@ -35,3 +40,22 @@ def loads(text: str) -> Any:
         return _scan(text, 0)[0]
     except StopIteration:
         return json.loads(text)
+
+
+def release_leases(
+    conn: Connection, table: Table, leases: Collection[tuple[int, int]], now: float
+) -> None:
+    """Give back leased rows of `table` (deliveries, batches) never sent: (id, token) where
+    the token still matches and the row is pending, due again at `now`."""
+    if not leases:
+        return
+    conn.execute(
+        update(table)
+        .where(
+            table.c.id == bindparam("b_id"),
+            table.c.lease_token == bindparam("b_token"),
+            table.c.status == DeliveryStatus.PENDING.value,
+        )
+        .values(next_attempt_at=now, lease_owner=None),
+        [{"b_id": pk, "b_token": token} for pk, token in leases],
+    )
