@@ -8,7 +8,7 @@ from typing import Any
 
 from efd.delivery.pausing import Pause, timestamp
 from efd.errors import ClientError
-from efd.operations.selection import iso
+from efd.operations.selection import iso, known_fields
 
 MAX_REASON = 500  # characters
 PAUSE_FIELDS = ("hook", "reason")
@@ -24,16 +24,7 @@ def target(
     destination's hook count."""
     if payload is None:
         payload = {}
-    if not isinstance(payload, dict):
-        raise ClientError("invalid_body", "the request body must be a JSON object", field="body")
-    fields = RESUME_FIELDS if resume else PAUSE_FIELDS
-    for key in payload:
-        if key not in fields:
-            raise ClientError(
-                "invalid_field",
-                f"unknown field {key!r}; known: {', '.join(fields)}",
-                field=str(key),
-            )
+    known_fields(payload, RESUME_FIELDS if resume else PAUSE_FIELDS)
     count = hooks.get(destination)
     if count is None:
         raise ClientError(

@@ -149,7 +149,7 @@ def _integer(value: Any, field: str, low: int, high: int) -> int:
     )
 
 
-def _known_fields(payload: Any, fields: tuple[str, ...]) -> None:
+def known_fields(payload: Any, fields: tuple[str, ...]) -> None:
     """A request body is a JSON object of these fields only, or the ClientError that says
     which is wrong."""
     if not isinstance(payload, dict):
@@ -169,7 +169,7 @@ def redrive_query(
     """(query, dry_run) of a redrive, from POST /admin/redrive's body or `efd redrive`'s
     options. Only configured destinations are redriven: a delivery to one no longer
     configured would stay pending."""
-    _known_fields(payload, REDRIVE_FIELDS)
+    known_fields(payload, REDRIVE_FIELDS)
     destinations = tuple(sorted(configured))
     if payload.get("destination") is not None:
         name = _text(payload["destination"], "destination")
@@ -198,7 +198,7 @@ def discard_query(
     """(query, dry_run) of a discard, from POST /admin/discard's body or `efd discard`'s
     options: the pending deliveries to one destination that is not configured. A configured
     destination's deliveries are being sent, so they cannot be discarded."""
-    _known_fields(payload, DISCARD_FIELDS)
+    known_fields(payload, DISCARD_FIELDS)
     if payload.get("destination") is None:
         raise ClientError(
             "missing_field",
@@ -233,7 +233,7 @@ def unconfigured(backlog: Mapping[str, int], configured: Collection[str]) -> dic
 
 def replay_request(payload: Any) -> tuple[str, str, str | None]:
     """(source, messageId, destination or None) from POST /admin/replay's body."""
-    _known_fields(payload, REPLAY_FIELDS)
+    known_fields(payload, REPLAY_FIELDS)
     for key in ("source", "messageId"):
         if key not in payload:
             raise ClientError("missing_field", f"{key} is required", field=key)
