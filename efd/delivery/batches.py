@@ -529,6 +529,12 @@ class Batcher:
         batch = sending.batch
         hook = target.hook
         now = self._clock.now()
+        if self._paused(target.route.name):
+            # Paused while it was formed or claimed (the pass looked before those awaits):
+            # given back unsent, and claimed again once the route is resumed.
+            self._held.held.pop(batch.id, None)
+            self._worker.spawn(self._release([(batch.id, batch.lease_token)], now))
+            return
         if self._circuits.is_open(hook) and not self._circuits.take_probe(hook, now):
             # Its hook's circuit opened meanwhile: due again at the next probe, unsent.
             at = max(self._circuits.next_probe_at(hook) or now, now + 0.001)

@@ -696,7 +696,7 @@ async def test_a_paused_batched_action_is_sent_nothing_until_resumed(
     assert status == 200
     await asyncio.sleep(1.5)  # many formation turns: a paused action forms and sends nothing
     assert receiver.received == []
-    assert sql(db_url, "SELECT count(*) FROM batches") == [(0,)]
+    assert sql(db_url, "SELECT count(*) FROM attempts") == [(0,)]
     status, answer = await api(daemon.port, "POST", "/admin/destinations/wh/resume", {})
     assert status == 200, answer
     await _settled(db_url, 25)
