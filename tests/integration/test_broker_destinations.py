@@ -28,12 +28,12 @@ from tests.conftest import (
     DaemonFactory,
     ReceiverFactory,
     eventually,
-    free_port,
     post,
     settings_dict,
     sql,
     write_toml,
 )
+from tests.integration.test_brokers import Proxy
 
 PORTS = {"amqp": 5672, "nats": 4222, "redis_streams": 6379, "mqtt": 1883}
 COUNT = 1000
@@ -360,16 +360,10 @@ async def test_redis_ordering_per_user_holds_across_refusals(
         assert numbers == list(range(int(user.removeprefix("u-")), count, 10)), user
 
 
-class Relay:
+class Relay(Proxy):
     """A TCP relay to a broker that a test can stop (every connection aborted, none taken)
     and start again on the same port: to efd, the broker went away and came back, while the
     server itself, which other tests use, keeps running with what it stored."""
-
-    def __init__(self, upstream: int) -> None:
-        self.port = free_port()
-        self._upstream = upstream
-        self._writers: set[asyncio.StreamWriter] = set()
-        self._server: asyncio.Server | None = None
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._relay, "127.0.0.1", self.port)
@@ -378,25 +372,7 @@ class Relay:
         if self._server is not None:
             self._server.close()
             self._server = None
-        for writer in self._writers:
-            writer.transport.abort()
-        self._writers.clear()
-
-    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._upstream)
-        self._writers |= {writer, up_writer}
-
-        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
-            try:
-                while data := await source.read(65536):
-                    sink.write(data)
-                    await sink.drain()
-            except OSError:
-                pass
-            finally:
-                sink.close()
-
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        self.cut()
 
 
 async def test_redis_away_for_10_s_loses_nothing_and_holds_up_no_other_destination(
